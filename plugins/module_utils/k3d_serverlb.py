@@ -226,7 +226,7 @@ def patch_values(text, worker_connections):
 # --------------------------------------------------------- rendered config
 
 def _blocks(text, name):
-    """Yield (header, body) of top-level-ish `name ... {}` blocks (no nesting inside)."""
+    """Yield the bodies of `name ... { }` blocks."""
     for m in re.finditer(r"(?m)^[ \t]*%s\b([^{;\n]*)\{" % name, text):
         depth, i = 1, m.end()
         while depth and i < len(text):
@@ -235,7 +235,7 @@ def _blocks(text, name):
             elif text[i] == "}":
                 depth -= 1
             i += 1
-        yield m.group(1).strip(), text[m.end():i - 1]
+        yield text[m.end():i - 1]
 
 
 def _directive(text, name):
@@ -256,8 +256,8 @@ def parse_live(nginx_t):
     facts["worker_connections"] = int(wc) if wc and wc.isdigit() else None
     rl = _directive(conf, "worker_rlimit_nofile")
     facts["worker_rlimit_nofile"] = int(rl) if rl and rl.isdigit() else None
-    for _, stream in _blocks(conf, "stream"):
-        for _, server in _blocks(stream, "server"):
+    for stream in _blocks(conf, "stream"):
+        for server in _blocks(stream, "server"):
             listen = _directive(server, "listen") or ""
             limit = re.search(r"(?m)^[ \t]*limit_conn[ \t]+(\S+)[ \t]+(\d+);", server)
             entry = {
@@ -360,7 +360,7 @@ def read_file(container, path):
 
 
 def file_mode(container, path):
-    rc, out, _ = _exec(container, ["stat", "-c", "%a", path])
+    rc, out = _exec(container, ["stat", "-c", "%a", path])[:2]
     return int(out.strip(), 8) if rc == 0 and out.strip() else 0o644
 
 
@@ -391,9 +391,9 @@ def nginx_t(container):
 
 def open_file_limit(container):
     """Soft open-file limit of an nginx worker (what nginx really gets)."""
-    rc, out, _ = _exec(container, ["sh", "-c",
-                                   "for p in $(pgrep -f 'nginx: worker' || pgrep nginx); do "
-                                   "awk '/Max open files/ {print $4; exit}' /proc/$p/limits; break; done"])
+    script = ("for p in $(pgrep -f 'nginx: worker' || pgrep nginx); do "
+              "awk '/Max open files/ {print $4; exit}' /proc/$p/limits; break; done")
+    rc, out = _exec(container, ["sh", "-c", script])[:2]
     return int(out.strip()) if rc == 0 and out.strip().isdigit() else None
 
 

@@ -27,7 +27,7 @@ description:
     are not running are skipped with a warning; one named in O(names) that is not running fails.
   - One failing load balancer does not stop the others; the result says which failed.
 author:
-  - homelab.edge contributors
+  - homelab.edge contributors (@homelab-edge)
 requirements:
   - docker (Python SDK) on the host that runs the module
   - A Docker engine with the k3d load balancers
@@ -73,12 +73,16 @@ options:
     type: str
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
-    details: Reads the template, values and C(nginx -T); reports per load balancer what would change.
+    details: Reads the template, values and live config; reports per load balancer what would change.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows the template and values.yaml diffs of each load balancer.
   platform:
+    description: Target OS/families that can be operated against.
+    support: N/A
     platforms: posix
 notes:
   - k3d recreates the load balancer from its image on C(cluster edit) and port changes, which loses

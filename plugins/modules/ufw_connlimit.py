@@ -26,7 +26,7 @@ description:
     C(ufw-before-input). The module detects such ports and, per O(docker_published), limits them in
     Docker's C(DOCKER-USER) chain (matching the original destination port) or fails.
 author:
-  - homelab.edge contributors
+  - homelab.edge contributors (@homelab-edge)
 options:
   ports:
     description: TCP ports to limit.
@@ -68,10 +68,14 @@ options:
     default: /etc/ufw
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
   platform:
+    description: Target OS/families that can be operated against.
+    support: N/A
     platforms: debian
 requirements:
   - ufw, iptables (iptables-restore), nftables (nft) on nftables systems
@@ -137,10 +141,10 @@ def docker_ports(module):
     docker = module.get_bin_path("docker")
     if not docker:
         return {}
-    rc, ids, _ = module.run_command([docker, "ps", "-q"], environ_update=C_ENV)
+    rc, ids, err = module.run_command([docker, "ps", "-q"], environ_update=C_ENV)
     if rc != 0 or not ids.split():
         return {}
-    rc, out, _ = module.run_command([docker, "inspect"] + ids.split(), environ_update=C_ENV)
+    rc, out, err = module.run_command([docker, "inspect"] + ids.split(), environ_update=C_ENV)
     if rc != 0:
         return {}
     return uc.docker_published_tcp_ports(json.loads(out))
@@ -162,16 +166,16 @@ def verify_live(module, families, want_ports, docker_set):
     for fam in families:
         f = uc.FAMILIES[fam]
         ipt = module.get_bin_path(f["save"], required=True)
-        _, version, _ = run(module, [ipt, "--version"])
+        version = run(module, [ipt, "--version"])[1]
         input_ports = [p for p in want_ports if p not in docker_set]
         if nft and "nf_tables" in version:
-            _, ruleset, _ = run(module, [nft, "list", "ruleset"])
+            ruleset = run(module, [nft, "list", "ruleset"])[1]
             have = uc.nft_connlimit_ports(ruleset, fam)
         else:
-            _, saved, _ = run(module, [ipt, "-S", f["chain"]])
+            saved = run(module, [ipt, "-S", f["chain"]])[1]
             have = set(uc.iptables_connlimit_rules(saved, f["chain"]))
         if docker_set:
-            rc, saved, _ = run(module, [ipt, "-S", "DOCKER-USER"], check_rc=False)
+            rc, saved, err = run(module, [ipt, "-S", "DOCKER-USER"], check_rc=False)
             have |= set(uc.iptables_connlimit_rules(saved, "DOCKER-USER")) & docker_set if rc == 0 else set()
         live["ipv%d" % fam] = sorted(have)
         missing += ["%s/ipv%d" % (p, fam) for p in input_ports + sorted(docker_set) if p not in have]
@@ -228,7 +232,7 @@ def main():
         if old != new:
             diffs.append({"before_header": path, "after_header": path, "before": old, "after": new})
 
-    changed = any(old != new for _, _, old, new in plans)
+    changed = any(plan[2] != plan[3] for plan in plans)
     result = dict(changed=changed, files=[], reloaded=False,
                   docker_ports=dict((str(k), v) for k, v in clash.items()))
     if module._diff:

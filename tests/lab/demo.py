@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The lab demo: failure before, site.yml, proof after, one table."""
 import json
 import os
@@ -66,7 +66,7 @@ def table(results):
 
 def cleanup(client):
     subprocess.run([sys.executable, KEEPER, "--config", "/etc/homelab-edge/k3d-serverlb.json", "--stop"],
-                   capture_output=True)
+                   capture_output=True, check=False)
     k3dlab.down(client, CLUSTER)
 
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The k3d part of the lab: a k3d-shaped cluster made of real containers.
 
   k3d-<c>-server-0   dnsmasq (zone home.lab), HTTPS 443, "API" 6443
@@ -136,7 +136,7 @@ def recreate_lb(client, cluster, base_port):
     fresh one from the image (k3d's defaults again), then delete the old one."""
     n = names(cluster)
     old = client.containers.get(n["lb"])
-    suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
+    suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for dummy in range(5))
     old.rename("%s-%s" % (n["lb"], suffix))
     old.stop(timeout=2)
     new = create_lb(client, cluster, base_port)

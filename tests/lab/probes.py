@@ -25,7 +25,7 @@ def dns_answered(reply, qid):
     """Same ID, a response, RCODE 0 and at least one answer record."""
     if len(reply) < 12:
         return False
-    rid, flags, _, ancount = struct.unpack(">HHHH", reply[:8])
+    rid, flags, ancount = struct.unpack(">HHxxH", reply[:8])
     return rid == qid and flags & 0x8000 and flags & 0x000F == 0 and ancount > 0
 
 
@@ -64,9 +64,9 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
         if sent >= count and not pending:
             break
         wait = max(0.0, min(next_send - now if sent < count else 0.05, 0.05))
-        for key, _ in sel.select(wait):
+        for key, dummy in sel.select(wait):
             s = key.fileobj
-            qid, _ = pending.pop(s)
+            qid = pending.pop(s)[0]
             sel.unregister(s)
             try:
                 reply = s.recv(512)
@@ -79,7 +79,7 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
             else:
                 failed += 1
         now = time.monotonic()
-        for s in [s for s, (_, dl) in pending.items() if dl <= now]:
+        for s in [sock for sock, (qid, dl) in pending.items() if dl <= now]:
             pending.pop(s)
             sel.unregister(s)
             s.close()
@@ -144,7 +144,7 @@ class Prober(threading.Thread):
         self.failed = 0
 
     def run(self):
-        for _ in range(self.max_probes):
+        for dummy in range(self.max_probes):
             if self.stop_event.is_set():
                 return
             for host, port in self.targets:

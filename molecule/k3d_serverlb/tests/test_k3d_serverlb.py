@@ -4,7 +4,6 @@ Runs after converge: the lab cluster "mol" has the fix; a control load
 balancer from the same stock image shows the failure the fix prevents.
 """
 import os
-import subprocess
 import sys
 import threading
 import time

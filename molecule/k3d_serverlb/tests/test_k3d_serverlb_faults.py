@@ -25,7 +25,7 @@ def run_module(args, check=False):
            "-m", "homelab.edge.k3d_serverlb", "-a", json.dumps(args)]
     if check:
         cmd.append("--check")
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
     return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 

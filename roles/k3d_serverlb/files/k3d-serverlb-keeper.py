@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """homelab.edge keeper: re-apply the k3d load balancer UDP fix whenever a
 load balancer starts (k3d recreates it from its image on `cluster edit` and
 port changes, which loses the template patch).
@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 
+PIDFILE = LOGFILE = None  # one keeper per configuration file, see paths()
 
 
 def _lib():
@@ -28,8 +29,6 @@ def _lib():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import k3d_serverlb
     return k3d_serverlb
-
-PIDFILE = LOGFILE = None  # one keeper per configuration file, see paths()
 
 
 def paths(config):
@@ -113,7 +112,7 @@ def stop():
     if not pid:
         return False
     os.kill(pid, signal.SIGTERM)
-    for _ in range(50):
+    for dummy in range(50):
         if running_pid() != pid:
             break
         time.sleep(0.1)
@@ -125,7 +124,7 @@ def daemonize(cfg):
         print("running")
         return
     if os.fork():
-        for _ in range(50):  # until the child has written its pidfile
+        for dummy in range(50):  # until the child has written its pidfile
             if running_pid():
                 print("started")
                 return
@@ -158,7 +157,7 @@ def main():
     with open(a.config) as f:
         cfg = json.load(f)
     problems = _lib().validate_options(cfg["udp_timeout"], cfg["worker_connections"],
-                                   cfg["worker_rlimit_nofile"], cfg["udp_share"])
+                                       cfg["worker_rlimit_nofile"], cfg["udp_share"])
     if problems:
         sys.exit("; ".join(problems))
     if a.restart:

@@ -7,46 +7,14 @@ event (seen in the lab). k3d's fork does not crash there. This keeps the
 behaviour the fork documents (a fresh watcher per wait, return on the first
 write/create/remove event) and lets the goroutine end with the wait.
 """
+import os
 import re
 import sys
 
 path = sys.argv[1]
 src = open(path).read()
-fixed = '''func (c *Client) watchChanges(watcher *fsnotify.Watcher, stopChan chan bool) ResultError {
-	outputChannel := make(chan ResultError, 1)
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case event, ok := <-watcher.Events:
-				if !ok {
-					return
-				}
-				log.Debug("event:", event)
-				if event.Op&fsnotify.Write == fsnotify.Write ||
-					event.Op&fsnotify.Remove == fsnotify.Remove ||
-					event.Op&fsnotify.Create == fsnotify.Create {
-					outputChannel <- ResultError{response: 1, err: nil}
-					return
-				}
-			case err, ok := <-watcher.Errors:
-				if !ok {
-					return
-				}
-				outputChannel <- ResultError{response: 0, err: err}
-				return
-			case <-stopChan:
-				outputChannel <- ResultError{response: 1, err: nil}
-				return
-			case <-done:
-				return
-			}
-		}
-	}()
-	return <-outputChannel
-}
-'''
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "confd_file_watch.go.in")) as f:
+    fixed = f.read().split("\n", 1)[1]
 new, n = re.subn(r"func \(c \*Client\) watchChanges\(.*?\n}\n", fixed, src, count=1, flags=re.S)
 if n != 1:
     sys.exit("watchChanges not found in %s" % path)
