@@ -57,6 +57,9 @@ def rule(chain, port, limit, mask, docker=False):
 def render_block(family, ports, limit, docker_ports=()):
     f = FAMILIES[family]
     lines = [BEGIN]
+    if any(p in docker_ports for p in ports):
+        # Docker creates DOCKER-USER when it starts; ufw may load first.
+        lines.append(":DOCKER-USER - [0:0]")
     for port in ports:
         if port in docker_ports:
             lines.append(rule("DOCKER-USER", port, limit, f["mask"], docker=True))

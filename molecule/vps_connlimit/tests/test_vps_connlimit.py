@@ -1,0 +1,219 @@
+"""Verify the VPS connlimit with a real flood and real faults."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import testinfra
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
+import ufw_connlimit as uc  # noqa: E402
+
+VPS = testinfra.get_host("docker://vps-lab")
+CLIENT1 = testinfra.get_host("docker://vps-client1")
+CLIENT2 = testinfra.get_host("docker://vps-client2")
+
+# Opens N connections at once to host:port and holds them; prints counts.
+FLOOD = r"""
+import errno, json, selectors, socket, sys, time
+host, port, n, hold = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+sel = selectors.DefaultSelector()
+socks = []
+for i in range(n):
+    s = socket.socket(); s.setblocking(False)
+    s.connect_ex((host, port)); sel.register(s, selectors.EVENT_WRITE); socks.append(s)
+state = {}
+deadline = time.time() + 10
+while len(state) < n and time.time() < deadline:
+    for key, ev in sel.select(0.5):
+        s = key.fileobj
+        err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        state[s] = "established" if err == 0 else ("reset" if err == errno.ECONNREFUSED else errno.errorcode.get(err, str(err)))
+        sel.unregister(s)
+time.sleep(hold)
+# an established connection that the firewall reset later would fail here
+alive = 0
+for s, st in state.items():
+    if st == "established":
+        try:
+            s.send(b"GET / HTTP/1.0\r\n\r\n"); alive += 1
+        except OSError:
+            pass
+counts = {}
+for st in state.values():
+    counts[st] = counts.get(st, 0) + 1
+counts["pending"] = n - len(state)
+counts["alive_after_hold"] = alive
+print(json.dumps(counts))
+"""
+
+
+def report(name, **figures):
+    os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
+    line = "%s %s" % (name, " ".join("%s=%s" % kv for kv in sorted(figures.items())))
+    print(line)
+    with open(os.path.join(ROOT, "tests", "output", "vps_connlimit.txt"), "a") as f:
+        f.write(time.strftime("%FT%T ") + line + "\n")
+
+
+def live_ports(family):
+    return uc.nft_connlimit_ports(VPS.check_output("nft list ruleset 2>/dev/null"), family)
+
+
+def firewall_state():
+    """Everything a fault must leave alone: both files and the live rules."""
+    return (VPS.file("/etc/ufw/before.rules").content_string,
+            VPS.file("/etc/ufw/before6.rules").content_string,
+            VPS.check_output("iptables -S"), VPS.check_output("ip6tables -S"))
+
+
+def run_module(args, check=False):
+    """Run homelab.edge.ufw_connlimit against the VPS container; return its result."""
+    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
+    cmd = ["ansible", "all", "-i", "vps-lab,", "-c", "community.docker.docker",
+           "-e", "ansible_python_interpreter=/usr/bin/python3",
+           "-m", "homelab.edge.ufw_connlimit", "-a", json.dumps(args)]
+    if check:
+        cmd.append("--check")
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["vps-lab"]
+
+
+def test_rules_are_live_for_ipv4_and_ipv6():
+    assert live_ports(4) == {80, 443}
+    assert live_ports(6) == {80, 443}
+    assert VPS.check_output("ufw status").startswith("Status: active")
+
+
+def test_flood_of_500_from_one_address_is_held_at_100():
+    vps_ip = VPS.interface("eth0").addresses[0]
+    CLIENT1.run("cat > /tmp/flood.py <<'EOF'\n%s\nEOF" % FLOOD)
+    CLIENT1.run("nohup python3 /tmp/flood.py %s 443 500 8 > /tmp/flood.json 2>&1 &" % vps_ip)
+    time.sleep(4)
+    # meanwhile a second client address is served
+    second = CLIENT2.run("curl -s -m 5 http://%s:443/" % vps_ip)
+    established_on_server = int(VPS.check_output(
+        "ss -Htn state established '( sport = :443 )' | wc -l"))
+    for _i in range(30):
+        out = CLIENT1.run("cat /tmp/flood.json").stdout.strip()
+        if out:
+            break
+        time.sleep(1)
+    counts = json.loads(out)
+    report("flood", second_client=second.stdout.strip(), server_established=established_on_server, **counts)
+    assert counts["established"] <= 100 and counts["established"] >= 90
+    assert counts["reset"] >= 400
+    assert counts["established"] + counts["reset"] == 500
+    assert established_on_server <= 100
+    assert second.rc == 0 and second.stdout.strip() == "vps backend ok"
+
+
+def test_rules_survive_ufw_reload():
+    assert "Firewall reloaded" in VPS.check_output("ufw reload")
+    assert live_ports(4) == {80, 443} and live_ports(6) == {80, 443}
+
+
+def test_rules_survive_a_container_restart():
+    subprocess.run(["docker", "restart", "-t", "2", "vps-lab"], check=True, capture_output=True)
+    for _i in range(20):
+        if VPS.run("pgrep -x nginx").rc == 0:
+            break
+        time.sleep(0.5)
+    assert live_ports(4) == {80, 443} and live_ports(6) == {80, 443}
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"limit": 0}, "limit must be a positive"),
+    ({"ports": [70000]}, "outside 1-65535"),
+    ({"ports": [0, 443]}, "outside 1-65535"),
+])
+def test_bad_input_fails_and_changes_nothing(args, words):
+    before = firewall_state()
+    res = run_module(args)
+    assert res.get("failed") and words in res["msg"]
+    assert firewall_state() == before
+
+
+@pytest.mark.parametrize("mangle, words", [
+    ("sed -i 's/^COMMIT$/#COMMIT/' /etc/ufw/before.rules", "no COMMIT"),
+    ("sed -i 's/^\\*filter$/*nat/' /etc/ufw/before.rules", "no *filter"),
+    ("echo '-A ufw-before-input -p tcp --dport 8443 -m connlimit --connlimit-above 5 -j REJECT' >> /etc/ufw/before.rules",
+     "after the *filter COMMIT"),
+    # a line iptables-restore rejects: the new file fails --test
+    ("sed -i 's/^COMMIT$/-A ufw-before-input -m no-such-match -j ACCEPT\\nCOMMIT/' /etc/ufw/before.rules",
+     "fails iptables-restore --test"),
+])
+def test_broken_rules_file_fails_and_firewall_is_untouched(mangle, words):
+    saved = VPS.file("/etc/ufw/before.rules").content_string
+    try:
+        VPS.check_output(mangle)
+        before = firewall_state()
+        res = run_module({"ports": [443], "limit": 50})
+        assert res.get("failed") and words in res["msg"]
+        assert "nothing was written" in res["msg"] or "old file is kept" in res["msg"]
+        assert firewall_state() == before
+    finally:
+        VPS.check_output("cat > /etc/ufw/before.rules <<'EOF'\n%sEOF" % saved)
+    assert live_ports(4) == {80, 443}
+
+
+def test_check_mode_and_diff_report_without_writing():
+    before = firewall_state()
+    res = run_module({"ports": [443], "limit": 20}, check=True)
+    assert res["changed"] and not res.get("failed")
+    assert firewall_state() == before
+
+
+def test_absent_removes_the_block_and_the_live_rules():
+    before = VPS.file("/etc/ufw/before.rules").content_string
+    try:
+        res = run_module({"state": "absent"})
+        assert res["changed"] and res["reloaded"]
+        assert uc.BEGIN not in VPS.file("/etc/ufw/before.rules").content_string
+        assert live_ports(4) == set()
+    finally:
+        res = run_module({"ports": [80, 443], "limit": 100})
+    assert not res.get("failed")
+    assert VPS.file("/etc/ufw/before.rules").content_string == before
+    assert live_ports(4) == {80, 443}
+
+
+def run_local(args):
+    """The module on this Docker host, against copies of the rules files in a
+    temporary directory with ufw not enabled there: nothing is loaded."""
+    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
+    cmd = ["ansible", "localhost", "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable,
+           "-m", "homelab.edge.ufw_connlimit", "-a", json.dumps(args)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+@pytest.fixture()
+def published(tmp_path):
+    for name in ("before.rules", "before6.rules"):
+        (tmp_path / name).write_text(VPS.file("/etc/ufw/" + name).content_string)
+    subprocess.run(["docker", "rm", "-f", "vps-published"], capture_output=True, check=False)
+    subprocess.run(["docker", "run", "-d", "--name", "vps-published", "-p", "127.0.0.1:18443:80",
+                    "homelab-edge/client:lab"], check=True, capture_output=True)
+    yield tmp_path
+    subprocess.run(["docker", "rm", "-f", "vps-published"], capture_output=True, check=False)
+
+
+def test_docker_published_port_fails_with_an_explanation(published):
+    before = (published / "before.rules").read_text()
+    res = run_local({"ports": [18443], "rules_dir": str(published)})
+    assert res.get("failed")
+    assert "published by Docker" in res["msg"] and "vps-published" in res["msg"] and "DOCKER-USER" in res["msg"]
+    assert (published / "before.rules").read_text() == before
+
+
+def test_docker_published_port_is_limited_in_docker_user(published):
+    res = run_local({"ports": [18443], "limit": 30, "rules_dir": str(published), "docker_published": "docker_user"})
+    assert res["changed"] and not res.get("failed"), res
+    text = (published / "before.rules").read_text()
+    assert ("-A DOCKER-USER -p tcp -m conntrack --ctstate NEW --ctorigdstport 18443 -m connlimit "
+            "--connlimit-above 30 --connlimit-mask 32 -j REJECT --reject-with tcp-reset") in text
+    assert "-A ufw-before-input -p tcp --dport 18443" not in text
