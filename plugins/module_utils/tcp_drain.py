@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The drain sysctls: which keys, what they mean, and how to read sysctl's answers."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# Every key the collection manages, with what it governs. All are per network
+# namespace: a container on a bridge network has its own copy.
+KEYS = {
+    "net.ipv4.tcp_fin_timeout":
+        "seconds an orphaned socket stays in FIN_WAIT_2 (kernel default 60); TIME_WAIT is fixed at 60 s",
+    "net.ipv4.tcp_abort_on_overflow":
+        "1: answer a full accept queue with a reset instead of dropping the final ACK (default 0)",
+    "net.netfilter.nf_conntrack_tcp_timeout_time_wait":
+        "seconds conntrack keeps a TIME_WAIT entry (default 120: the seed's '120 s')",
+    "net.netfilter.nf_conntrack_tcp_timeout_fin_wait":
+        "seconds conntrack keeps a FIN_WAIT entry (default 120)",
+}
+
+RANGES = {
+    "net.ipv4.tcp_fin_timeout": (1, 600),
+    "net.ipv4.tcp_abort_on_overflow": (0, 1),
+    "net.netfilter.nf_conntrack_tcp_timeout_time_wait": (1, 3600),
+    "net.netfilter.nf_conntrack_tcp_timeout_fin_wait": (1, 3600),
+}
+
+
+def validate(values):
+    """Problems with a {key: value} mapping (unknown keys, non-integers, ranges)."""
+    problems = []
+    for key in sorted(values):
+        value = values[key]
+        if key not in KEYS:
+            problems.append("unknown key %s (supported: %s)" % (key, ", ".join(sorted(KEYS))))
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            try:
+                value = int(str(value).strip())
+            except ValueError:
+                problems.append("%s must be an integer, got %r" % (key, values[key]))
+                continue
+        lo, hi = RANGES[key]
+        if not lo <= value <= hi:
+            problems.append("%s must be between %d and %d, got %d" % (key, lo, hi, value))
+    return problems
+
+
+def normalize(values):
+    return dict((k, int(str(v).strip())) for k, v in values.items())
+
+
+def proc_path(key):
+    return "/proc/sys/" + key.replace(".", "/")
+
+
+def classify_error(stderr):
+    """Why sysctl could not read or write a key: 'missing' or 'read-only' or 'error'."""
+    text = stderr.lower()
+    if "no such file" in text or "cannot stat" in text or "unknown key" in text:
+        return "missing"
+    if "read-only" in text or "permission denied" in text or "operation not permitted" in text:
+        return "read-only"
+    return "error"
+
+
+def explain(key, reason, where):
+    if reason == "missing":
+        hint = ("the kernel has no such key in %s (for net.netfilter.* the nf_conntrack module must be "
+                "loaded)" % where)
+    elif reason == "read-only":
+        hint = ("%s has a read-only /proc/sys (an unprivileged container): set it at container creation "
+                "(compose 'sysctls:' or docker run --sysctl) or apply it from the host with the "
+                "containers option" % where)
+    else:
+        hint = "sysctl failed in %s" % where
+    return "%s: %s" % (key, hint)

@@ -1,0 +1,180 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: netns_sysctl
+short_description: Set and verify the TCP drain sysctls in a network namespace (host or container)
+version_added: "0.1.0"
+description:
+  - Sets the live values of the drain sysctls (C(net.ipv4.tcp_fin_timeout),
+    C(net.ipv4.tcp_abort_on_overflow), conntrack's TCP timers) and reads every one back; a value
+    that did not take fails the task and names the key.
+  - Every one of these keys is per network namespace. With O(container), the values are written
+    into that container's namespace from the host (C(nsenter -n)), which works even when the
+    container's own /proc/sys is read-only; host values never reach a container on a bridge network.
+  - Values set this way last until the namespace goes away (reboot, container re-creation). Persist
+    host values with a C(/etc/sysctl.d) drop-in (the M(homelab.edge.tcp_drain) role writes one) and
+    container values with compose C(sysctls:) or C(docker run --sysctl).
+author:
+  - homelab.edge contributors (@homelab-edge)
+options:
+  values:
+    description: Sysctl keys and integer values. Only the keys listed above are accepted.
+    type: dict
+    required: true
+  container:
+    description: Name or ID of a running Docker container whose network namespace to use. Omit for the host.
+    type: str
+  unsupported:
+    description:
+      - What to do with a key that cannot be set (the kernel lacks it, or /proc/sys is read-only).
+      - C(fail) fails the task; C(skip) reports it per key and goes on.
+    type: str
+    choices: [fail, skip]
+    default: fail
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: full
+  platform:
+    description: Target OS/families that can be operated against.
+    support: N/A
+    platforms: linux
+requirements:
+  - sysctl (procps); nsenter (util-linux) and the docker CLI for O(container)
+"""
+
+EXAMPLES = r"""
+- name: Shorter FIN_WAIT_2 and reset on a full accept queue, on the host
+  homelab.edge.netns_sysctl:
+    values:
+      net.ipv4.tcp_fin_timeout: 15
+      net.ipv4.tcp_abort_on_overflow: 1
+
+- name: The same inside Traefik's network namespace (bridge network)
+  homelab.edge.netns_sysctl:
+    container: traefik
+    values:
+      net.ipv4.tcp_fin_timeout: 15
+"""
+
+RETURN = r"""
+keys:
+  description: Per key, the value before and after and what happened.
+  returned: always
+  type: dict
+  sample: {"net.ipv4.tcp_fin_timeout": {"before": 60, "after": 15, "status": "changed"}}
+skipped:
+  description: Keys that could not be set, with the reason (O(unsupported=skip)).
+  returned: always
+  type: list
+  elements: str
+namespace:
+  description: C(host) or C(container:<name>).
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
+
+C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
+
+
+class Namespace(object):
+    def __init__(self, module, container):
+        self.module = module
+        self.sysctl = module.get_bin_path("sysctl", required=True)
+        self.prefix = []
+        self.where = "the host"
+        if container:
+            docker = module.get_bin_path("docker", required=True)
+            nsenter = module.get_bin_path("nsenter", required=True)
+            rc, out, err = module.run_command([docker, "inspect", "-f", "{{.State.Running}} {{.State.Pid}}", container],
+                                              environ_update=C_ENV)
+            if rc != 0:
+                module.fail_json(msg="container %s: %s" % (container, (err or out).strip()))
+            running, pid = out.split()
+            if running != "true" or pid == "0":
+                module.fail_json(msg="container %s is not running" % container)
+            self.prefix = [nsenter, "-t", pid, "-n", "--"]
+            self.where = "container %s" % container
+
+    def read(self, key):
+        rc, out, err = self.module.run_command(self.prefix + [self.sysctl, "-n", key], environ_update=C_ENV)
+        if rc != 0:
+            return None, td.classify_error(err or out)
+        return int(out.strip().split()[0]), None
+
+    def write(self, key, value):
+        rc, out, err = self.module.run_command(self.prefix + [self.sysctl, "-w", "%s=%d" % (key, value)],
+                                               environ_update=C_ENV)
+        return None if rc == 0 else td.classify_error(err or out)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            values=dict(type="dict", required=True),
+            container=dict(type="str"),
+            unsupported=dict(type="str", choices=["fail", "skip"], default="fail"),
+        ),
+        supports_check_mode=True,
+    )
+    problems = td.validate(module.params["values"])
+    if problems:
+        module.fail_json(msg="; ".join(problems))
+    values = td.normalize(module.params["values"])
+    ns = Namespace(module, module.params["container"])
+    result = dict(changed=False, keys={}, skipped=[],
+                  namespace="container:%s" % module.params["container"] if module.params["container"] else "host")
+    before_txt, after_txt, unsupported, mismatched = [], [], [], []
+    for key in sorted(values):
+        want = values[key]
+        have, why = ns.read(key)
+        entry = {"before": have, "after": have, "status": "ok"}
+        if why is None and have != want:
+            entry["status"] = "changed"
+            if not module.check_mode:
+                why = ns.write(key, want)
+                if why is None:
+                    entry["after"], why = ns.read(key)
+                    if why is None and entry["after"] != want:
+                        mismatched.append("%s: set %d but %s reads %s" % (key, want, ns.where, entry["after"]))
+            else:
+                entry["after"] = want
+        if why is not None:
+            entry["status"] = why
+            unsupported.append(td.explain(key, why, ns.where))
+        else:
+            result["changed"] = result["changed"] or entry["status"] == "changed"
+            before_txt.append("%s = %s" % (key, have))
+            after_txt.append("%s = %s" % (key, entry["after"]))
+        result["keys"][key] = entry
+    if module._diff:
+        result["diff"] = {"before_header": "%s (live)" % result["namespace"], "after_header": "%s (live)" % result["namespace"],
+                          "before": "\n".join(before_txt) + "\n", "after": "\n".join(after_txt) + "\n"}
+    if mismatched:
+        module.fail_json(msg="values did not take: %s" % "; ".join(mismatched), **result)
+    if unsupported:
+        if module.params["unsupported"] == "fail":
+            module.fail_json(msg="cannot set: %s" % "; ".join(unsupported), **result)
+        result["skipped"] = unsupported
+        for text in unsupported:
+            module.warn("skipped %s" % text)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

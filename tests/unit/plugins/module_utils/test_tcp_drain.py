@@ -1,0 +1,40 @@
+import pytest
+
+from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
+
+
+def test_valid_values():
+    assert td.validate({"net.ipv4.tcp_fin_timeout": 15, "net.ipv4.tcp_abort_on_overflow": "1"}) == []
+    assert td.normalize({"net.ipv4.tcp_abort_on_overflow": "1"}) == {"net.ipv4.tcp_abort_on_overflow": 1}
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"net.ipv4.tcp_tw_reuse": 1}, "unknown key net.ipv4.tcp_tw_reuse"),
+    ({"net.ipv4.tcp_fin_timeout": "15s"}, "must be an integer"),
+    ({"net.ipv4.tcp_fin_timeout": 1.5}, "must be an integer"),
+    ({"net.ipv4.tcp_fin_timeout": True}, "must be an integer"),
+    ({"net.ipv4.tcp_fin_timeout": 0}, "between 1 and 600"),
+    ({"net.netfilter.nf_conntrack_tcp_timeout_time_wait": 99999}, "between 1 and 3600"),
+])
+def test_invalid_values(values, words):
+    problems = td.validate(values)
+    assert len(problems) == 1 and words in problems[0]
+
+
+def test_proc_path():
+    assert td.proc_path("net.ipv4.tcp_fin_timeout") == "/proc/sys/net/ipv4/tcp_fin_timeout"
+
+
+@pytest.mark.parametrize("stderr, reason", [
+    ('sysctl: cannot stat /proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait: No such file or directory', "missing"),
+    ('sysctl: setting key "net.ipv4.tcp_fin_timeout": Read-only file system', "read-only"),
+    ('sysctl: permission denied on key "net.ipv4.tcp_fin_timeout"', "read-only"),
+    ("sysctl: something else", "error"),
+])
+def test_classify_error(stderr, reason):
+    assert td.classify_error(stderr) == reason
+
+
+def test_explain_says_what_to_do():
+    assert "nf_conntrack" in td.explain("net.netfilter.nf_conntrack_tcp_timeout_time_wait", "missing", "the host")
+    assert "compose 'sysctls:'" in td.explain("net.ipv4.tcp_fin_timeout", "read-only", "container x")
