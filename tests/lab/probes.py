@@ -167,3 +167,91 @@ def count_in_logs(container, text, since):
 
 
 NOT_ENOUGH = "worker_connections are not enough"
+
+
+# Scripts that run inside a lab client container (its own source address).
+TCP_FLOOD = r"""
+import errno, json, selectors, socket, sys, time
+host, port, n, hold = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+sel = selectors.DefaultSelector()
+for i in range(n):
+    s = socket.socket(); s.setblocking(False)
+    s.connect_ex((host, port)); sel.register(s, selectors.EVENT_WRITE)
+state = {}
+deadline = time.time() + 10
+while len(state) < n and time.time() < deadline:
+    for key, ev in sel.select(0.5):
+        s = key.fileobj
+        err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        state[s] = "established" if err == 0 else ("reset" if err == errno.ECONNREFUSED else errno.errorcode.get(err, str(err)))
+        sel.unregister(s)
+time.sleep(hold)
+alive = 0
+for s, st in state.items():
+    if st == "established":
+        try:
+            s.send(b"GET / HTTP/1.0\r\n\r\n"); alive += 1
+        except OSError:
+            pass
+counts = {"established": 0, "reset": 0}
+for st in state.values():
+    counts[st] = counts.get(st, 0) + 1
+counts["pending"] = n - len(state)
+counts["alive_after_hold"] = alive
+print(json.dumps(counts))
+"""
+
+HTTPS_FLOOD = r"""
+import http.client, json, ssl, sys, threading
+host, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ctx = ssl._create_unverified_context()
+start = threading.Barrier(n)
+counts, lock = {}, threading.Lock()
+def one():
+    try:
+        c = http.client.HTTPSConnection(host, 443, context=ctx, timeout=30)
+        c.connect()
+        start.wait(30)
+        c.request("GET", path)
+        code = str(c.getresponse().status)
+    except Exception as e:
+        code = type(e).__name__
+    with lock:
+        counts[code] = counts.get(code, 0) + 1
+threads = [threading.Thread(target=one) for _ in range(n)]
+[t.start() for t in threads]
+[t.join(60) for t in threads]
+print(json.dumps(counts))
+"""
+
+
+class ContainerFlood(object):
+    """Run a flood script in a client container in the background; result()
+    waits (bounded) for its JSON counts."""
+
+    def __init__(self, container, script, args):
+        import base64
+        self.container = container
+        self.out = "/tmp/flood-%d.json" % int(time.time() * 1000)
+        code = base64.b64encode(script.encode()).decode()
+        cmd = ("echo %s | base64 -d > /tmp/flood.py && python3 /tmp/flood.py %s > %s.tmp 2>&1; mv %s.tmp %s"
+               % (code, " ".join(str(a) for a in args), self.out, self.out, self.out))
+        container.exec_run(["sh", "-c", cmd], detach=True)
+
+    def result(self, timeout=90):
+        import json
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            rc, out = self.container.exec_run(["cat", self.out])
+            if rc == 0 and out.strip():
+                return json.loads(out)
+            time.sleep(1)
+        raise RuntimeError("flood in %s gave no result in %ss" % (self.container.name, timeout))
+
+
+def tcp_flood(container, host, port, n=500, hold=8):
+    return ContainerFlood(container, TCP_FLOOD, [host, port, n, hold])
+
+
+def https_flood(container, host, path="/slower", n=500):
+    return ContainerFlood(container, HTTPS_FLOOD, [host, path, n])

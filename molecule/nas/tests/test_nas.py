@@ -3,6 +3,7 @@ the wedge and autoheal's contract with the Docker API."""
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -12,35 +13,14 @@ import testinfra
 import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+import probes  # noqa: E402
+
 LAB = "/tmp/homelab-edge-molecule-nas"
 STATIC = LAB + "/traefik/config/traefik.yml"
-CLIENT1 = testinfra.get_host("docker://nas-client1")
 CLIENT2 = testinfra.get_host("docker://nas-client2")
 TRAEFIK = "nas-traefik"
 
-# N concurrent HTTPS GETs from one address; prints {"200": n, "429": n, ...}.
-FLOOD = r"""
-import http.client, json, ssl, sys, threading
-host, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-ctx = ssl._create_unverified_context()
-start = threading.Barrier(n)
-counts, lock = {}, threading.Lock()
-def one():
-    try:
-        c = http.client.HTTPSConnection(host, 443, context=ctx, timeout=30)
-        c.connect()
-        start.wait(30)
-        c.request("GET", path)
-        code = str(c.getresponse().status)
-    except Exception as e:
-        code = type(e).__name__
-    with lock:
-        counts[code] = counts.get(code, 0) + 1
-threads = [threading.Thread(target=one) for _ in range(n)]
-[t.start() for t in threads]
-[t.join(60) for t in threads]
-print(json.dumps(counts))
-"""
 
 
 def report(name, **figures):
@@ -95,20 +75,13 @@ def test_static_config_has_directory_provider_middleware_and_ping():
 
 
 def test_flood_from_one_address_gets_429_while_another_address_is_served(client):
-    CLIENT1.run("cat > /tmp/flood.py <<'EOF'\n%s\nEOF" % FLOOD)
-    CLIENT1.run("nohup python3 /tmp/flood.py %s /slower 500 > /tmp/flood.json 2>&1 &" % TRAEFIK)
+    flood = probes.https_flood(client.containers.get("nas-client1"), TRAEFIK, "/slower", 500)
     time.sleep(3)  # connections made, requests in flight for 6 s
     backend = CLIENT2.run("curl -s -m 3 http://nas-web:8080/status").stdout
     second = [CLIENT2.run("curl -sk -o /dev/null -w '%%{http_code}' -m 10 https://%s/slow" % TRAEFIK).stdout
               for _i in range(3)]
     pings = [ping() for _i in range(3)]
-    out = ""
-    for _i in range(60):
-        out = CLIENT1.run("cat /tmp/flood.json").stdout.strip()
-        if out:
-            break
-        time.sleep(1)
-    counts = json.loads(out)
+    counts = flood.result()
     active = int(backend.split("Active connections:")[1].split()[0])
     report("flood", backend_active=active, second_client=",".join(second), ping=",".join(pings), **counts)
     assert counts.get("200", 0) <= 400
@@ -124,7 +97,7 @@ def test_dynamic_change_is_live_and_does_not_restart(client):
     out = play({"traefik_inflight_amount": 5})
     assert out.returncode == 0, out.stdout[-2000:]
     time.sleep(3)  # the file provider's watch
-    counts = json.loads(CLIENT1.check_output("python3 /tmp/flood.py %s /slow 20" % TRAEFIK))
+    counts = probes.https_flood(client.containers.get("nas-client1"), TRAEFIK, "/slow", 20).result()
     assert client.containers.get(TRAEFIK).attrs["State"]["StartedAt"] == started
     out = play({})
     assert out.returncode == 0

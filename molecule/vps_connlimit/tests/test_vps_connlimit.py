@@ -5,50 +5,19 @@ import subprocess
 import sys
 import time
 
+import docker
 import pytest
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+import probes  # noqa: E402
 import ufw_connlimit as uc  # noqa: E402
 
 VPS = testinfra.get_host("docker://vps-lab")
-CLIENT1 = testinfra.get_host("docker://vps-client1")
 CLIENT2 = testinfra.get_host("docker://vps-client2")
 
-# Opens N connections at once to host:port and holds them; prints counts.
-FLOOD = r"""
-import errno, json, selectors, socket, sys, time
-host, port, n, hold = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-sel = selectors.DefaultSelector()
-socks = []
-for i in range(n):
-    s = socket.socket(); s.setblocking(False)
-    s.connect_ex((host, port)); sel.register(s, selectors.EVENT_WRITE); socks.append(s)
-state = {}
-deadline = time.time() + 10
-while len(state) < n and time.time() < deadline:
-    for key, ev in sel.select(0.5):
-        s = key.fileobj
-        err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        state[s] = "established" if err == 0 else ("reset" if err == errno.ECONNREFUSED else errno.errorcode.get(err, str(err)))
-        sel.unregister(s)
-time.sleep(hold)
-# an established connection that the firewall reset later would fail here
-alive = 0
-for s, st in state.items():
-    if st == "established":
-        try:
-            s.send(b"GET / HTTP/1.0\r\n\r\n"); alive += 1
-        except OSError:
-            pass
-counts = {}
-for st in state.values():
-    counts[st] = counts.get(st, 0) + 1
-counts["pending"] = n - len(state)
-counts["alive_after_hold"] = alive
-print(json.dumps(counts))
-"""
 
 
 def report(name, **figures):
@@ -90,21 +59,15 @@ def test_rules_are_live_for_ipv4_and_ipv6():
 
 def test_flood_of_500_from_one_address_is_held_at_100():
     vps_ip = VPS.interface("eth0").addresses[0]
-    CLIENT1.run("cat > /tmp/flood.py <<'EOF'\n%s\nEOF" % FLOOD)
-    CLIENT1.run("nohup python3 /tmp/flood.py %s 443 500 8 > /tmp/flood.json 2>&1 &" % vps_ip)
+    flood = probes.tcp_flood(docker.from_env().containers.get("vps-client1"), vps_ip, 443, n=500, hold=8)
     time.sleep(4)
     # meanwhile a second client address is served
     second = CLIENT2.run("curl -s -m 5 http://%s:443/" % vps_ip)
     established_on_server = int(VPS.check_output(
         "ss -Htn state established '( sport = :443 )' | wc -l"))
-    for _i in range(30):
-        out = CLIENT1.run("cat /tmp/flood.json").stdout.strip()
-        if out:
-            break
-        time.sleep(1)
-    counts = json.loads(out)
+    counts = flood.result()
     report("flood", second_client=second.stdout.strip(), server_established=established_on_server, **counts)
-    assert counts["established"] <= 100 and counts["established"] >= 90
+    assert 90 <= counts["established"] <= 100
     assert counts["reset"] >= 400
     assert counts["established"] + counts["reset"] == 500
     assert established_on_server <= 100
