@@ -104,8 +104,8 @@ files:
   elements: dict
   sample: [{"path": "/etc/ufw/before.rules", "changed": true, "backup": ""}]
 live:
-  description: Ports with a live connlimit rule, per family, as read back from the ruleset.
-  returned: when ufw is enabled and the rules were verified
+  description: Ports with a live connlimit rule, per family, as read back from the ruleset (also in check mode).
+  returned: when ufw is enabled and O(state=present)
   type: dict
   sample: {"ipv4": [80, 443], "ipv6": [80, 443]}
 docker_ports:
@@ -272,10 +272,11 @@ def main():
             module.fail_json(msg="ufw reload failed: %s" % (err or out).strip(), **result)
         result["reloaded"] = True
         time.sleep(0.2)
-    if present and enabled and not module.check_mode:
+    if present and enabled:
+        # reading the ruleset changes nothing: check mode reports it too
         live, missing = verify_live(module, families, p["ports"], docker_set)
         result["live"] = live
-        if missing and (changed or p["reload"]):
+        if missing and not module.check_mode and (changed or p["reload"]):
             module.fail_json(msg="the connlimit rules are not live for %s (ufw reload may be needed)"
                                  % ", ".join(missing), **result)
     module.exit_json(**result)

@@ -22,7 +22,6 @@ CLIENT2 = testinfra.get_host("docker://nas-client2")
 TRAEFIK = "nas-traefik"
 
 
-
 def report(name, **figures):
     os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
     line = "%s %s" % (name, " ".join("%s=%s" % kv for kv in sorted(figures.items())))

@@ -19,7 +19,6 @@ VPS = testinfra.get_host("docker://vps-lab")
 CLIENT2 = testinfra.get_host("docker://vps-client2")
 
 
-
 def report(name, **figures):
     os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
     line = "%s %s" % (name, " ".join("%s=%s" % kv for kv in sorted(figures.items())))
