@@ -71,18 +71,10 @@ options:
   docker_host:
     description: Docker API address. Defaults to the environment (C(DOCKER_HOST)) or the local socket.
     type: str
+extends_documentation_fragment:
+  - homelab.edge.attributes
 attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: Reads the template, values and live config; reports per load balancer what would change.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: full
-    details: Shows the template and values.yaml diffs of each load balancer.
   platform:
-    description: Target OS/families that can be operated against.
-    support: N/A
     platforms: posix
 notes:
   - k3d recreates the load balancer from its image on C(cluster edit) and port changes, which loses
@@ -144,6 +136,7 @@ failed_load_balancers:
 """
 
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -221,34 +214,40 @@ def main():
     except Exception as e:
         module.fail_json(msg="cannot reach the Docker engine: %s" % e)
 
-    results, diffs, failed, changed = [], [], [], False
-    for name, container, explicit in found:
-        entry = {"name": name, "changed": False, "failed": False, "msg": ""}
+    def handle(item):
+        """One load balancer; never raises, so one failure cannot stop the others."""
+        name, container, explicit = item
+        entry = {"name": name, "changed": False, "failed": False, "msg": "", "diff": []}
         if container is None:
             entry.update(failed=True, msg="no container named %s" % name)
-        elif container.status != "running" and not explicit:
-            entry.update(cluster=container.labels.get("k3d.cluster"),
-                         msg="skipped: container is %s" % container.status)
-            module.warn("%s: skipped, container is %s" % (name, container.status))
-        else:
-            cluster = container.labels.get("k3d.cluster")
-            try:
-                res = lb.apply(container, want, check_mode=module.check_mode, timeout=p["timeout"])
-                entry.update(lb.report(name, cluster, res["facts"], lb.open_file_limit(container)))
-                entry.update(changed=res["changed"], failed=False, msg="")
-                if module.check_mode and res["changed"]:
-                    entry["msg"] = "would patch (udp ports: %s)" % (", ".join(res["udp_ports"]) or "none")
-                diffs.extend(diff_entries(name, res))
-                changed = changed or res["changed"]
-            except (lb.ShapeError, lb.ApplyError) as e:
-                entry.update(cluster=cluster, failed=True, msg="%s: %s" % (name, e))
-            except Exception as e:  # the Docker API can fail in many ways; keep going
-                entry.update(cluster=cluster, failed=True, msg="%s: %s: %s" % (name, type(e).__name__, e))
-        for w in entry.get("warnings", []):
+            return entry
+        cluster = container.labels.get("k3d.cluster")
+        if container.status != "running" and not explicit:
+            entry.update(cluster=cluster, msg="skipped: container is %s" % container.status)
+            return entry
+        try:
+            res = lb.apply(container, want, check_mode=module.check_mode, timeout=p["timeout"])
+            entry.update(lb.report(name, cluster, res["facts"], lb.open_file_limit(container)))
+            entry.update(changed=res["changed"], diff=diff_entries(name, res))
+            if module.check_mode and res["changed"]:
+                entry["msg"] = "would patch (udp ports: %s)" % (", ".join(res["udp_ports"]) or "none")
+        except (lb.ShapeError, lb.ApplyError) as e:
+            entry.update(cluster=cluster, failed=True, msg="%s: %s" % (name, e))
+        except Exception as e:  # the Docker API can fail in many ways; keep going
+            entry.update(cluster=cluster, failed=True, msg="%s: %s: %s" % (name, type(e).__name__, e))
+        return entry
+
+    # Load balancers are independent: handle them in parallel (each waits for its own render).
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(found)))) as pool:
+        results = list(pool.map(handle, found))
+    diffs = [d for r in results for d in r.pop("diff")]
+    for r in results:
+        if r["msg"].startswith("skipped:"):
+            module.warn("%s: %s" % (r["name"], r["msg"]))
+        for w in r.get("warnings", []):
             module.warn(w)
-        if entry["failed"]:
-            failed.append(name)
-        results.append(entry)
+    failed = [r["name"] for r in results if r["failed"]]
+    changed = any(r["changed"] for r in results)
 
     out = dict(changed=changed, load_balancers=results, failed_load_balancers=failed)
     if module._diff:

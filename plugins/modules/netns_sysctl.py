@@ -39,16 +39,10 @@ options:
     type: str
     choices: [fail, skip]
     default: fail
+extends_documentation_fragment:
+  - homelab.edge.attributes
 attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: full
   platform:
-    description: Target OS/families that can be operated against.
-    support: N/A
     platforms: linux
 requirements:
   - sysctl (procps); nsenter (util-linux) and the docker CLI for O(container)

@@ -66,16 +66,10 @@ options:
     description: Directory of ufw's rules files.
     type: path
     default: /etc/ufw
+extends_documentation_fragment:
+  - homelab.edge.attributes
 attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: full
   platform:
-    description: Target OS/families that can be operated against.
-    support: N/A
     platforms: debian
 requirements:
   - ufw, iptables (iptables-restore), nftables (nft) on nftables systems

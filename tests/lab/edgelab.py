@@ -76,7 +76,7 @@ def _run(client, name, image, network, command=None):
 
 def up(client):
     for net in (VPS_NET, NAS_NET):
-        if not client.networks.list(names=[net]):
+        if not [n for n in client.networks.list(names=[net]) if n.name == net]:
             client.networks.create(net)
     # The VPS needs the capability recipe of these machines (--privileged is refused):
     # the docker CLI, because the API has no 'systempaths=unconfined'.
@@ -110,7 +110,8 @@ def down(client):
         except docker.errors.NotFound:
             pass
     for net in client.networks.list(names=[VPS_NET, NAS_NET]):
-        net.remove()
+        if net.name in (VPS_NET, NAS_NET):
+            net.remove()
     subprocess.run(["rm", "-rf", NAS_DIR], check=False)
 
 

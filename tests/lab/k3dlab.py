@@ -50,6 +50,11 @@ def published(base_port):
     return {p: ("127.0.0.1", base_port + off) for p, off in PORTS.items()}
 
 
+def _networks(client, name):
+    """Networks named exactly `name` (Docker's name filter also matches prefixes)."""
+    return [n for n in client.networks.list(names=[name]) if n.name == name]
+
+
 def _get(client, name):
     try:
         return client.containers.get(name)
@@ -58,11 +63,12 @@ def _get(client, name):
 
 
 def lb_kwargs(cluster, base_port, labels=True):
+    """base_port None publishes nothing (the lab network only)."""
     n = names(cluster)
     kw = dict(name=n["lb"], hostname=n["lb"], network=n["network"], detach=True,
               restart_policy={"Name": "unless-stopped"},
               ulimits=[docker.types.Ulimit(name="nofile", soft=1024, hard=20000)],
-              ports=published(base_port))
+              ports=published(base_port) if base_port is not None else {})
     if labels:
         kw["labels"] = {"app": "k3d", "k3d.role": "loadbalancer", "k3d.cluster": cluster,
                         "k3d.version": "v5.9.0-lab"}
@@ -108,7 +114,7 @@ def create_lb(client, cluster, base_port, connections=1024, labels=True, name=No
 
 def up(client, cluster, base_port, connections=1024):
     n = names(cluster)
-    if not client.networks.list(names=[n["network"]]):
+    if not _networks(client, n["network"]):
         client.networks.create(n["network"], labels={"app": "k3d", "k3d.cluster": cluster})
     if not _get(client, n["server"]):
         client.containers.run(SERVER_IMAGE, name=n["server"], hostname=n["server"], network=n["network"],
@@ -127,7 +133,7 @@ def down(client, cluster):
     for c in client.containers.list(all=True):
         if c.name.startswith(prefix) or c.labels.get("k3d.cluster") == cluster:
             c.remove(force=True)
-    for net in client.networks.list(names=[n["network"]]):
+    for net in _networks(client, n["network"]):
         net.remove()
 
 
@@ -149,13 +155,13 @@ def main(argv=None):
     ap.add_argument("action", choices=["up", "down", "recreate-lb"])
     ap.add_argument("--cluster", default="lab")
     ap.add_argument("--count", type=int, default=1, help="clusters <cluster>, <cluster>2, ...")
-    ap.add_argument("--base-port", type=int, default=10000, help="first cluster's base; next +100")
+    ap.add_argument("--base-port", type=int, default=10000, help="first cluster's base; next +10")
     a = ap.parse_args(argv)
     client = docker.from_env()
     out = []
     for i in range(a.count):
         cluster = a.cluster if i == 0 else "%s%d" % (a.cluster, i + 1)
-        base = a.base_port + 100 * i
+        base = a.base_port + 10 * i
         if a.action == "up":
             out.append(up(client, cluster, base).name)
         elif a.action == "down":

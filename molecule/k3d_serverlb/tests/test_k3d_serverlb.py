@@ -13,6 +13,7 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+import adhoc  # noqa: E402
 import k3dlab  # noqa: E402
 import probes  # noqa: E402
 
@@ -41,18 +42,6 @@ def lb_container(client):
 
 def live(container):
     return lb.parse_live(lb.nginx_t(container))
-
-
-def report(name, **figures):
-    """Figures go to the test log (-s) and to a file for the issue notes."""
-    line = "%s %s" % (name, " ".join("%s=%s" % kv for kv in sorted(figures.items())))
-    print(line)
-    with open(os.path.join(ROOT, "tests", "output", "k3d_serverlb.txt"), "a") as f:
-        f.write(time.strftime("%FT%T ") + line + "\n")
-
-
-def setup_module(module):
-    os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
 
 
 def test_live_config_has_the_fix(host, lb_container):
@@ -85,8 +74,8 @@ def test_before_the_fix_stock_defaults_fail(client):
         alerts = probes.count_in_logs(ctl, probes.NOT_ENOUGH, t0)
     finally:
         ctl.remove(force=True)
-    report("before", alerts=alerts, dns_sent=dns["sent"], dns_answered=dns["answered"],
-           https_ok=https["ok"], https_failed=https["failed"])
+    adhoc.record("k3d_serverlb", "before", alerts=alerts, dns_sent=dns["sent"], dns_answered=dns["answered"],
+                 https_ok=https["ok"], https_failed=https["failed"])
     assert alerts > 0
     assert dns["failed"] > 0
     assert https["failed"] > 0
@@ -99,8 +88,8 @@ def test_after_the_fix_9000_queries_at_300_per_second(lb_container):
     dns = probes.dns_load(HOST, [p(BASE, 53), p(BASE, 1053)], rate=300, count=9000)
     https = prober.stop()
     alerts = probes.count_in_logs(lb_container, probes.NOT_ENOUGH, t0)
-    report("after", alerts=alerts, dns_sent=dns["sent"], dns_answered=dns["answered"],
-           dns_seconds=dns["seconds"], https_ok=https["ok"], https_failed=https["failed"])
+    adhoc.record("k3d_serverlb", "after", alerts=alerts, dns_sent=dns["sent"], dns_answered=dns["answered"],
+                 dns_seconds=dns["seconds"], https_ok=https["ok"], https_failed=https["failed"])
     assert dns["sent"] == 9000
     assert dns["answered"] == 9000
     assert alerts == 0
@@ -140,8 +129,8 @@ def test_fault_dns_server_frozen_tcp_keeps_working(client, lb_container):
     stop.set()
     loader.join(30)
     alerts = probes.count_in_logs(lb_container, probes.NOT_ENOUGH, t0)
-    report("fault", alerts=alerts, dns_sent=load.get("sent"), dns_answered=load.get("answered"),
-           https_ok=https["ok"], https_failed=https["failed"], dns_recovered_s=recovered)
+    adhoc.record("k3d_serverlb", "fault", alerts=alerts, dns_sent=load.get("sent"), dns_answered=load.get("answered"),
+                 https_ok=https["ok"], https_failed=https["failed"], dns_recovered_s=recovered)
     assert https["ok"] > 0 and https["failed"] == 0
     assert alerts == 0
     assert recovered is not None and recovered <= 15
@@ -160,7 +149,7 @@ def test_keeper_restores_the_fix_after_recreate(client):
         except lb.ApplyError:
             pass  # nginx not up yet
         time.sleep(1)
-    report("recreate", fixed_after_s=fixed_after)
+    adhoc.record("k3d_serverlb", "recreate", fixed_after_s=fixed_after)
     assert fixed_after is not None
     leftovers = [c.name for c in client.containers.list(all=True) if lb.is_renamed_leftover(c.name)]
     assert leftovers == []

@@ -1,8 +1,6 @@
 """Bad input and faults: a clear error, and the target left as it was."""
-import json
 import os
 import socket
-import subprocess
 import sys
 
 import docker
@@ -10,23 +8,13 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+import adhoc  # noqa: E402
 import k3dlab  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 import k3d_serverlb as lb  # noqa: E402
 
 FAULT, FAULT_BASE = "molf", 34000
-
-
-def run_module(args, check=False):
-    """Run homelab.edge.k3d_serverlb on localhost; return its result dict."""
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
-    cmd = ["ansible", "localhost", "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable,
-           "-m", "homelab.edge.k3d_serverlb", "-a", json.dumps(args)]
-    if check:
-        cmd.append("--check")
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
-    return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +36,12 @@ def files(container):
     ({"timeout": 0}, "timeout must be at least"),
 ])
 def test_invalid_options_fail_clearly(args, words):
-    res = run_module(args)
+    res = adhoc.run_module("k3d_serverlb", args)
     assert res.get("failed") and words in res["msg"]
 
 
 def test_no_docker_engine_fails_clearly():
-    res = run_module({"docker_host": "unix:///run/homelab-edge-no-such.sock"})
+    res = adhoc.run_module("k3d_serverlb", {"docker_host": "unix:///run/homelab-edge-no-such.sock"})
     assert res.get("failed") and "cannot reach the Docker engine" in res["msg"]
 
 
@@ -63,9 +51,9 @@ def test_stopped_load_balancer(client):
     before = files(lbc)
     lbc.stop(timeout=2)
     try:
-        named = run_module({"names": [lbc.name]})
+        named = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]})
         assert named.get("failed") and "not running" in named["msg"]
-        found = run_module({"cluster": [FAULT]})
+        found = adhoc.run_module("k3d_serverlb", {"cluster": [FAULT]})
         assert not found.get("failed")
         assert found["load_balancers"][0]["msg"] == "skipped: container is exited"
     finally:
@@ -82,7 +70,7 @@ def test_rejected_render_is_rolled_back_and_others_still_fixed(client):
     lbc = client.containers.get("k3d-%s-serverlb" % FAULT)
     before = files(lbc)
     client.containers.get("k3d-%s-server-0" % FAULT).remove(force=True)
-    res = run_module({"cluster": [FAULT, "mol"], "timeout": 20})
+    res = adhoc.run_module("k3d_serverlb", {"cluster": [FAULT, "mol"], "timeout": 20})
     assert res.get("failed")
     assert res["failed_load_balancers"] == [lbc.name]
     msg = res["msg"]
@@ -103,7 +91,7 @@ def test_unexpected_template_shape_changes_nothing(client):
     broken = lb.read_file(lbc, lb.TEMPLATE_PATH).replace("proxy_timeout {{", "proxy_read_timeout {{")
     lb.replace_file(lbc, lb.TEMPLATE_PATH, broken, 0o644)
     before = files(lbc)
-    res = run_module({"names": [lbc.name]})
+    res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]})
     assert res.get("failed") and "expected exactly one" in res["msg"]
     assert files(lbc) == before
 
@@ -113,8 +101,24 @@ def test_check_mode_reports_and_touches_nothing(client):
     k3dlab.up(client, FAULT, FAULT_BASE)
     lbc = client.containers.get("k3d-%s-serverlb" % FAULT)
     before = files(lbc)
-    res = run_module({"names": [lbc.name]}, check=True)
+    res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]}, check=True)
     assert res["changed"] and res["load_balancers"][0]["msg"].startswith("would patch")
     assert files(lbc) == before
     assert not lb.live_is_fixed(lb.parse_live(lb.nginx_t(lbc)), dict(
         udp_timeout=5, worker_connections=4096, worker_rlimit_nofile=16384, udp_share=50))
+
+
+def test_confd_watch_sees_consecutive_changes(client):
+    """Replacing values.yaml by rename keeps confd's watch alive: a second and
+    a third change right after each other are both rendered (the seed's
+    truncate-then-write lost the write that followed)."""
+    k3dlab.up(client, FAULT, FAULT_BASE)
+    lbc = client.containers.get("k3d-%s-serverlb" % FAULT)
+    for connections in (4096, 8192, 2048):
+        res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name], "worker_connections": connections, "timeout": 20})
+        assert not res.get("failed"), res.get("msg")
+        facts = lb.parse_live(lb.nginx_t(lbc))
+        assert facts["worker_connections"] == connections
+        assert all(s["limit_conn"] == connections // 4 for s in facts["udp_servers"])
+    rc, out = lbc.exec_run(["pgrep", "-f", "confd -watch"])
+    assert rc == 0, "confd's watch process died"

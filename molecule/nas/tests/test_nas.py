@@ -14,20 +14,13 @@ import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+import adhoc  # noqa: E402
 import probes  # noqa: E402
 
 LAB = "/tmp/homelab-edge-molecule-nas"
 STATIC = LAB + "/traefik/config/traefik.yml"
 CLIENT2 = testinfra.get_host("docker://nas-client2")
 TRAEFIK = "nas-traefik"
-
-
-def report(name, **figures):
-    os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
-    line = "%s %s" % (name, " ".join("%s=%s" % kv for kv in sorted(figures.items())))
-    print(line)
-    with open(os.path.join(ROOT, "tests", "output", "nas.txt"), "a") as f:
-        f.write(time.strftime("%FT%T ") + line + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +75,7 @@ def test_flood_from_one_address_gets_429_while_another_address_is_served(client)
     pings = [ping() for _i in range(3)]
     counts = flood.result()
     active = int(backend.split("Active connections:")[1].split()[0])
-    report("flood", backend_active=active, second_client=",".join(second), ping=",".join(pings), **counts)
+    adhoc.record("nas", "flood", backend_active=active, second_client=",".join(second), ping=",".join(pings), **counts)
     assert counts.get("200", 0) <= 400
     assert counts.get("429", 0) >= 100
     assert counts.get("200", 0) + counts.get("429", 0) == 500
@@ -100,7 +93,7 @@ def test_dynamic_change_is_live_and_does_not_restart(client):
     assert client.containers.get(TRAEFIK).attrs["State"]["StartedAt"] == started
     out = play({})
     assert out.returncode == 0
-    report("amount5", **counts)
+    adhoc.record("nas", "amount5", **counts)
     assert counts.get("200") == 5 and counts.get("429") == 15
 
 
@@ -140,7 +133,7 @@ def test_wedged_traefik_turns_unhealthy_and_is_what_autoheal_finds(client):
         client.containers.get(TRAEFIK).kill(signal="SIGCONT")
         client.containers.get("nas-decoy").remove(force=True)
     healthy_again = wait_health(client, TRAEFIK, "healthy", 20)
-    report("wedge", unhealthy_after_s=became, autoheal_query=",".join(found), healthy_again_s=healthy_again)
+    adhoc.record("nas", "wedge", unhealthy_after_s=became, autoheal_query=",".join(found), healthy_again_s=healthy_again)
     assert became is not None and became <= 2 * 3 + 2 + 10
     assert found == [TRAEFIK]
     assert healthy_again is not None

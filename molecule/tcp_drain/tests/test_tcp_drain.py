@@ -1,11 +1,13 @@
 """Verify the drain sysctls: live, persisted, and per namespace."""
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 import testinfra
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests", "lab"))
+import adhoc  # noqa: E402
 
 HOST = testinfra.get_host("docker://drain-host")
 APP = testinfra.get_host("docker://drain-app")
@@ -49,14 +51,8 @@ def test_container_on_a_bridge_network_has_its_own_values():
     assert APP.run("sysctl -w net.ipv4.tcp_fin_timeout=20").rc != 0
 
 
-def run_module(target, args, connection="community.docker.docker"):
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
-    interpreter = "/usr/bin/python3" if connection != "local" else sys.executable
-    cmd = ["ansible", "all", "-i", "%s," % target, "-c", connection,
-           "-e", "ansible_python_interpreter=%s" % interpreter,
-           "-m", "homelab.edge.netns_sysctl", "-a", json.dumps(args)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
-    return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"][target]
+def run_module(target, args):
+    return adhoc.run_module("netns_sysctl", args, target=target, connection="community.docker.docker")
 
 
 def test_read_only_proc_sys_fails_per_key_or_is_skipped():
@@ -82,11 +78,7 @@ def test_bad_input_fails_clearly_and_changes_nothing(values, words):
 
 
 def test_check_mode_reports_without_writing():
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
-    out = subprocess.run(["ansible", "all", "-i", "drain-host,", "-c", "community.docker.docker", "--check",
-                          "-e", "ansible_python_interpreter=/usr/bin/python3", "-m", "homelab.edge.netns_sysctl",
-                          "-a", json.dumps({"values": {"net.ipv4.tcp_fin_timeout": 20}})],
-                         env=env, capture_output=True, text=True, timeout=120, check=False)
-    res = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["drain-host"]
+    res = adhoc.run_module("netns_sysctl", {"values": {"net.ipv4.tcp_fin_timeout": 20}}, target="drain-host",
+                           connection="community.docker.docker", check=True)
     assert res["changed"] and res["keys"]["net.ipv4.tcp_fin_timeout"] == {"before": 15, "after": 20, "status": "changed"}
     assert live(HOST, "net.ipv4.tcp_fin_timeout") == 15

@@ -1,5 +1,4 @@
 """Verify the VPS connlimit with a real flood and real faults."""
-import json
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import testinfra
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+import adhoc  # noqa: E402
 import probes  # noqa: E402
 import ufw_connlimit as uc  # noqa: E402
 
@@ -19,12 +19,14 @@ VPS = testinfra.get_host("docker://vps-lab")
 CLIENT2 = testinfra.get_host("docker://vps-client2")
 
 
-def report(name, **figures):
-    os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
-    line = "%s %s" % (name, " ".join("%s=%s" % kv for kv in sorted(figures.items())))
-    print(line)
-    with open(os.path.join(ROOT, "tests", "output", "vps_connlimit.txt"), "a") as f:
-        f.write(time.strftime("%FT%T ") + line + "\n")
+def run_module(args, check=False):
+    return adhoc.run_module("ufw_connlimit", args, target="vps-lab", connection="community.docker.docker", check=check)
+
+
+def run_local(args):
+    """The module on this Docker host, against copies of the rules files in a
+    temporary directory with ufw not enabled there: nothing is loaded."""
+    return adhoc.run_module("ufw_connlimit", args)
 
 
 def live_ports(family):
@@ -36,18 +38,6 @@ def firewall_state():
     return (VPS.file("/etc/ufw/before.rules").content_string,
             VPS.file("/etc/ufw/before6.rules").content_string,
             VPS.check_output("iptables -S"), VPS.check_output("ip6tables -S"))
-
-
-def run_module(args, check=False):
-    """Run homelab.edge.ufw_connlimit against the VPS container; return its result."""
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
-    cmd = ["ansible", "all", "-i", "vps-lab,", "-c", "community.docker.docker",
-           "-e", "ansible_python_interpreter=/usr/bin/python3",
-           "-m", "homelab.edge.ufw_connlimit", "-a", json.dumps(args)]
-    if check:
-        cmd.append("--check")
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
-    return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["vps-lab"]
 
 
 def test_rules_are_live_for_ipv4_and_ipv6():
@@ -65,7 +55,7 @@ def test_flood_of_500_from_one_address_is_held_at_100():
     established_on_server = int(VPS.check_output(
         "ss -Htn state established '( sport = :443 )' | wc -l"))
     counts = flood.result()
-    report("flood", second_client=second.stdout.strip(), server_established=established_on_server, **counts)
+    adhoc.record("vps_connlimit", "flood", second_client=second.stdout.strip(), server_established=established_on_server, **counts)
     assert 90 <= counts["established"] <= 100
     assert counts["reset"] >= 400
     assert counts["established"] + counts["reset"] == 500
@@ -122,6 +112,19 @@ def test_broken_rules_file_fails_and_firewall_is_untouched(mangle, words):
     assert live_ports(4) == {80, 443}
 
 
+def test_backup_keeps_the_previous_file():
+    before = VPS.file("/etc/ufw/before.rules").content_string
+    try:
+        res = run_module({"ports": [80, 443], "limit": 60, "backup": True})
+        assert res["changed"] and not res.get("failed")
+        backup = [f["backup"] for f in res["files"] if f["path"] == "/etc/ufw/before.rules"][0]
+        assert backup and VPS.file(backup).content_string == before
+        assert "--connlimit-above 60 " in VPS.file("/etc/ufw/before.rules").content_string
+    finally:
+        run_module({"ports": [80, 443], "limit": 100})
+    assert VPS.file("/etc/ufw/before.rules").content_string == before
+
+
 def test_check_mode_and_diff_report_without_writing():
     before = firewall_state()
     res = run_module({"ports": [443], "limit": 20}, check=True)
@@ -141,16 +144,6 @@ def test_absent_removes_the_block_and_the_live_rules():
     assert not res.get("failed")
     assert VPS.file("/etc/ufw/before.rules").content_string == before
     assert live_ports(4) == {80, 443}
-
-
-def run_local(args):
-    """The module on this Docker host, against copies of the rules files in a
-    temporary directory with ufw not enabled there: nothing is loaded."""
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
-    cmd = ["ansible", "localhost", "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable,
-           "-m", "homelab.edge.ufw_connlimit", "-a", json.dumps(args)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
-    return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
 @pytest.fixture()
