@@ -90,48 +90,17 @@ def apply_role(clusters, env):
 
 
 def main():
+    parts = sys.argv[1:] or ["dns", "role"]  # bench_k3d_serverlb.py [dns] [role]
     client = docker.from_env()
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "python": platform.python_version(),
                           "docker": client.version()["Version"], "date": time.strftime("%FT%T%z")}}
     env = dict(os.environ)
     try:
-        # 1. throughput through the fixed LB vs direct
-        lb = k3dlab.up(client, "bench", BASE)
-        print("fixing the load balancer", flush=True)
-        apply_role(["bench"], env)
-        # both by their addresses on the lab network: no docker-proxy in either path
-        ip = dict((c, client.containers.get(k3dlab.names("bench")[c]).attrs["NetworkSettings"]["Networks"]
-                   ["k3d-bench"]["IPAddress"]) for c in ("lb", "server"))
-        server_ip = ip["server"]
-        t0 = time.time()
-        through = highest_rate(ip["lb"], 53, "through LB")
-        direct = highest_rate(server_ip, 53, "direct    ")
-        # one sequential client (a query, its answer, the next): the latency nginx adds
-        seq = {"through_lb": probes.dns_max_sequential(ip["lb"], 53, 10),
-               "direct": probes.dns_max_sequential(server_ip, 53, 10)}
-        print("  sequential client: through LB %s q/s, direct %s q/s" % (seq["through_lb"]["rate"], seq["direct"]["rate"]))
-        alerts = probes.count_in_logs(lb, probes.NOT_ENOUGH, t0)
-        result["dns"] = {"through_lb": through, "direct": direct, "not_enough_alerts": alerts,
-                         "ratio": round(through["held_rate"] / float(direct["held_rate"]), 3)
-                         if direct["held_rate"] else None,
-                         "sequential_client": seq,
-                         "sequential_ratio": round(seq["through_lb"]["rate"] / seq["direct"]["rate"], 3)}
-        k3dlab.down(client, "bench")
-        # 2. role wall time over 1, 4 and 16 load balancers
-        timing = {}
-        for n in (1, 4, 16):
-            names = ["bench"] + ["bench%d" % i for i in range(2, n + 1)]
-            for c in names:
-                k3dlab.up(client, c, None)  # nothing published: the role is what is timed
-            timing[n] = {"apply": apply_role(names, env), "no_change": apply_role(names, env)}
-            print("  role over %2d load balancers: apply %.1f s, no-change rerun %.1f s"
-                  % (n, timing[n]["apply"], timing[n]["no_change"]), flush=True)
-            for c in names:
-                k3dlab.down(client, c)
-        result["role_seconds"] = timing
-        result["no_change_16_over_apply_1"] = round(timing[16]["no_change"] / timing[1]["apply"], 2)
-        result["no_change_16_over_no_change_1"] = round(timing[16]["no_change"] / timing[1]["no_change"], 2)
+        if "dns" in parts:
+            dns_part(client, env, result)
+        if "role" in parts:
+            role_part(client, env, result)
     finally:
         for c in ["bench"] + ["bench%d" % i for i in range(2, 17)]:
             k3dlab.down(client, c)
@@ -141,6 +110,48 @@ def main():
         json.dump(result, f, indent=2)
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
     print("saved %s" % path)
+
+
+def dns_part(client, env, result):
+    """Throughput through the fixed LB vs direct."""
+    lb = k3dlab.up(client, "bench", BASE)
+    print("fixing the load balancer", flush=True)
+    apply_role(["bench"], env)
+    # both by their addresses on the lab network: no docker-proxy in either path
+    ip = dict((c, client.containers.get(k3dlab.names("bench")[c]).attrs["NetworkSettings"]["Networks"]
+               ["k3d-bench"]["IPAddress"]) for c in ("lb", "server"))
+    server_ip = ip["server"]
+    t0 = time.time()
+    through = highest_rate(ip["lb"], 53, "through LB")
+    direct = highest_rate(server_ip, 53, "direct    ")
+    # one sequential client (a query, its answer, the next): the latency nginx adds
+    seq = {"through_lb": probes.dns_max_sequential(ip["lb"], 53, 10),
+           "direct": probes.dns_max_sequential(server_ip, 53, 10)}
+    print("  sequential client: through LB %s q/s, direct %s q/s" % (seq["through_lb"]["rate"], seq["direct"]["rate"]))
+    alerts = probes.count_in_logs(lb, probes.NOT_ENOUGH, t0)
+    result["dns"] = {"through_lb": through, "direct": direct, "not_enough_alerts": alerts,
+                     "ratio": round(through["held_rate"] / float(direct["held_rate"]), 3)
+                     if direct["held_rate"] else None,
+                     "sequential_client": seq,
+                     "sequential_ratio": round(seq["through_lb"]["rate"] / seq["direct"]["rate"], 3)}
+    k3dlab.down(client, "bench")
+
+
+def role_part(client, env, result):
+    """Role wall time over 1, 4 and 16 load balancers, and the no-change rerun."""
+    timing = {}
+    for n in (1, 4, 16):
+        names = ["bench"] + ["bench%d" % i for i in range(2, n + 1)]
+        for c in names:
+            k3dlab.up(client, c, None)  # nothing published: the role is what is timed
+        timing[n] = {"apply": apply_role(names, env), "no_change": apply_role(names, env)}
+        print("  role over %2d load balancers: apply %.1f s, no-change rerun %.1f s"
+              % (n, timing[n]["apply"], timing[n]["no_change"]), flush=True)
+        for c in names:
+            k3dlab.down(client, c)
+    result["role_seconds"] = timing
+    result["no_change_16_over_apply_1"] = round(timing[16]["no_change"] / timing[1]["apply"], 2)
+    result["no_change_16_over_no_change_1"] = round(timing[16]["no_change"] / timing[1]["no_change"], 2)
 
 
 if __name__ == "__main__":

@@ -81,13 +81,15 @@ def run_case(client, case, limit_s):
     ip = server.attrs["NetworkSettings"]["Networks"][NET]["IPAddress"]
     put(server, "server.py", SERVER)
     put(peer, "client.py", CLIENT)
-    server.exec_run(["sh", "-c", "python3 /tmp/server.py %d 600 > /tmp/server.log 2>&1"], detach=True)
+    server.exec_run(["sh", "-c", "python3 /tmp/server.py %d 600 > /tmp/server.log 2>&1" % N], detach=True)
     time.sleep(1)
     close_after = 100000 if case == "fin_wait_2" else 3
     peer.exec_run(["sh", "-c", "python3 /tmp/client.py %s %d %s > /tmp/client.log 2>&1" % (ip, N, close_after)],
                   detach=True)
     deadline = time.time() + 60
-    while "closed" not in sh(server, "cat /tmp/server.log") and time.time() < deadline:
+    while "closed" not in sh(server, "cat /tmp/server.log"):
+        if time.time() > deadline:
+            raise RuntimeError("the server did not close its connections: %s" % sh(server, "cat /tmp/server.log"))
         time.sleep(0.2)
     closed_at = time.time()
     time.sleep(close_after if case == "conntrack" else 0.5)

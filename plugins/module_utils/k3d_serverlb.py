@@ -389,12 +389,29 @@ def nginx_t(container):
     return out
 
 
+_NOFILE = ("for p in $(pgrep -f 'nginx: worker' || pgrep nginx); do "
+           "awk '/Max open files/ {print $4; exit}' /proc/$p/limits; break; done")
+_SPLIT = "\x1fhomelab-edge\x1f"
+
+
 def open_file_limit(container):
     """Soft open-file limit of an nginx worker (what nginx really gets)."""
-    script = ("for p in $(pgrep -f 'nginx: worker' || pgrep nginx); do "
-              "awk '/Max open files/ {print $4; exit}' /proc/$p/limits; break; done")
-    rc, out = _exec(container, ["sh", "-c", script])[:2]
+    rc, out = _exec(container, ["sh", "-c", _NOFILE])[:2]
     return int(out.strip()) if rc == 0 and out.strip().isdigit() else None
+
+
+def read_state(container):
+    """Template, values, the config nginx runs (as confd last wrote it) and the
+    workers' open-file limit, in one exec: a no-change run costs one round trip."""
+    script = "set -e; " + "; ".join(
+        ["cat %s; printf '%s'" % (path, _SPLIT.replace("\x1f", "\\037"))
+         for path in (TEMPLATE_PATH, VALUES_PATH, NGINX_CONF)] + [_NOFILE])
+    rc, out, err = _exec(container, ["sh", "-c", script])
+    parts = out.split(_SPLIT)
+    if rc != 0 or len(parts) != 4:
+        raise ApplyError("cannot read the load balancer's files: %s" % (err or out).strip()[-300:])
+    nofile = parts[3].strip()
+    return parts[0], parts[1], parts[2], int(nofile) if nofile.isdigit() else None
 
 
 def log_tail(container, since, lines=15):
@@ -457,16 +474,15 @@ def apply(container, want, check_mode=False, timeout=30):
     container.reload()
     if container.status != "running":
         raise ApplyError("container is %s, not running" % container.status)
-    template = read_file(container, TEMPLATE_PATH)
-    values = read_file(container, VALUES_PATH)
+    # the running config as confd last wrote it (reading the file needs no
+    # upstream name resolution, unlike `nginx -T`, which verifies the result)
+    template, values, conf, nofile = read_state(container)
     new_template, new_values = plan(template, values, want)
-    # The config nginx runs, as confd last wrote it (reading the file needs no
-    # upstream name resolution, unlike `nginx -T`, which verifies the result).
-    facts = parse_live(read_file(container, NGINX_CONF))
+    facts = parse_live(conf)
     files_change = (new_template != template, new_values != values)
     needs_render = any(files_change) or not live_is_fixed(facts, want)
     result = {"changed": needs_render, "template": (template, new_template),
-              "values": (values, new_values), "facts": facts,
+              "values": (values, new_values), "facts": facts, "open_file_limit": nofile,
               "udp_ports": udp_ports(parse_values(new_values))}
     if check_mode or not needs_render:
         return result
@@ -491,4 +507,5 @@ def apply(container, want, check_mode=False, timeout=30):
         except Exception as e2:  # report, never mask the first error
             rolled = "rollback failed: %s" % e2
         raise ApplyError("%s; %s. Container log:\n%s" % (e, rolled, tail))
+    result["open_file_limit"] = open_file_limit(container)  # new workers after the reload
     return result

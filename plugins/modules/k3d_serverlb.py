@@ -227,7 +227,7 @@ def main():
             return entry
         try:
             res = lb.apply(container, want, check_mode=module.check_mode, timeout=p["timeout"])
-            entry.update(lb.report(name, cluster, res["facts"], lb.open_file_limit(container)))
+            entry.update(lb.report(name, cluster, res["facts"], res["open_file_limit"]))
             entry.update(changed=res["changed"], diff=diff_entries(name, res))
             if module.check_mode and res["changed"]:
                 entry["msg"] = "would patch (udp ports: %s)" % (", ".join(res["udp_ports"]) or "none")

@@ -26,13 +26,9 @@ def say(msg):
 
 def k3d_measure(client, rate, count):
     lb = client.containers.get(k3dlab.names(CLUSTER)["lb"])
-    t0 = time.time()
-    prober = probes.Prober([(HOST, BASE + 443), (HOST, BASE + 6443)])
-    prober.start()
-    dns = probes.dns_load(HOST, [BASE + 53, BASE + 1053], rate=rate, count=count)
-    https = prober.stop()
+    dns, https, alerts = probes.dns_under_load(lb, HOST, BASE, rate, count)
     return {"DNS queries answered": "%d/%d at %d/s" % (dns["answered"], dns["sent"], rate),
-            "'not enough' alerts": probes.count_in_logs(lb, probes.NOT_ENOUGH, t0),
+            "'not enough' alerts": alerts,
             "HTTPS+API probes ok": "%d/%d" % (https["ok"], https["ok"] + https["failed"])}
 
 

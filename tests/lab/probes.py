@@ -255,3 +255,16 @@ def tcp_flood(container, host, port, n=500, hold=8):
 
 def https_flood(container, host, path="/slower", n=500):
     return ContainerFlood(container, HTTPS_FLOOD, [host, path, n])
+
+
+def dns_under_load(lb_container, host, base, rate, count):
+    """Fresh-socket DNS at `rate` through base+53 and base+1053 while HTTPS
+    (base+443) and the API (base+6443) of the same load balancer are probed.
+    Returns (dns, https, alerts): alerts are the 'not enough' lines the load
+    balancer logged meanwhile."""
+    t0 = time.time()
+    prober = Prober([(host, base + 443), (host, base + 6443)])
+    prober.start()
+    dns = dns_load(host, [base + 53, base + 1053], rate=rate, count=count)
+    https = prober.stop()
+    return dns, https, count_in_logs(lb_container, NOT_ENOUGH, t0)
