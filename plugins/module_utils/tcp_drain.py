@@ -52,10 +52,6 @@ def normalize(values):
     return dict((k, int(str(v).strip())) for k, v in values.items())
 
 
-def proc_path(key):
-    return "/proc/sys/" + key.replace(".", "/")
-
-
 def classify_error(stderr):
     """Why sysctl could not read or write a key: 'missing' or 'read-only' or 'error'."""
     text = stderr.lower()

@@ -21,10 +21,6 @@ def test_invalid_values(values, words):
     assert len(problems) == 1 and words in problems[0]
 
 
-def test_proc_path():
-    assert td.proc_path("net.ipv4.tcp_fin_timeout") == "/proc/sys/net/ipv4/tcp_fin_timeout"
-
-
 @pytest.mark.parametrize("stderr, reason", [
     ('sysctl: cannot stat /proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait: No such file or directory', "missing"),
     ('sysctl: setting key "net.ipv4.tcp_fin_timeout": Read-only file system', "read-only"),
