@@ -78,7 +78,7 @@ attributes:
     platforms: posix
 notes:
   - k3d recreates the load balancer from its image on C(cluster edit) and port changes, which loses
-    the template patch; the M(homelab.edge.k3d_serverlb) role installs a keeper that re-applies it.
+    the template patch; the C(homelab.edge.k3d_serverlb) role installs a keeper that re-applies it.
 seealso:
   - name: nginx stream proxy module
     description: proxy_responses and proxy_timeout

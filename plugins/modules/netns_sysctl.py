@@ -20,7 +20,7 @@ description:
     into that container's namespace from the host (C(nsenter -n)), which works even when the
     container's own /proc/sys is read-only; host values never reach a container on a bridge network.
   - Values set this way last until the namespace goes away (reboot, container re-creation). Persist
-    host values with a C(/etc/sysctl.d) drop-in (the M(homelab.edge.tcp_drain) role writes one) and
+    host values with a C(/etc/sysctl.d) drop-in (the C(homelab.edge.tcp_drain) role writes one) and
     container values with compose C(sysctls:) or C(docker run --sysctl).
 author:
   - homelab.edge contributors (@homelab-edge)
