@@ -208,6 +208,8 @@ cmd_images() {
     docker build -q --build-arg "BASE=$base" --label "homelab.edge.hash=$h" -t "homelab-edge/$name:lab" "$tmp" >/dev/null
     rm -rf "$tmp"
   done
+  # earlier builds of lab images, now untagged
+  docker image prune -f --filter "label=homelab.edge.hash" >/dev/null
 }
 
 cmd_setup() {
