@@ -205,7 +205,9 @@ cmd_images() {
     local tmp; tmp=$(mktemp -d)
     cp -r "$ctx/." "$tmp"
     if [ -n "$bin" ]; then cp "$CACHE/bin/$bin" "$tmp/$bin"; fi
-    docker build -q --build-arg "BASE=$base" --label "homelab.edge.hash=$h" -t "homelab-edge/$name:lab" "$tmp" >/dev/null
+    # (the legacy builder's deprecation notice is noise here: show output only on failure)
+    docker build -q --build-arg "BASE=$base" --label "homelab.edge.hash=$h" -t "homelab-edge/$name:lab" "$tmp" \
+      >"$CACHE/build-$name.log" 2>&1 || { cat "$CACHE/build-$name.log" >&2; rm -rf "$tmp"; return 1; }
     rm -rf "$tmp"
   done
   # earlier builds of lab images, now untagged
