@@ -38,17 +38,31 @@ def _worker(args):
     return probes.dns_load(host, [port], rate=rate, count=int(rate * seconds), timeout=2.0)
 
 
+def cpu_ticks():
+    """(busy, total) clock ticks of the whole machine from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    return sum(v) - v[3] - v[4], sum(v)
+
+
 def load(host, port, rate, seconds):
     """Fresh-socket queries at `rate`/s for `seconds` from CLIENTS processes.
-    Held means every query was sent on schedule (not late) and answered."""
+    Held means every query was sent on schedule (not late) and answered.
+    Also the machine's CPU time per answered query (clients, nginx, the DNS
+    server and the kernel together) and how busy the CPUs were."""
+    busy0, total0 = cpu_ticks()
     with multiprocessing.Pool(CLIENTS) as pool:
         parts = pool.map(_worker, [(host, port, rate / float(CLIENTS), seconds)] * CLIENTS)
+    busy1, total1 = cpu_ticks()
+    tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
     sent = sum(p["sent"] for p in parts)
     answered = sum(p["answered"] for p in parts)
     took = max(p["seconds"] for p in parts)
     wanted = CLIENTS * int(rate / float(CLIENTS) * seconds)
     return {"rate": rate, "seconds": seconds, "sent": sent, "answered": answered, "wall_s": took,
             "achieved_rate": round(sent / took, 1) if took else 0,
+            "cpu_us_per_query": round((busy1 - busy0) * tick_us / answered, 1) if answered else None,
+            "cpu_busy_pct": round(100.0 * (busy1 - busy0) / max(1, total1 - total0), 1),
             "all_answered": sent == wanted and answered == sent and took <= seconds + 2.5}
 
 
@@ -58,7 +72,9 @@ def highest_rate(host, port, label):
     best, rate = None, 2000
     while rate <= 30000:
         r = load(host, port, rate, 10)
-        print("  %s search %5d q/s: %d/%d in %.1f s" % (label, rate, r["answered"], r["sent"], r["wall_s"]), flush=True)
+        print("  %s search %5d q/s: %d/%d in %.1f s, CPU %.0f%% busy, %s us CPU per query"
+              % (label, rate, r["answered"], r["sent"], r["wall_s"], r["cpu_busy_pct"], r["cpu_us_per_query"]),
+              flush=True)
         if not r["all_answered"]:
             break
         best, rate = rate, rate + 2000
@@ -69,9 +85,9 @@ def highest_rate(host, port, label):
         print("  %s hold %5d q/s for %d s: %d/%d in %.1f s" % (label, best, HOLD_S, r["answered"], r["sent"], r["wall_s"]),
               flush=True)
         if r["all_answered"]:
-            return {"held_rate": best, "runs": runs}
+            return {"held_rate": best, "cpu_us_per_query": r["cpu_us_per_query"], "runs": runs}
         best = int(best * 0.9 / 100) * 100
-    return {"held_rate": 0, "runs": runs}
+    return {"held_rate": 0, "cpu_us_per_query": None, "runs": runs}
 
 
 def apply_role(clusters, env):
@@ -132,6 +148,11 @@ def dns_part(client, env, result):
     result["dns"] = {"through_lb": through, "direct": direct, "not_enough_alerts": alerts,
                      "ratio": round(through["held_rate"] / float(direct["held_rate"]), 3)
                      if direct["held_rate"] else None,
+                     # On a machine whose CPUs the clients, nginx and the DNS server share, the
+                     # rate each path can hold is about CPU / (CPU per query): this is the ratio
+                     # that CPU cost alone allows, whatever nginx's settings.
+                     "cpu_cost_ratio": round(direct["cpu_us_per_query"] / through["cpu_us_per_query"], 3)
+                     if direct["cpu_us_per_query"] and through["cpu_us_per_query"] else None,
                      "sequential_client": seq,
                      "sequential_ratio": round(seq["through_lb"]["rate"] / seq["direct"]["rate"], 3)}
     k3dlab.down(client, "bench")

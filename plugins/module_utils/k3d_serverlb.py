@@ -30,7 +30,10 @@ DEFAULTS = dict(
     worker_connections=4096,
     worker_rlimit_nofile=16384,
     udp_share=50,
+    budget_log_level="info",
 )
+# nginx's limit_conn_log_level values. k3d's nginx logs at notice and above.
+LOG_LEVELS = ("info", "notice", "warn", "error")
 
 
 class ShapeError(ValueError):
@@ -41,9 +44,12 @@ class ApplyError(RuntimeError):
     """Applying to a container failed; the message says why."""
 
 
-def validate_options(udp_timeout, worker_connections, worker_rlimit_nofile, udp_share):
+def validate_options(udp_timeout, worker_connections, worker_rlimit_nofile, udp_share,
+                     budget_log_level=DEFAULTS["budget_log_level"]):
     """Return a list of problems with the options (empty when valid)."""
     problems = []
+    if budget_log_level not in LOG_LEVELS:
+        problems.append("budget_log_level must be one of %s, got %r" % (", ".join(LOG_LEVELS), budget_log_level))
     if not 1 <= udp_timeout <= 600:
         problems.append("udp_timeout must be between 1 and 600 seconds, got %r" % (udp_timeout,))
     if not 64 <= worker_connections <= 1048576:
@@ -88,14 +94,14 @@ _RE_HANDMADE = re.compile(
     r"[ \t]*\{\{-?[ \t]*end[ \t]*\}\}[ \t]*\n", re.M)
 
 
-def _udp_block(indent, udp_timeout, udp_share):
+def _udp_block(indent, udp_timeout, udp_share, budget_log_level):
     lines = [
         BEGIN,
         '{{- if (eq $protocol "udp") }}',
         "proxy_responses 1;",
         "proxy_timeout %ds;" % udp_timeout,
         "limit_conn %s {{ div (mul (atoi (getv \"/settings/workerConnections\")) %d) 200 }};" % (ZONE, udp_share),
-        "limit_conn_log_level warn;",
+        "limit_conn_log_level %s;" % budget_log_level,
         "{{- else }}",
         'proxy_timeout {{ getv "/settings/defaultProxyTimeout" "600" }};',
         "{{- end }}",
@@ -104,7 +110,8 @@ def _udp_block(indent, udp_timeout, udp_share):
     return "".join(indent + line + "\n" for line in lines)
 
 
-def patch_template(text, udp_timeout, worker_rlimit_nofile, udp_share):
+def patch_template(text, udp_timeout, worker_rlimit_nofile, udp_share,
+                   budget_log_level=DEFAULTS["budget_log_level"]):
     """Return the confd template with the fix applied (idempotent).
 
     Raises ShapeError when the template is not of k3d's shape.
@@ -129,7 +136,7 @@ def patch_template(text, udp_timeout, worker_rlimit_nofile, udp_share):
             "expected exactly one 'proxy_timeout {{ getv \"/settings/defaultProxyTimeout\" ... }};' line "
             "in the server block, found %d" % (len(plain) if not found else len(managed) + len(handmade)))
     m = found[0] if found else plain[0]
-    text = text[:m.start()] + _udp_block(m.group(1), udp_timeout, udp_share) + text[m.end():]
+    text = text[:m.start()] + _udp_block(m.group(1), udp_timeout, udp_share, budget_log_level) + text[m.end():]
 
     # 2. The shared-memory zone that counts UDP sessions, first in stream {}.
     text = _RE_ZONE.sub("", text)
@@ -266,6 +273,7 @@ def parse_live(nginx_t):
                 "proxy_responses": _directive(server, "proxy_responses"),
                 "proxy_timeout": _directive(server, "proxy_timeout"),
                 "limit_conn": int(limit.group(2)) if limit else None,
+                "limit_conn_log_level": _directive(server, "limit_conn_log_level"),
             }
             (facts["udp_servers"] if "udp" in listen.split()[1:] else facts["tcp_servers"]).append(entry)
     return facts
@@ -293,6 +301,8 @@ def live_is_fixed(facts, want):
         if s["proxy_responses"] != "1" or timeout_seconds(s["proxy_timeout"]) != want["udp_timeout"]:
             return False
         if s["limit_conn"] != budget:
+            return False
+        if s["limit_conn_log_level"] != want.get("budget_log_level", DEFAULTS["budget_log_level"]):
             return False
     return True
 
@@ -462,7 +472,8 @@ def wait_live(container, want, since, timeout, retrigger=None, sleep=time.sleep,
 
 def plan(template, values, want):
     """Desired template and values for the current ones."""
-    new_template = patch_template(template, want["udp_timeout"], want["worker_rlimit_nofile"], want["udp_share"])
+    new_template = patch_template(template, want["udp_timeout"], want["worker_rlimit_nofile"], want["udp_share"],
+                                  want.get("budget_log_level", DEFAULTS["budget_log_level"]))
     new_values = patch_values(values, want["worker_connections"])
     return new_template, new_values
 

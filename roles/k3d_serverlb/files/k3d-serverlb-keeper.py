@@ -58,6 +58,7 @@ def fix(container, cfg, attempts=6):
     retry for up to a minute."""
     lb = _lib()
     want = dict((k, cfg[k]) for k in ("udp_timeout", "worker_connections", "worker_rlimit_nofile", "udp_share"))
+    want["budget_log_level"] = cfg.get("budget_log_level", "info")
     for i in range(attempts):
         try:
             res = lb.apply(container, want, timeout=cfg.get("timeout", 30))
@@ -157,7 +158,8 @@ def main():
     with open(a.config) as f:
         cfg = json.load(f)
     problems = _lib().validate_options(cfg["udp_timeout"], cfg["worker_connections"],
-                                       cfg["worker_rlimit_nofile"], cfg["udp_share"])
+                                       cfg["worker_rlimit_nofile"], cfg["udp_share"],
+                                       cfg.get("budget_log_level", "info"))
     if problems:
         sys.exit("; ".join(problems))
     if a.restart:

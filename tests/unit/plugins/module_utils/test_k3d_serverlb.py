@@ -157,6 +157,8 @@ def test_parse_live_fixed():
     assert lb.live_is_fixed(facts, WANT)
     assert not lb.live_is_fixed(facts, dict(WANT, udp_timeout=10))
     assert not lb.live_is_fixed(facts, dict(WANT, worker_connections=8192))
+    assert not lb.live_is_fixed(facts, dict(WANT, budget_log_level="warn"))
+    assert [s["limit_conn_log_level"] for s in facts["udp_servers"]] == ["info", "info"]
     r = lb.report("lb", "core", facts, open_file_limit=1024)
     assert r["udp_session_budget"] == 1024 == lb.udp_budget(4096, 50)
     assert r["udp_servers_patched"] == 2 and r["udp_ports"] == ["1053", "53"]
@@ -179,6 +181,16 @@ def test_validate_options():
     assert lb.validate_options(**WANT) == []
     problems = lb.validate_options(udp_timeout=0, worker_connections=10, worker_rlimit_nofile=100, udp_share=95)
     assert len(problems) == 4
+    assert lb.validate_options(budget_log_level="debug", **WANT) == [
+        "budget_log_level must be one of info, notice, warn, error, got 'debug'"]
+
+
+def test_budget_log_level():
+    # default: refusals below k3d's notice-level error_log, so a flood writes no line per query
+    assert "    limit_conn_log_level info;\n" in patch(K3D)
+    warn = lb.patch_template(patch(K3D), 5, 16384, 50, "warn")
+    assert "limit_conn_log_level warn;" in warn and "limit_conn_log_level info;" not in warn
+    assert lb.patch_template(warn, 5, 16384, 50) == patch(K3D)
 
 
 def test_renamed_leftovers():
