@@ -4,6 +4,8 @@ Targets are only loopback or the lab's own containers. Every loop is
 bounded by a count and a wall-clock limit and stops by itself.
 """
 
+import base64
+import json
 import random
 import selectors
 import socket
@@ -230,7 +232,6 @@ class ContainerFlood(object):
     waits (bounded) for its JSON counts."""
 
     def __init__(self, container, script, args):
-        import base64
         self.container = container
         self.out = "/tmp/flood-%d.json" % int(time.time() * 1000)
         code = base64.b64encode(script.encode()).decode()
@@ -239,7 +240,6 @@ class ContainerFlood(object):
         container.exec_run(["sh", "-c", cmd], detach=True)
 
     def result(self, timeout=90):
-        import json
         deadline = time.time() + timeout
         while time.time() < deadline:
             rc, out = self.container.exec_run(["cat", self.out])
