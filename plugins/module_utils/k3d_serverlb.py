@@ -302,7 +302,7 @@ def live_is_fixed(facts, want):
             return False
         if s["limit_conn"] != budget:
             return False
-        if s["limit_conn_log_level"] != want.get("budget_log_level", DEFAULTS["budget_log_level"]):
+        if s["limit_conn_log_level"] != want["budget_log_level"]:
             return False
     return True
 
@@ -473,7 +473,7 @@ def wait_live(container, want, since, timeout, retrigger=None, sleep=time.sleep,
 def plan(template, values, want):
     """Desired template and values for the current ones."""
     new_template = patch_template(template, want["udp_timeout"], want["worker_rlimit_nofile"], want["udp_share"],
-                                  want.get("budget_log_level", DEFAULTS["budget_log_level"]))
+                                  want["budget_log_level"])
     new_values = patch_values(values, want["worker_connections"])
     return new_template, new_values
 

@@ -210,8 +210,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    want = dict((k, p[k]) for k in ("udp_timeout", "worker_connections", "worker_rlimit_nofile", "udp_share",
-                                    "budget_log_level"))
+    want = dict((k, p[k]) for k in lb.DEFAULTS)
     problems = lb.validate_options(**want)
     if p["timeout"] < 1:
         problems.append("timeout must be at least 1 second")

@@ -23,7 +23,7 @@ import k3d_serverlb as lb  # noqa: E402
 CLUSTER, BASE = "mol", 30000
 CONTROL_BASE = 32000
 HOST = "127.0.0.1"
-WANT = dict(udp_timeout=5, worker_connections=4096, worker_rlimit_nofile=16384, udp_share=50)
+WANT = dict(udp_timeout=5, worker_connections=4096, worker_rlimit_nofile=16384, udp_share=50, budget_log_level="info")
 
 
 def p(base, port):

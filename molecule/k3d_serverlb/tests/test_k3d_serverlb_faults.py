@@ -105,7 +105,7 @@ def test_check_mode_reports_and_touches_nothing(client):
     assert res["changed"] and res["load_balancers"][0]["msg"].startswith("would patch")
     assert files(lbc) == before
     assert not lb.live_is_fixed(lb.parse_live(lb.nginx_t(lbc)), dict(
-        udp_timeout=5, worker_connections=4096, worker_rlimit_nofile=16384, udp_share=50))
+        udp_timeout=5, worker_connections=4096, worker_rlimit_nofile=16384, udp_share=50, budget_log_level="info"))
 
 
 def test_confd_watch_sees_consecutive_changes(client):

@@ -31,6 +31,11 @@ def _lib():
     return k3d_serverlb
 
 
+def options(cfg):
+    """The fix's options from the configuration file the role writes."""
+    return dict((k, cfg[k]) for k in _lib().DEFAULTS)
+
+
 def paths(config):
     """Pid and log file of the keeper for one configuration file."""
     global PIDFILE, LOGFILE
@@ -57,8 +62,7 @@ def fix(container, cfg, attempts=6):
     """A load balancer that just started is still rendering its first config:
     retry for up to a minute."""
     lb = _lib()
-    want = dict((k, cfg[k]) for k in ("udp_timeout", "worker_connections", "worker_rlimit_nofile", "udp_share"))
-    want["budget_log_level"] = cfg.get("budget_log_level", "info")
+    want = options(cfg)
     for i in range(attempts):
         try:
             res = lb.apply(container, want, timeout=cfg.get("timeout", 30))
@@ -157,9 +161,7 @@ def main():
         return
     with open(a.config) as f:
         cfg = json.load(f)
-    problems = _lib().validate_options(cfg["udp_timeout"], cfg["worker_connections"],
-                                       cfg["worker_rlimit_nofile"], cfg["udp_share"],
-                                       cfg.get("budget_log_level", "info"))
+    problems = _lib().validate_options(**options(cfg))
     if problems:
         sys.exit("; ".join(problems))
     if a.restart:

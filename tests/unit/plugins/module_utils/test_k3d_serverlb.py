@@ -8,7 +8,7 @@ from ...conftest import fixture
 
 K3D = fixture("k3d_nginx.tmpl")
 OPTS = dict(udp_timeout=5, worker_rlimit_nofile=16384, udp_share=50)
-WANT = dict(udp_timeout=5, worker_connections=4096, worker_rlimit_nofile=16384, udp_share=50)
+WANT = dict(udp_timeout=5, worker_connections=4096, worker_rlimit_nofile=16384, udp_share=50, budget_log_level="info")
 
 
 def patch(text, **kw):
@@ -181,7 +181,9 @@ def test_validate_options():
     assert lb.validate_options(**WANT) == []
     problems = lb.validate_options(udp_timeout=0, worker_connections=10, worker_rlimit_nofile=100, udp_share=95)
     assert len(problems) == 4
-    assert lb.validate_options(budget_log_level="debug", **WANT) == [
+    bad_level = dict(WANT)
+    bad_level["budget_log_level"] = "debug"
+    assert lb.validate_options(**bad_level) == [
         "budget_log_level must be one of info, notice, warn, error, got 'debug'"]
 
 
