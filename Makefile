@@ -6,10 +6,10 @@ export HOMELAB_EDGE_CACHE := $(CACHE)
 .PHONY: setup demo test unit lint sanity molecule bench clean-lab build
 
 setup:            ## engine + venv + confd/Traefik + lab images
-	tests/lab/lab.sh setup
+	lab/lab.sh setup
 
 demo: setup       ## the main job on the local lab: failure before, site.yml, proof after
-	tests/lab/demo.sh
+	demo/demo.sh
 
 test: setup       ## the whole test suite (unit, lint, sanity, every Molecule scenario)
 	tests/run.sh all

@@ -7,7 +7,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
-eval "$(tests/lab/lab.sh env)"
+eval "$(lab/lab.sh env)"
 export HOMELAB_EDGE_PYTHON="$VIRTUAL_ENV/bin/python"
 # The collection as Ansible expects it: .../ansible_collections/homelab/edge
 COLL="$CACHE/collections"

@@ -8,16 +8,14 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    # Every module of this collection supports check mode and diff mode fully.
+    # The descriptions only: each module says itself how far it supports them.
     DOCUMENTATION = r"""
 options: {}
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: full
   platform:
     description: Target OS/families that can be operated against.
     support: N/A

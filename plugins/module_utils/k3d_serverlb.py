@@ -1,11 +1,23 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, homelab.edge contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Fix k3d's load balancer ("serverlb") for UDP: pure text logic plus one
-function that applies it to a container through the Docker SDK.
+"""Fix k3d's load balancer ("serverlb") for UDP: the template logic, the
+capacity math, and applying it to a container through the Docker SDK.
 
 No Ansible imports: the same file serves the module and the host keeper
-service that re-applies the fix when k3d recreates a load balancer.
+that re-applies the fix when k3d recreates a load balancer.
+
+What the fix changes, all inside k3d's confd template (values.yaml is k3d's
+and is never written here, so nothing k3d writes there can be lost):
+- UDP servers end a session at the first reply (proxy_responses 1), time out
+  after udp_timeout seconds and share a session budget (limit_conn);
+- worker_connections is at least worker_connections, whatever k3d writes into
+  values.yaml (k3d rewrites it to 1024 + ports x servers when servers come
+  and go), and the budget is computed from that same number;
+- worker_rlimit_nofile, so the connections are real.
+Renders go through `confd -onetime` in the container: confd checks the result
+with nginx and reloads it, exactly as its watch would, but without depending
+on a file event.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,17 +26,28 @@ __metaclass__ = type
 
 import io
 import re
+import secrets
 import tarfile
 import time
 
 TEMPLATE_PATH = "/etc/confd/templates/nginx.tmpl"
 VALUES_PATH = "/etc/confd/values.yaml"
 NGINX_CONF = "/etc/nginx/nginx.conf"
+ROLE_LABEL = "k3d.role"
+ROLE_LOADBALANCER = "loadbalancer"
+CLUSTER_LABEL = "k3d.cluster"
 ZONE = "homelab_edge_udp"
+CONNECTIONS = "$homelabEdgeConnections"
 BEGIN = "{{- /* homelab.edge: begin UDP session policy */}}"
 END = "{{- /* homelab.edge: end UDP session policy */}}"
+FLOOR_BEGIN = "{{- /* homelab.edge: begin connection floor */}}"
+FLOOR_END = "{{- /* homelab.edge: end connection floor */}}"
 RENAMED_LEFTOVER = re.compile(r"^(?P<base>.+-serverlb)-[A-Za-z0-9]{5}$")
+# `confd -onetime` renders, checks with nginx (the template's check_cmd) and reloads.
+CONFD_RENDER = ["confd", "-onetime", "-backend", "file", "-file", VALUES_PATH]
 
+# The fix's options and their defaults: the one home of these numbers (the
+# module's argument spec, the role's defaults and the docs are checked against it).
 DEFAULTS = dict(
     udp_timeout=5,
     worker_connections=4096,
@@ -44,8 +67,7 @@ class ApplyError(RuntimeError):
     """Applying to a container failed; the message says why."""
 
 
-def validate_options(udp_timeout, worker_connections, worker_rlimit_nofile, udp_share,
-                     budget_log_level=DEFAULTS["budget_log_level"]):
+def validate_options(udp_timeout, worker_connections, worker_rlimit_nofile, udp_share, budget_log_level):
     """Return a list of problems with the options (empty when valid)."""
     problems = []
     if budget_log_level not in LOG_LEVELS:
@@ -79,12 +101,20 @@ _RE_RLIMIT = re.compile(r"^[ \t]*worker_rlimit_nofile[ \t]+\S+?;[^\n]*$", re.M)
 _RE_WORKER_PROCESSES = re.compile(r"^([ \t]*)worker_processes[ \t]+[^;\n]+;[^\n]*$", re.M)
 _RE_EVENTS = re.compile(r"^([ \t]*)events[ \t]*\{", re.M)
 _RE_WORKER_CONNECTIONS = re.compile(
-    r'worker_connections[ \t]+\{\{-?[ \t]*getv[ \t]+"/settings/workerConnections"[ \t]*-?\}\}[ \t]*;')
+    r'^([ \t]*)worker_connections[ \t]+\{\{-?[ \t]*getv[ \t]+"/settings/workerConnections"[ \t]*-?\}\}[ \t]*;[ \t]*\n',
+    re.M)
 _RE_STREAM = re.compile(r"^([ \t]*)stream[ \t]*\{[ \t]*$", re.M)
 _RE_ZONE = re.compile(r"^[ \t]*limit_conn_zone[ \t]+\S+[ \t]+zone=%s:[^\n]*\n" % ZONE, re.M)
 _GETV_TIMEOUT = r'proxy_timeout[ \t]+\{\{-?[ \t]*getv[ \t]+"/settings/defaultProxyTimeout"(?:[ \t]+"[^"]*")?[ \t]*-?\}\}[ \t]*;'
 _RE_PROXY_TIMEOUT = re.compile(r"^([ \t]*)" + _GETV_TIMEOUT + r"[ \t]*\n", re.M)
-_RE_MANAGED = re.compile(r"^([ \t]*)" + re.escape(BEGIN) + r"\n.*?^[ \t]*" + re.escape(END) + r"[ \t]*\n", re.M | re.S)
+
+
+def _managed(begin, end):
+    return re.compile(r"^([ \t]*)" + re.escape(begin) + r"\n.*?^[ \t]*" + re.escape(end) + r"[ \t]*\n", re.M | re.S)
+
+
+_RE_MANAGED = _managed(BEGIN, END)
+_RE_FLOOR = _managed(FLOOR_BEGIN, FLOOR_END)
 # A hand-made per-protocol conditional around the timeout line (seed 000's patch).
 _RE_HANDMADE = re.compile(
     r'^([ \t]*)\{\{-?[ \t]*if[ \t]+\(?eq[ \t]+\$protocol[ \t]+"udp"\)?[ \t]*\}\}[ \t]*\n'
@@ -94,68 +124,87 @@ _RE_HANDMADE = re.compile(
     r"[ \t]*\{\{-?[ \t]*end[ \t]*\}\}[ \t]*\n", re.M)
 
 
-def _udp_block(indent, udp_timeout, udp_share, budget_log_level):
-    lines = [
+def _indented(indent, lines):
+    return "".join(indent + line + "\n" for line in lines)
+
+
+def _floor_block(indent, worker_connections):
+    """worker_connections = max(k3d's values.yaml setting, the floor), kept in
+    a template variable that the UDP budget reads too."""
+    return _indented(indent, [
+        FLOOR_BEGIN,
+        '{{- %s := atoi (getv "/settings/workerConnections") }}' % CONNECTIONS,
+        "{{- if lt %s %d }}{{ %s = %d }}{{ end }}" % (CONNECTIONS, worker_connections, CONNECTIONS, worker_connections),
+        "worker_connections {{ %s }};" % CONNECTIONS,
+        FLOOR_END,
+    ])
+
+
+def _udp_block(indent, want):
+    return _indented(indent, [
         BEGIN,
         '{{- if (eq $protocol "udp") }}',
         "proxy_responses 1;",
-        "proxy_timeout %ds;" % udp_timeout,
-        "limit_conn %s {{ div (mul (atoi (getv \"/settings/workerConnections\")) %d) 200 }};" % (ZONE, udp_share),
-        "limit_conn_log_level %s;" % budget_log_level,
+        "proxy_timeout %ds;" % want["udp_timeout"],
+        "limit_conn %s {{ div (mul %s %d) 200 }};" % (ZONE, CONNECTIONS, want["udp_share"]),
+        "limit_conn_log_level %s;" % want["budget_log_level"],
         "{{- else }}",
         'proxy_timeout {{ getv "/settings/defaultProxyTimeout" "600" }};',
         "{{- end }}",
         END,
-    ]
-    return "".join(indent + line + "\n" for line in lines)
+    ])
 
 
-def patch_template(text, udp_timeout, worker_rlimit_nofile, udp_share,
-                   budget_log_level=DEFAULTS["budget_log_level"]):
-    """Return the confd template with the fix applied (idempotent).
+def _replace_one(text, candidates, render, what):
+    """Replace the single match among `candidates` (lists of matches, first
+    non-empty list wins) with render(indent)."""
+    found = [m for group in candidates for m in group]
+    if len(found) != 1:
+        raise ShapeError("expected exactly one %s in the template, found %d" % (what, len(found)))
+    m = found[0]
+    return text[:m.start()] + render(m.group(1)) + text[m.end():]
+
+
+def patch_template(text, want):
+    """Return the confd template with the fix for `want` applied (idempotent;
+    changing an option rewrites the managed blocks).
 
     Raises ShapeError when the template is not of k3d's shape.
     """
     if not _RE_EVENTS.search(text):
         raise ShapeError("no 'events {' block in the template")
-    if not _RE_WORKER_CONNECTIONS.search(text):
-        raise ShapeError('no worker_connections line reading "/settings/workerConnections"')
-    stream = _RE_STREAM.search(text)
-    if not stream:
+    if not _RE_STREAM.search(text):
         raise ShapeError("no 'stream {' block in the template")
 
-    # 1. UDP servers: a protocol conditional instead of the shared timeout line.
+    # 1. The connection floor instead of k3d's worker_connections line.
+    floors = list(_RE_FLOOR.finditer(text))
+    text = _replace_one(text, [floors] if floors else [list(_RE_WORKER_CONNECTIONS.finditer(text))],
+                        lambda indent: _floor_block(indent, want["worker_connections"]),
+                        "worker_connections line reading \"/settings/workerConnections\"")
+
+    # 2. UDP servers: a protocol conditional instead of the shared timeout line.
     managed = list(_RE_MANAGED.finditer(text))
     inside = [(m.start(), m.end()) for m in managed]
-    handmade = [h for h in _RE_HANDMADE.finditer(text)
-                if not any(a <= h.start() < b for a, b in inside)]
-    plain = list(_RE_PROXY_TIMEOUT.finditer(text))
-    found = managed or handmade
-    if len(managed) + len(handmade) > 1 or (not found and len(plain) != 1):
-        raise ShapeError(
-            "expected exactly one 'proxy_timeout {{ getv \"/settings/defaultProxyTimeout\" ... }};' line "
-            "in the server block, found %d" % (len(plain) if not found else len(managed) + len(handmade)))
-    m = found[0] if found else plain[0]
-    text = text[:m.start()] + _udp_block(m.group(1), udp_timeout, udp_share, budget_log_level) + text[m.end():]
+    handmade = [h for h in _RE_HANDMADE.finditer(text) if not any(a <= h.start() < b for a, b in inside)]
+    candidates = [managed + handmade] if managed or handmade else [list(_RE_PROXY_TIMEOUT.finditer(text))]
+    text = _replace_one(text, candidates, lambda indent: _udp_block(indent, want),
+                        "'proxy_timeout {{ getv \"/settings/defaultProxyTimeout\" ... }};' line in the server block")
 
-    # 2. The shared-memory zone that counts UDP sessions, first in stream {}.
+    # 3. The shared-memory zone that counts UDP sessions, first in stream {}.
     text = _RE_ZONE.sub("", text)
     stream = _RE_STREAM.search(text)
     zone = "%s  limit_conn_zone $protocol zone=%s:1m;\n" % (stream.group(1), ZONE)
     text = text[:stream.end() + 1] + zone + text[stream.end() + 1:]
 
-    # 3. An open-file limit that matches the connections (main context).
-    rlimit = "worker_rlimit_nofile %d;" % worker_rlimit_nofile
+    # 4. An open-file limit that matches the connections (main context).
+    rlimit = "worker_rlimit_nofile %d;" % want["worker_rlimit_nofile"]
     if _RE_RLIMIT.search(text):
-        text = _RE_RLIMIT.sub(rlimit, text, count=1)
-    else:
-        wp = _RE_WORKER_PROCESSES.search(text)
-        if wp:
-            text = text[:wp.end()] + "\n" + wp.group(1) + rlimit + text[wp.end():]
-        else:
-            ev = _RE_EVENTS.search(text)
-            text = text[:ev.start()] + ev.group(1) + rlimit + "\n" + text[ev.start():]
-    return text
+        return _RE_RLIMIT.sub(rlimit, text, count=1)
+    wp = _RE_WORKER_PROCESSES.search(text)
+    if wp:
+        return text[:wp.end()] + "\n" + wp.group(1) + rlimit + text[wp.end():]
+    ev = _RE_EVENTS.search(text)
+    return text[:ev.start()] + ev.group(1) + rlimit + "\n" + text[ev.start():]
 
 
 # ------------------------------------------------------------------ values
@@ -204,36 +253,16 @@ def udp_ports(values):
     return sorted((k for k in values["ports"] if k.endswith(".udp")), key=lambda k: int(k.split(".")[0]))
 
 
-def patch_values(text, worker_connections):
-    """Set settings.workerConnections, keeping every other byte."""
-    parse_values(text)  # shape check
-    lines = text.splitlines(True)
-    newline = "\n"
-    want = "workerConnections: %d" % worker_connections
-    start = None
-    for i, line in enumerate(lines):
-        if line.rstrip() == "settings:":
-            start = i
-            continue
-        if start is not None and i > start:
-            if line.strip() and not line.startswith((" ", "\t", "-")):
-                break  # next top-level key
-            if line.strip().startswith("workerConnections:"):
-                indent = line[:len(line) - len(line.lstrip())]
-                lines[i] = indent + want + newline
-                return "".join(lines)
-    if start is None:
-        if lines and not lines[-1].endswith("\n"):
-            lines[-1] += newline
-        return "".join(lines) + "settings:" + newline + "  " + want + newline
-    lines.insert(start + 1, "  " + want + newline)
-    return "".join(lines)
+def upstreams_from_values(values):
+    """{upstream name: sorted 'node:port'} as k3d's template renders them."""
+    return dict((key.replace(".", "_"), sorted("%s:%s" % (node, key.split(".")[0]) for node in nodes))
+                for key, nodes in values["ports"].items())
 
 
 # --------------------------------------------------------- rendered config
 
 def _blocks(text, name):
-    """Yield the bodies of `name ... { }` blocks."""
+    """Yield (arguments, body) of `name ... { }` blocks."""
     for m in re.finditer(r"(?m)^[ \t]*%s\b([^{;\n]*)\{" % name, text):
         depth, i = 1, m.end()
         while depth and i < len(text):
@@ -242,7 +271,7 @@ def _blocks(text, name):
             elif text[i] == "}":
                 depth -= 1
             i += 1
-        yield text[m.end():i - 1]
+        yield m.group(1).strip(), text[m.end():i - 1]
 
 
 def _directive(text, name):
@@ -250,21 +279,21 @@ def _directive(text, name):
     return m.group(1).strip() if m else None
 
 
-def parse_live(nginx_t):
-    """Facts from `nginx -T` output (the config nginx actually loaded)."""
-    # nginx -T prints every file as "# configuration file <path>:" then its text.
-    main = nginx_t.split("# configuration file ", 2)
-    conf = main[1].split(":\n", 1)[1] if len(main) > 1 else nginx_t
-    facts = {
-        "worker_connections": None, "worker_rlimit_nofile": None,
-        "udp_servers": [], "tcp_servers": [],
-    }
+def parse_live(conf):
+    """Facts from nginx's config: the rendered nginx.conf, or `nginx -T`
+    output (which prints every file as "# configuration file <path>:")."""
+    parts = conf.split("# configuration file ", 2)
+    conf = parts[1].split(":\n", 1)[1] if len(parts) > 1 else conf
+    facts = {"worker_connections": None, "worker_rlimit_nofile": None,
+             "udp_servers": [], "tcp_servers": [], "upstreams": {}}
     wc = _directive(conf, "worker_connections")
     facts["worker_connections"] = int(wc) if wc and wc.isdigit() else None
     rl = _directive(conf, "worker_rlimit_nofile")
     facts["worker_rlimit_nofile"] = int(rl) if rl and rl.isdigit() else None
-    for stream in _blocks(conf, "stream"):
-        for server in _blocks(stream, "server"):
+    for dummy, stream in _blocks(conf, "stream"):
+        for name, body in _blocks(stream, "upstream"):
+            facts["upstreams"][name] = sorted(re.findall(r"(?m)^[ \t]*server[ \t]+(\S+?)[ \t;]", body))
+        for dummy, server in _blocks(stream, "server"):
             listen = _directive(server, "listen") or ""
             limit = re.search(r"(?m)^[ \t]*limit_conn[ \t]+(\S+)[ \t]+(\d+);", server)
             entry = {
@@ -290,21 +319,31 @@ def timeout_seconds(value):
     return {"ms": n / 1000.0, "s": n, "m": n * 60, "h": n * 3600}[unit]
 
 
+def shortfalls(facts, want):
+    """What the loaded config lacks of `want` (empty when fixed)."""
+    wc = facts["worker_connections"]
+    out = []
+    if wc is None or wc < want["worker_connections"]:
+        out.append("worker_connections %s below %d" % (wc, want["worker_connections"]))
+    if facts["worker_rlimit_nofile"] != want["worker_rlimit_nofile"]:
+        out.append("worker_rlimit_nofile %s, not %d" % (facts["worker_rlimit_nofile"], want["worker_rlimit_nofile"]))
+    budget = udp_budget(max(wc or 0, want["worker_connections"]), want["udp_share"])
+    for s in facts["udp_servers"]:
+        port = "UDP %s" % s["port"]
+        if s["proxy_responses"] != "1":
+            out.append("%s: proxy_responses %s" % (port, s["proxy_responses"] or "unset"))
+        if timeout_seconds(s["proxy_timeout"]) != want["udp_timeout"]:
+            out.append("%s: proxy_timeout %s" % (port, s["proxy_timeout"]))
+        if s["limit_conn"] != budget:
+            out.append("%s: session budget %s, not %d" % (port, s["limit_conn"], budget))
+        if s["limit_conn_log_level"] != want["budget_log_level"]:
+            out.append("%s: limit_conn_log_level %s" % (port, s["limit_conn_log_level"]))
+    return out
+
+
 def live_is_fixed(facts, want):
     """True when the loaded config carries every setting of `want`."""
-    if facts["worker_connections"] != want["worker_connections"]:
-        return False
-    if facts["worker_rlimit_nofile"] != want["worker_rlimit_nofile"]:
-        return False
-    budget = udp_budget(want["worker_connections"], want["udp_share"])
-    for s in facts["udp_servers"]:
-        if s["proxy_responses"] != "1" or timeout_seconds(s["proxy_timeout"]) != want["udp_timeout"]:
-            return False
-        if s["limit_conn"] != budget:
-            return False
-        if s["limit_conn_log_level"] != want["budget_log_level"]:
-            return False
-    return True
+    return not shortfalls(facts, want)
 
 
 def summarize(name, facts):
@@ -322,7 +361,7 @@ def report(name, cluster, facts, open_file_limit):
     timeouts = [timeout_seconds(s["proxy_timeout"]) or 600 for s in udp]
     udp_timeout = max(timeouts) if timeouts else None
     budgets = [s["limit_conn"] for s in udp if s["limit_conn"]]
-    nofile = facts["worker_rlimit_nofile"] or open_file_limit
+    nofile = open_file_limit or facts["worker_rlimit_nofile"]
     out = {
         "name": name,
         "cluster": cluster,
@@ -333,6 +372,7 @@ def report(name, cluster, facts, open_file_limit):
         "udp_servers_patched": sum(1 for s in udp if s["proxy_responses"] == "1"),
         "udp_ports": [s["port"] for s in udp],
         "udp_timeout": udp_timeout,
+        # the weakest server decides how much of the worker UDP can take
         "udp_session_budget": min(budgets) if len(budgets) == len(udp) and budgets else None,
         "exhaustion_rate": exhaustion_rate(wc, udp_timeout) if udp and wc else None,
         "summary": summarize(name, facts),
@@ -356,6 +396,35 @@ def is_renamed_leftover(name):
     return bool(RENAMED_LEFTOVER.match(name))
 
 
+def is_load_balancer(container):
+    return (container.labels or {}).get(ROLE_LABEL) == ROLE_LOADBALANCER
+
+
+def wanted(container, names=(), clusters=()):
+    """Whether a container is one of the load balancers to fix: named
+    explicitly, or discovered (a k3d load balancer of one of `clusters`, or of
+    any cluster when empty), never the renamed leftover of a recreate."""
+    if names:
+        return container.name in names
+    if not is_load_balancer(container) or is_renamed_leftover(container.name):
+        return False
+    return not clusters or container.labels.get(CLUSTER_LABEL) in clusters
+
+
+def find_load_balancers(client, names=(), clusters=(), not_found=LookupError):
+    """[(name, container or None, explicit)], sorted by name."""
+    if names:
+        found = []
+        for name in names:
+            try:
+                found.append((name, client.containers.get(name), True))
+            except not_found:
+                found.append((name, None, True))
+        return found
+    containers = client.containers.list(all=True, filters={"label": ["%s=%s" % (ROLE_LABEL, ROLE_LOADBALANCER)]})
+    return [(c.name, c, False) for c in sorted(containers, key=lambda c: c.name) if wanted(c, (), clusters)]
+
+
 def _exec(container, argv):
     res = container.exec_run(argv, demux=True)
     out, err = res.output if isinstance(res.output, tuple) else (res.output, b"")
@@ -369,154 +438,201 @@ def read_file(container, path):
     return out
 
 
-def file_mode(container, path):
-    rc, out = _exec(container, ["stat", "-c", "%a", path])[:2]
-    return int(out.strip(), 8) if rc == 0 and out.strip() else 0o644
-
-
-def replace_file(container, path, content, mode):
-    """Copy to a temporary name in the same directory, then rename over
-    `path`: readers (confd's watch) never see a truncated or missing file."""
-    directory, base = path.rsplit("/", 1)
-    tmp = ".%s.homelab-edge.tmp" % base
-    data = content.encode("utf-8")
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo(tmp)
-        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-        tar.addfile(info, io.BytesIO(data))
-    if not container.put_archive(directory, buf.getvalue()):
-        raise ApplyError("copying %s into the container failed" % path)
-    rc, out, err = _exec(container, ["mv", "-f", "%s/%s" % (directory, tmp), path])
-    if rc != 0:
-        raise ApplyError("renaming into %s failed: %s" % (path, (err or out).strip()))
-
-
-def nginx_t(container):
-    rc, out, err = _exec(container, ["nginx", "-T"])
-    if rc != 0:
-        raise ApplyError("nginx -T failed: %s" % (err or out).strip()[-500:])
-    return out
-
-
-_NOFILE = ("for p in $(pgrep -f 'nginx: worker' || pgrep nginx); do "
-           "awk '/Max open files/ {print $4; exit}' /proc/$p/limits; break; done")
+# nginx's master and its current workers (not those of an earlier reload that
+# are still draining connections: "worker process is shutting down").
+_WORKERS = ("for p in $(pgrep -f 'nginx: worker process'); do "
+            "grep -q 'shutting down' /proc/$p/cmdline 2>/dev/null && continue; "
+            "awk '/Max open files/ {print $4; exit}' /proc/$p/limits 2>/dev/null || true; done")
 _SPLIT = "\x1fhomelab-edge\x1f"
 
 
-def open_file_limit(container):
-    """Soft open-file limit of an nginx worker (what nginx really gets)."""
-    rc, out = _exec(container, ["sh", "-c", _NOFILE])[:2]
-    return int(out.strip()) if rc == 0 and out.strip().isdigit() else None
-
-
 def read_state(container):
-    """Template, values, the config nginx runs (as confd last wrote it) and the
-    workers' open-file limit, in one exec: a no-change run costs one round trip."""
+    """Template, values, the rendered nginx.conf and the open-file limits of
+    nginx's current workers, in one exec: a no-change run is one round trip."""
     script = "set -e; " + "; ".join(
         ["cat %s; printf '%s'" % (path, _SPLIT.replace("\x1f", "\\037"))
-         for path in (TEMPLATE_PATH, VALUES_PATH, NGINX_CONF)] + [_NOFILE])
+         for path in (TEMPLATE_PATH, VALUES_PATH, NGINX_CONF)] + [_WORKERS])
     rc, out, err = _exec(container, ["sh", "-c", script])
     parts = out.split(_SPLIT)
     if rc != 0 or len(parts) != 4:
         raise ApplyError("cannot read the load balancer's files: %s" % (err or out).strip()[-300:])
-    nofile = parts[3].strip()
-    return parts[0], parts[1], parts[2], int(nofile) if nofile.isdigit() else None
+    limits = sorted(set(int(x) for x in parts[3].split() if x.isdigit()))
+    return {"template": parts[0], "values": parts[1], "conf": parts[2], "worker_limits": limits}
 
 
-def log_tail(container, since, lines=15):
-    try:
-        raw = container.logs(since=int(since), tail=200)
-    except Exception:  # the container may be gone
-        return ""
-    text = raw.decode("utf-8", "replace").strip().splitlines()
-    return "\n".join(text[-lines:])
+def _tar(name, content, mode):
+    data = content.encode("utf-8")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
-def _confd_errors(container, since):
-    try:
-        raw = container.logs(since=int(since)).decode("utf-8", "replace")
-    except Exception:
-        return []
-    return [ln for ln in raw.splitlines() if " ERROR " in ln or "[emerg]" in ln]
+def replace_file(container, path, content, mode=0o644):
+    """Copy to an unpredictable temporary name in the same directory, then
+    rename over `path`: a reader never sees a truncated or missing file."""
+    directory, base = path.rsplit("/", 1)
+    tmp = ".%s.homelab-edge-%s" % (base, secrets.token_hex(6))
+    if not container.put_archive(directory, _tar(tmp, content, mode)):
+        raise ApplyError("copying %s into the container failed" % path)
+    rc, out, err = _exec(container, ["mv", "-f", "%s/%s" % (directory, tmp), path])
+    if rc != 0:
+        _exec(container, ["rm", "-f", "%s/%s" % (directory, tmp)])
+        raise ApplyError("renaming into %s failed: %s" % (path, (err or out).strip()))
 
 
-def wait_live(container, want, since, timeout, retrigger=None, sleep=time.sleep, clock=time.time):
-    """Poll `nginx -T` until it carries `want`. Fails fast when confd logs an
-    error for this render. Calls `retrigger()` once halfway if nothing moved
-    (a missed watch event). Returns the live facts."""
+def nginx_running(container):
+    return _exec(container, ["pgrep", "-f", "nginx: master process"])[0] == 0
+
+
+def wait_for_nginx(container, timeout, sleep=time.sleep, clock=time.monotonic):
+    """k3d's entrypoint renders three times, 2 s apart, before it starts nginx:
+    a load balancer that just started has no nginx for a few seconds."""
     deadline = clock() + timeout
-    retriggered = retrigger is None
-    last = "nginx -T did not show the new settings"
-    while True:
-        container.reload()
-        if container.status != "running":
-            raise ApplyError("container is %s" % container.status)
-        errors = _confd_errors(container, since)
-        if errors:
-            raise ApplyError("confd rejected the render: %s" % errors[-1].strip())
-        try:
-            facts = parse_live(nginx_t(container))
-            if live_is_fixed(facts, want):
-                return facts
-        except ApplyError as e:  # e.g. while nginx reloads; confd's verdict decides
-            last = str(e)
-        now = clock()
-        if now >= deadline:
-            raise ApplyError("%s within %ds" % (last, timeout))
-        if not retriggered and now >= deadline - timeout / 2.0:
-            retrigger()
-            retriggered = True
+    while not nginx_running(container):
+        if clock() >= deadline:
+            return False
         sleep(0.5)
+    return True
 
 
-def plan(template, values, want):
-    """Desired template and values for the current ones."""
-    new_template = patch_template(template, want["udp_timeout"], want["worker_rlimit_nofile"], want["udp_share"],
-                                  want["budget_log_level"])
-    new_values = patch_values(values, want["worker_connections"])
-    return new_template, new_values
+def render(container, timeout):
+    """Render nginx.conf with confd once: confd checks the result with nginx
+    (the template's check_cmd) and reloads nginx, as its watch would. Raises
+    ApplyError with confd's error; nginx then keeps its last good config."""
+    argv = ["timeout", str(timeout)] + CONFD_RENDER
+    rc, out, err = _exec(container, argv)
+    errors = [ln.split(" ERROR ", 1)[-1].strip() for ln in (err + out).splitlines()
+              if " ERROR " in ln or "[emerg]" in ln]
+    if rc != 0 or errors:
+        raise ApplyError("confd rejected the render: %s" % (" / ".join(errors[-3:]) if errors else
+                                                            "rc=%d %s" % (rc, (err or out).strip()[-300:])))
 
 
-def apply(container, want, check_mode=False, timeout=30):
-    """Bring one load balancer to `want`. Returns a dict with changed, the
-    before/after texts and the live facts. On a failed render the template
-    and values are put back and ApplyError is raised."""
+def wait_settled(container, want, timeout, sleep=time.sleep, clock=time.monotonic):
+    """After a reload nginx starts new workers and lets the old ones drain:
+    poll until the rendered file and the current workers carry `want`."""
+    deadline = clock() + timeout
+    while True:
+        state = read_state(container)
+        missing = plan(state, want)[2]
+        if not missing:
+            return state
+        if clock() >= deadline:
+            raise ApplyError("after the render: %s" % "; ".join(missing))
+        sleep(0.3)
+
+
+def plan(state, want):
+    """The desired template and why a render is needed (empty: nothing to do)."""
+    new_template = patch_template(state["template"], want)
+    facts = parse_live(state["conf"])
+    reasons = []
+    if new_template != state["template"]:
+        reasons.append("template not patched")
+    reasons += shortfalls(facts, want)
+    if state["worker_limits"] and state["worker_limits"] != [want["worker_rlimit_nofile"]]:
+        reasons.append("nginx workers run with open-file limit %s" % ",".join(map(str, state["worker_limits"])))
+    return new_template, facts, reasons
+
+
+def apply(container, want, check_mode=False, render_timeout=30):
+    """Bring one running load balancer to `want`.
+
+    Decides from the files and from what nginx runs: a patched template whose
+    render never went live is rendered again. Returns dict(changed, reasons,
+    template=(before, after), facts, open_file_limit). A render confd or nginx
+    rejects puts the template back, renders the old one and raises ApplyError."""
     container.reload()
     if container.status != "running":
         raise ApplyError("container is %s, not running" % container.status)
-    # the running config as confd last wrote it (reading the file needs no
-    # upstream name resolution, unlike `nginx -T`, which verifies the result)
-    template, values, conf, nofile = read_state(container)
-    new_template, new_values = plan(template, values, want)
-    facts = parse_live(conf)
-    files_change = (new_template != template, new_values != values)
-    needs_render = any(files_change) or not live_is_fixed(facts, want)
-    result = {"changed": needs_render, "template": (template, new_template),
-              "values": (values, new_values), "facts": facts, "open_file_limit": nofile,
-              "udp_ports": udp_ports(parse_values(new_values))}
-    if check_mode or not needs_render:
+    if not wait_for_nginx(container, render_timeout):
+        raise ApplyError("nginx is not running in the container (waited %ds)" % render_timeout)
+    state = read_state(container)
+    new_template, facts, reasons = plan(state, want)
+    result = {"changed": bool(reasons), "reasons": reasons, "template": (state["template"], new_template),
+              "facts": facts, "open_file_limit": max(state["worker_limits"] or [0]) or None,
+              "udp_ports": udp_ports(parse_values(state["values"]))}
+    if check_mode or not reasons:
         return result
-    since = time.time() - 1
-    tmode, vmode = file_mode(container, TEMPLATE_PATH), file_mode(container, VALUES_PATH)
-    if files_change[0]:
-        replace_file(container, TEMPLATE_PATH, new_template, tmode)
-    # confd watches only values.yaml: replacing it (even unchanged) renders.
-    replace_file(container, VALUES_PATH, new_values, vmode)
+    if new_template != state["template"]:
+        replace_file(container, TEMPLATE_PATH, new_template)
     try:
-        result["facts"] = wait_live(container, want, since, timeout,
-                                    retrigger=lambda: replace_file(container, VALUES_PATH, new_values, vmode))
+        render(container, render_timeout)
+        after = wait_settled(container, want, render_timeout)
     except ApplyError as e:
-        tail = log_tail(container, since)
-        rolled = "not rolled back (container not running)"
-        try:
-            container.reload()
-            if container.status == "running":
-                replace_file(container, TEMPLATE_PATH, template, tmode)
-                replace_file(container, VALUES_PATH, values, vmode)
-                rolled = "template and values.yaml rolled back"
-        except Exception as e2:  # report, never mask the first error
-            rolled = "rollback failed: %s" % e2
-        raise ApplyError("%s; %s. Container log:\n%s" % (e, rolled, tail))
-    result["open_file_limit"] = open_file_limit(container)  # new workers after the reload
+        raise ApplyError("%s; %s" % (e, _roll_back(container, state["template"], new_template, render_timeout)))
+    result["facts"] = parse_live(after["conf"])
+    result["open_file_limit"] = max(after["worker_limits"] or [0]) or None
     return result
+
+
+def _roll_back(container, template, new_template, render_timeout):
+    if template == new_template:
+        return "the template was not changed"
+    try:
+        replace_file(container, TEMPLATE_PATH, template)
+        render(container, render_timeout)
+        return "template rolled back and rendered"
+    except ApplyError as e:
+        return "template rolled back; rendering it failed too: %s" % e
+
+
+def patch_created(container, want):
+    """Patch the template of a load balancer that is created but not started
+    yet (k3d creates, copies values.yaml in, then starts): its first render is
+    then already fixed. Uses the archive API, which works on stopped containers.
+    Returns True when it wrote."""
+    stream, stat = container.get_archive(TEMPLATE_PATH)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.getmembers()[0]
+        template = tar.extractfile(member).read().decode("utf-8")
+    new = patch_template(template, want)
+    if new == template:
+        return False
+    if not container.put_archive(TEMPLATE_PATH.rsplit("/", 1)[0],
+                                 _tar(TEMPLATE_PATH.rsplit("/", 1)[1], new, stat.get("mode", 0o644) & 0o777)):
+        raise ApplyError("copying the template into the container failed")
+    return True
+
+
+def render_is_stale(container):
+    """Whether nginx.conf lacks what values.yaml asks for (an upstream or a
+    node). confd's watch can miss k3d's copy of values.yaml (Docker replaces
+    the file by remove then create), leaving k3d's change unrendered."""
+    state = read_state(container)
+    wanted_upstreams = upstreams_from_values(parse_values(state["values"]))
+    return wanted_upstreams != parse_live(state["conf"])["upstreams"]
+
+
+def handle(container, name, explicit, want, check_mode=False, render_timeout=30):
+    """One load balancer, as the module and the keeper report it. Never
+    raises: one failing load balancer cannot stop the others."""
+    entry = {"name": name, "cluster": None, "changed": False, "failed": False, "msg": "", "reasons": [],
+             "diff": []}
+    if container is None:
+        entry.update(failed=True, msg="no container named %s" % name)
+        return entry
+    entry["cluster"] = (container.labels or {}).get(CLUSTER_LABEL)
+    if container.status != "running" and not explicit:
+        entry["msg"] = "skipped: container is %s" % container.status
+        return entry
+    try:
+        res = apply(container, want, check_mode=check_mode, render_timeout=render_timeout)
+    except (ShapeError, ApplyError) as e:
+        entry.update(failed=True, msg="%s: %s" % (name, e))
+        return entry
+    except Exception as e:  # deliberate: the Docker API fails in many ways, and one LB must not stop the rest
+        entry.update(failed=True, msg="%s: %s: %s" % (name, type(e).__name__, e))
+        return entry
+    entry.update(report(name, entry["cluster"], res["facts"], res["open_file_limit"]))
+    entry.update(changed=res["changed"], reasons=res["reasons"])
+    before, after = res["template"]
+    if before != after:
+        header = "%s:%s" % (name, TEMPLATE_PATH)
+        entry["diff"] = [{"before_header": header, "after_header": header, "before": before, "after": after}]
+    if check_mode and res["changed"]:
+        entry["msg"] = "would fix: %s" % "; ".join(res["reasons"])
+    return entry

@@ -18,25 +18,32 @@ description:
     first reply (C(proxy_responses 1)), time out after O(udp_timeout) seconds, and share a
     session budget (stream C(limit_conn)) that leaves the rest of the worker's connections to
     TCP (HTTPS, the Kubernetes API). TCP servers keep k3d's C(defaultProxyTimeout).
-  - Adds C(worker_rlimit_nofile) to the main context and sets C(settings.workerConnections)
-    in C(values.yaml).
-  - C(values.yaml) is replaced by rename, never truncated, so confd in watch mode renders the
-    new config; the module then waits until C(nginx -T) in the container shows it. A render that
-    confd or nginx rejects is rolled back (template and values as before; nginx keeps serving).
+  - The template also keeps C(worker_connections) at no less than O(worker_connections), whatever
+    k3d writes into C(values.yaml) (k3d rewrites it to 1024 + ports x servers whenever a server
+    node is added or deleted), computes the budget from that same number, and sets
+    C(worker_rlimit_nofile).
+  - C(values.yaml) belongs to k3d and is never written. The module renders with
+    C(confd -onetime) inside the container, which checks the result with nginx and reloads it; it
+    then reads the rendered C(nginx.conf) and the open-file limit of nginx's current workers. The
+    decision to render comes from the template and from what nginx runs, so a patched template
+    whose render never went live is rendered again. A render that confd or nginx rejects is rolled
+    back (the template as before, rendered again; nginx keeps serving meanwhile).
   - Renamed leftovers of a recreate (C(<name>-xxxxx)) are ignored. Discovered load balancers that
     are not running are skipped with a warning; one named in O(names) that is not running fails.
-  - One failing load balancer does not stop the others; the result says which failed.
+  - Load balancers are handled in parallel; one failing does not stop the others.
 author:
   - homelab.edge contributors (@homelab-edge)
 requirements:
   - docker (Python SDK) on the host that runs the module
-  - A Docker engine with the k3d load balancers
+  - A Docker engine with the k3d load balancers, reachable by the user the module runs as
+    (root, or a member of the docker group)
 options:
-  cluster:
-    description: Only the load balancers of these k3d clusters (label C(k3d.cluster)).
+  clusters:
+    description: Only the load balancers of these k3d clusters (label C(k3d.cluster)). Empty means all.
     type: list
     elements: str
     default: []
+    aliases: [cluster]
   names:
     description: Explicit container names. When set, discovery by label is not used.
     type: list
@@ -50,7 +57,9 @@ options:
     type: int
     default: 5
   worker_connections:
-    description: C(settings.workerConnections) written to values.yaml.
+    description:
+      - The least C(worker_connections) nginx gets. The template takes the larger of this and
+        C(settings.workerConnections) from k3d's C(values.yaml).
     type: int
     default: 4096
   worker_rlimit_nofile:
@@ -61,7 +70,7 @@ options:
     description:
       - Percentage of the worker connections that UDP sessions may hold together. Each UDP session
         holds two connections, so the budget is C(worker_connections * udp_share / 200) sessions,
-        computed by the template from the live C(workerConnections) (so it follows k3d rewriting it).
+        computed by the template from the connections it renders.
     type: int
     default: 50
   budget_log_level:
@@ -75,16 +84,25 @@ options:
     type: str
     choices: [info, notice, warn, error]
     default: info
-  timeout:
-    description: Seconds to wait, per load balancer, for C(nginx -T) to show the new settings.
+  render_timeout:
+    description:
+      - Seconds, per load balancer, to wait for nginx to run (a load balancer that just started
+        renders three times, 2 s apart, before it starts nginx), for one C(confd -onetime) render,
+        and for nginx's new workers to carry the settings.
     type: int
     default: 30
+    aliases: [timeout]
   docker_host:
     description: Docker API address. Defaults to the environment (C(DOCKER_HOST)) or the local socket.
     type: str
 extends_documentation_fragment:
   - homelab.edge.attributes
 attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: partial
+    details: The diff shows the confd template. The C(nginx.conf) that confd renders from it is not part of the diff.
   platform:
     platforms: posix
 notes:
@@ -102,7 +120,7 @@ EXAMPLES = r"""
 
 - name: Only the core cluster, longer UDP hold, report without changing (check mode)
   homelab.edge.k3d_serverlb:
-    cluster: [core]
+    clusters: [core]
     udp_timeout: 10
   check_mode: true
   register: lb
@@ -122,10 +140,11 @@ load_balancers:
     name: {description: Container name., type: str, sample: k3d-core-serverlb}
     cluster: {description: k3d cluster (label k3d.cluster)., type: str, sample: core}
     changed: {description: Whether this load balancer was (or in check mode would be) changed., type: bool}
+    reasons: {description: What was (or would be) fixed., type: list, elements: str}
     failed: {description: Whether this load balancer failed., type: bool}
     msg: {description: Why it failed or was skipped., type: str}
-    worker_connections: {description: Live worker_connections., type: int, sample: 4096}
-    worker_rlimit_nofile: {description: Live worker_rlimit_nofile (null when unset)., type: int, sample: 16384}
+    worker_connections: {description: Rendered worker_connections., type: int, sample: 4096}
+    worker_rlimit_nofile: {description: Rendered worker_rlimit_nofile (null when unset)., type: int, sample: 16384}
     open_file_limit: {description: Open files an nginx worker really gets., type: int, sample: 16384}
     udp_servers: {description: UDP server blocks., type: int, sample: 2}
     udp_servers_patched: {description: UDP server blocks with proxy_responses 1., type: int, sample: 2}
@@ -162,96 +181,53 @@ except ImportError:
     DOCKER_IMPORT_ERROR = traceback.format_exc()
 
 
-def find_containers(client, names, clusters):
-    """[(name, container or None, explicit)]; leftovers of a recreate dropped."""
-    if names:
-        found = []
-        for name in names:
-            try:
-                found.append((name, client.containers.get(name), True))
-            except docker.errors.NotFound:
-                found.append((name, None, True))
-        return found
-    filters = {"label": ["k3d.role=loadbalancer"]}
-    containers = client.containers.list(all=True, filters=filters)
-    out = []
-    for c in sorted(containers, key=lambda c: c.name):
-        if lb.is_renamed_leftover(c.name):
-            continue
-        if clusters and c.labels.get("k3d.cluster") not in clusters:
-            continue
-        out.append((c.name, c, False))
-    return out
-
-
-def diff_entries(name, res):
-    entries = []
-    for label, path in (("template", lb.TEMPLATE_PATH), ("values", lb.VALUES_PATH)):
-        before, after = res[label]
-        if before != after:
-            entries.append({"before_header": "%s:%s" % (name, path), "after_header": "%s:%s" % (name, path),
-                            "before": before, "after": after})
-    return entries
-
-
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            cluster=dict(type="list", elements="str", default=[]),
-            names=dict(type="list", elements="str", default=[]),
-            udp_timeout=dict(type="int", default=lb.DEFAULTS["udp_timeout"]),
-            worker_connections=dict(type="int", default=lb.DEFAULTS["worker_connections"]),
-            worker_rlimit_nofile=dict(type="int", default=lb.DEFAULTS["worker_rlimit_nofile"]),
-            udp_share=dict(type="int", default=lb.DEFAULTS["udp_share"]),
-            budget_log_level=dict(type="str", default=lb.DEFAULTS["budget_log_level"], choices=list(lb.LOG_LEVELS)),
-            timeout=dict(type="int", default=30),
-            docker_host=dict(type="str"),
-        ),
-        supports_check_mode=True,
+def argument_spec():
+    spec = dict(
+        clusters=dict(type="list", elements="str", default=[], aliases=["cluster"]),
+        names=dict(type="list", elements="str", default=[]),
+        budget_log_level=dict(type="str", choices=list(lb.LOG_LEVELS)),
+        render_timeout=dict(type="int", default=30, aliases=["timeout"]),
+        docker_host=dict(type="str"),
     )
-    p = module.params
-    want = dict((k, p[k]) for k in lb.DEFAULTS)
+    for key, default in lb.DEFAULTS.items():
+        spec.setdefault(key, dict(type="int"))["default"] = default
+    return spec
+
+
+def wanted_settings(module):
+    want = dict((k, module.params[k]) for k in lb.DEFAULTS)
     problems = lb.validate_options(**want)
-    if p["timeout"] < 1:
-        problems.append("timeout must be at least 1 second")
+    if module.params["render_timeout"] < 1:
+        problems.append("render_timeout must be at least 1 second")
     if problems:
         module.fail_json(msg="; ".join(problems))
+    return want
+
+
+def connect(module):
     if not HAS_DOCKER:
         module.fail_json(msg=missing_required_lib("docker"), exception=DOCKER_IMPORT_ERROR)
-
+    host = module.params["docker_host"]
     try:
-        client = docker.DockerClient(base_url=p["docker_host"]) if p["docker_host"] else docker.from_env()
+        client = docker.DockerClient(base_url=host) if host else docker.from_env()
         client.ping()
-        found = find_containers(client, p["names"], p["cluster"])
-    except Exception as e:
-        module.fail_json(msg="cannot reach the Docker engine: %s" % e)
+        return client
+    except docker.errors.DockerException as e:
+        hint = (" (permission denied: run as root with become: true, or as a member of the docker group)"
+                if "ermission denied" in str(e) else "")
+        module.fail_json(msg="cannot reach the Docker engine: %s%s" % (e, hint), exception=traceback.format_exc())
 
-    def handle(item):
-        """One load balancer; never raises, so one failure cannot stop the others."""
-        name, container, explicit = item
-        entry = {"name": name, "changed": False, "failed": False, "msg": "", "diff": []}
-        if container is None:
-            entry.update(failed=True, msg="no container named %s" % name)
-            return entry
-        cluster = container.labels.get("k3d.cluster")
-        if container.status != "running" and not explicit:
-            entry.update(cluster=cluster, msg="skipped: container is %s" % container.status)
-            return entry
-        try:
-            res = lb.apply(container, want, check_mode=module.check_mode, timeout=p["timeout"])
-            entry.update(lb.report(name, cluster, res["facts"], res["open_file_limit"]))
-            entry.update(changed=res["changed"], diff=diff_entries(name, res))
-            if module.check_mode and res["changed"]:
-                entry["msg"] = "would patch (udp ports: %s)" % (", ".join(res["udp_ports"]) or "none")
-        except (lb.ShapeError, lb.ApplyError) as e:
-            entry.update(cluster=cluster, failed=True, msg="%s: %s" % (name, e))
-        except Exception as e:  # the Docker API can fail in many ways; keep going
-            entry.update(cluster=cluster, failed=True, msg="%s: %s: %s" % (name, type(e).__name__, e))
-        return entry
 
-    # Load balancers are independent: handle them in parallel (each waits for its own render).
+def fix_all(module, client, want):
+    """Each load balancer in parallel (each waits for its own render)."""
+    found = lb.find_load_balancers(client, module.params["names"], module.params["clusters"],
+                                   not_found=docker.errors.NotFound)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(found)))) as pool:
-        results = list(pool.map(handle, found))
+        return list(pool.map(lambda item: lb.handle(item[1], item[0], item[2], want, module.check_mode,
+                                                    module.params["render_timeout"]), found))
+
+
+def finish(module, results):
     diffs = [d for r in results for d in r.pop("diff")]
     for r in results:
         if r["msg"].startswith("skipped:"):
@@ -259,14 +235,19 @@ def main():
         for w in r.get("warnings", []):
             module.warn(w)
     failed = [r["name"] for r in results if r["failed"]]
-    changed = any(r["changed"] for r in results)
-
-    out = dict(changed=changed, load_balancers=results, failed_load_balancers=failed)
+    out = dict(changed=any(r["changed"] for r in results), load_balancers=results, failed_load_balancers=failed)
     if module._diff:
         out["diff"] = diffs
     if failed:
         module.fail_json(msg="; ".join(r["msg"] for r in results if r["failed"]), **out)
     module.exit_json(**out)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    want = wanted_settings(module)
+    client = connect(module)
+    finish(module, fix_all(module, client, want))
 
 
 if __name__ == "__main__":

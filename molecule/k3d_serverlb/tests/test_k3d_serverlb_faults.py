@@ -1,4 +1,5 @@
-"""Bad input and faults: a clear error, and the target left as it was."""
+"""Bad input and faults on a real k3d load balancer: a clear error, and the
+target left as it was."""
 import os
 import socket
 import sys
@@ -7,33 +8,38 @@ import docker
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins", "module_utils")]
 import adhoc  # noqa: E402
-import k3dlab  # noqa: E402
-
-sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
+import k3d  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
+import lb_check  # noqa: E402
 
-FAULT, FAULT_BASE = "molf", 34000
+FAULT, FAULT_BASE = "molf", 30300
 
 
 @pytest.fixture(scope="module")
 def client():
     c = docker.from_env()
-    k3dlab.down(c, FAULT)
+    k3d.delete(FAULT)
+    k3d.create(FAULT, FAULT_BASE)
     yield c
-    k3dlab.down(c, FAULT)
+    k3d.delete(FAULT)
+
+
+@pytest.fixture()
+def lbc(client):
+    return k3d.wait_serving(client, FAULT)
 
 
 def files(container):
-    return lb.read_file(container, lb.TEMPLATE_PATH), lb.read_file(container, lb.VALUES_PATH)
+    return lb_check.read(container, lb.TEMPLATE_PATH), lb_check.read(container, lb.VALUES_PATH)
 
 
 @pytest.mark.parametrize("args, words", [
     ({"udp_share": 95}, "udp_share must be a percentage"),
     ({"udp_timeout": 0}, "udp_timeout must be between"),
     ({"worker_connections": 10}, "worker_connections must be between"),
-    ({"timeout": 0}, "timeout must be at least"),
+    ({"render_timeout": 0}, "render_timeout must be at least"),
 ])
 def test_invalid_options_fail_clearly(args, words):
     res = adhoc.run_module("k3d_serverlb", args)
@@ -45,32 +51,48 @@ def test_no_docker_engine_fails_clearly():
     assert res.get("failed") and "cannot reach the Docker engine" in res["msg"]
 
 
-def test_stopped_load_balancer(client):
-    k3dlab.up(client, FAULT, FAULT_BASE)
-    lbc = client.containers.get("k3d-%s-serverlb" % FAULT)
+def test_check_mode_reports_and_touches_nothing(lbc):
+    before = files(lbc)
+    res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]}, check=True)
+    assert res["changed"] and res["load_balancers"][0]["msg"].startswith("would fix: template not patched")
+    assert files(lbc) == before
+    assert lb_check.shortfalls(lbc, dict(lb.DEFAULTS))
+
+
+def test_stopped_load_balancer(client, lbc):
     before = files(lbc)
     lbc.stop(timeout=2)
     try:
         named = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]})
         assert named.get("failed") and "not running" in named["msg"]
-        found = adhoc.run_module("k3d_serverlb", {"cluster": [FAULT]})
+        found = adhoc.run_module("k3d_serverlb", {"clusters": [FAULT]})
         assert not found.get("failed")
         assert found["load_balancers"][0]["msg"] == "skipped: container is exited"
     finally:
         lbc.start()
-        k3dlab.wait_ready(lbc)
+    lbc = k3d.wait_serving(client, FAULT)
     assert files(lbc) == before
 
 
-def test_rejected_render_is_rolled_back_and_others_still_fixed(client):
-    """nginx rejects the render (upstream host gone): template and values come
-    back as they were, nginx keeps serving its last good config, and the
-    healthy load balancer of the other cluster is still handled."""
-    k3dlab.up(client, FAULT, FAULT_BASE)
-    lbc = client.containers.get("k3d-%s-serverlb" % FAULT)
+def test_unexpected_template_shape_changes_nothing(lbc):
+    good = lb_check.read(lbc, lb.TEMPLATE_PATH)
+    lb.replace_file(lbc, lb.TEMPLATE_PATH, good.replace("proxy_timeout {{", "proxy_read_timeout {{"))
+    try:
+        before = files(lbc)
+        res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]})
+        assert res.get("failed") and "expected exactly one 'proxy_timeout" in res["msg"]
+        assert files(lbc) == before
+    finally:
+        lb.replace_file(lbc, lb.TEMPLATE_PATH, good)
+
+
+def test_rejected_render_is_rolled_back_and_others_still_fixed(client, lbc):
+    """nginx rejects the render (the server node is gone: "host not found in
+    upstream"): the template comes back as it was, nginx keeps serving its
+    last good config, and the other cluster's load balancer is still handled."""
     before = files(lbc)
-    client.containers.get("k3d-%s-server-0" % FAULT).remove(force=True)
-    res = adhoc.run_module("k3d_serverlb", {"cluster": [FAULT, "mol"], "timeout": 20})
+    client.containers.get(k3d.server_name(FAULT)).remove(force=True)
+    res = adhoc.run_module("k3d_serverlb", {"clusters": [FAULT, "mol"], "render_timeout": 20})
     assert res.get("failed")
     assert res["failed_load_balancers"] == [lbc.name]
     msg = res["msg"]
@@ -80,45 +102,19 @@ def test_rejected_render_is_rolled_back_and_others_still_fixed(client):
     assert files(lbc) == before
     lbc.reload()
     assert lbc.status == "running"
-    # nginx still listens with its last good config
-    with socket.create_connection(("127.0.0.1", FAULT_BASE + 443), timeout=3):
-        pass
+    with socket.create_connection(k3d.endpoints(FAULT_BASE)["https"], timeout=3):
+        pass  # nginx still listens with its last good config
 
 
-def test_unexpected_template_shape_changes_nothing(client):
-    k3dlab.up(client, FAULT, FAULT_BASE)
-    lbc = client.containers.get("k3d-%s-serverlb" % FAULT)
-    broken = lb.read_file(lbc, lb.TEMPLATE_PATH).replace("proxy_timeout {{", "proxy_read_timeout {{")
-    lb.replace_file(lbc, lb.TEMPLATE_PATH, broken, 0o644)
-    before = files(lbc)
-    res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]})
-    assert res.get("failed") and "expected exactly one" in res["msg"]
-    assert files(lbc) == before
-
-
-def test_check_mode_reports_and_touches_nothing(client):
-    k3dlab.down(client, FAULT)
-    k3dlab.up(client, FAULT, FAULT_BASE)
-    lbc = client.containers.get("k3d-%s-serverlb" % FAULT)
-    before = files(lbc)
-    res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]}, check=True)
-    assert res["changed"] and res["load_balancers"][0]["msg"].startswith("would patch")
-    assert files(lbc) == before
-    assert not lb.live_is_fixed(lb.parse_live(lb.nginx_t(lbc)), dict(
-        udp_timeout=5, worker_connections=4096, worker_rlimit_nofile=16384, udp_share=50, budget_log_level="info"))
-
-
-def test_confd_watch_sees_consecutive_changes(client):
-    """Replacing values.yaml by rename keeps confd's watch alive: a second and
-    a third change right after each other are both rendered (the seed's
-    truncate-then-write lost the write that followed)."""
-    k3dlab.up(client, FAULT, FAULT_BASE)
-    lbc = client.containers.get("k3d-%s-serverlb" % FAULT)
+def test_consecutive_changes_are_all_rendered(client):
+    """Three changes in a row, each rendered and live (no file event to miss)."""
+    k3d.delete(FAULT)
+    k3d.create(FAULT, FAULT_BASE)
+    lbc = k3d.wait_serving(client, FAULT)
     for connections in (4096, 8192, 2048):
-        res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name], "worker_connections": connections, "timeout": 20})
+        res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name], "worker_connections": connections})
         assert not res.get("failed"), res.get("msg")
-        facts = lb.parse_live(lb.nginx_t(lbc))
-        assert facts["worker_connections"] == connections
-        assert all(s["limit_conn"] == connections // 4 for s in facts["udp_servers"])
-    rc, out = lbc.exec_run(["pgrep", "-f", "confd -watch"])
+        want = dict(lb.DEFAULTS, worker_connections=connections)
+        assert lb_check.shortfalls(lbc, want) == []
+    rc, dummy = lbc.exec_run(["pgrep", "-f", "confd -watch"])
     assert rc == 0, "confd's watch process died"

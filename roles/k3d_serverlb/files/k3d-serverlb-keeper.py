@@ -1,12 +1,23 @@
 #!/usr/bin/env python
-"""homelab.edge keeper: re-apply the k3d load balancer UDP fix whenever a
-load balancer starts (k3d recreates it from its image on `cluster edit` and
-port changes, which loses the template patch).
+"""homelab.edge keeper: keep the k3d load balancer fix in place through
+everything k3d does, without anyone running Ansible.
 
-Watches Docker events for containers labelled k3d.role=loadbalancer and
-applies the same code the homelab.edge.k3d_serverlb module uses
-(k3d_serverlb.py beside this file). Installed by the homelab.edge.k3d_serverlb
-role, as a systemd unit or, without systemd, as a daemon process:
+Watches Docker's events for k3d load balancers (label k3d.role=loadbalancer)
+and uses the same code as the homelab.edge.k3d_serverlb module
+(k3d_serverlb.py beside this file):
+
+  create          k3d made a new load balancer from its image (cluster create,
+                  cluster edit, port changes): patch its template before its
+                  first render, so nginx never starts without the fix.
+  start           apply the fix and wait until nginx runs it (restarts, engine
+                  restarts, a create the keeper did not see in time).
+  extract-to-dir  k3d copied a new values.yaml in (servers added or removed).
+                  The template keeps the fix whatever k3d writes; but confd's
+                  watch can miss k3d's copy (Docker replaces the file by remove
+                  then create), so render again when nginx.conf is stale.
+
+Installed by the homelab.edge.k3d_serverlb role, as a systemd unit or,
+without systemd, as a daemon process:
 
   k3d-serverlb-keeper.py --config FILE            run in the foreground
   k3d-serverlb-keeper.py --config FILE --daemon   start unless running
@@ -19,29 +30,20 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
-PIDFILE = LOGFILE = None  # one keeper per configuration file, see paths()
+lb = None  # the module's library, installed beside this file by the role: see load_library()
+
+EVENTS = ["create", "start", "extract-to-dir"]
+ATTEMPTS = 6
 
 
-def _lib():
-    """The module's library, installed beside this file by the role."""
+def load_library():
+    global lb
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import k3d_serverlb
-    return k3d_serverlb
-
-
-def options(cfg):
-    """The fix's options from the configuration file the role writes."""
-    return dict((k, cfg[k]) for k in _lib().DEFAULTS)
-
-
-def paths(config):
-    """Pid and log file of the keeper for one configuration file."""
-    global PIDFILE, LOGFILE
-    tag = os.path.splitext(os.path.basename(config))[0]
-    PIDFILE = "/run/homelab-edge-%s-keeper.pid" % tag
-    LOGFILE = "/var/log/homelab-edge-%s-keeper.log" % tag
+    lb = k3d_serverlb
 
 
 def log(msg):
@@ -49,60 +51,95 @@ def log(msg):
     sys.stderr.flush()
 
 
-def wanted(container, cfg):
-    lb = _lib()
-    if lb.is_renamed_leftover(container.name):
-        return False
-    if cfg.get("names"):
-        return container.name in cfg["names"]
-    return not cfg.get("clusters") or container.labels.get("k3d.cluster") in cfg["clusters"]
+class Keeper(object):
+    def __init__(self, cfg):
+        self.names = cfg.get("names") or []
+        self.clusters = cfg.get("clusters") or []
+        self.want = dict((k, cfg[k]) for k in lb.DEFAULTS)
+        self.render_timeout = cfg.get("render_timeout", 30)
 
-
-def fix(container, cfg, attempts=6):
-    """A load balancer that just started is still rendering its first config:
-    retry for up to a minute."""
-    lb = _lib()
-    want = options(cfg)
-    for i in range(attempts):
-        try:
-            res = lb.apply(container, want, timeout=cfg.get("timeout", 30))
-            log("%s: %s" % (container.name, "fixed" if res["changed"] else "already fixed"))
-            return True
-        except (lb.ApplyError, lb.ShapeError) as e:
-            log("%s: attempt %d: %s" % (container.name, i + 1, str(e).splitlines()[0]))
-        except Exception as e:  # the container may be going away
-            log("%s: attempt %d: %s: %s" % (container.name, i + 1, type(e).__name__, e))
-        time.sleep(5)
-    return False
-
-
-def run(cfg):
-    import docker
-    while True:
-        try:
-            client = docker.from_env()
-            since = int(time.time())
-            for c in client.containers.list(filters={"label": "k3d.role=loadbalancer"}):
-                if wanted(c, cfg):
-                    fix(c, cfg)
-            events = client.events(decode=True, since=since, filters={
-                "type": "container", "event": "start", "label": "k3d.role=loadbalancer"})
-            for ev in events:
-                try:
-                    c = client.containers.get(ev["id"])
-                except docker.errors.NotFound:
-                    continue
-                if wanted(c, cfg):
-                    log("%s started" % c.name)
-                    fix(c, cfg)
-        except Exception as e:  # engine restarted or unreachable: reconnect
-            log("docker: %s: %s; reconnecting in 5 s" % (type(e).__name__, e))
+    def fix(self, container):
+        """handle() until the load balancer is fixed: one that just started
+        may still be rendering its first config or waiting for nginx."""
+        for attempt in range(1, ATTEMPTS + 1):
+            entry = lb.handle(container, container.name, bool(self.names), self.want,
+                              render_timeout=self.render_timeout)
+            if not entry["failed"]:
+                log("%s: %s" % (container.name, "fixed: " + "; ".join(entry["reasons"]) if entry["changed"]
+                                else "already fixed"))
+                return True
+            log("%s: attempt %d: %s" % (container.name, attempt, entry["msg"].splitlines()[0]))
             time.sleep(5)
+        return False
+
+    def on_create(self, container):
+        try:
+            if lb.patch_created(container, self.want):
+                log("%s: created; template patched before its first render" % container.name)
+        except (lb.ShapeError, lb.ApplyError) as e:
+            log("%s: created; template not patched: %s" % (container.name, e))
+        except Exception as e:  # deliberate: it may already be gone; the start event applies in full
+            log("%s: created; template not patched: %s: %s" % (container.name, type(e).__name__, e))
+
+    def on_values(self, container):
+        time.sleep(1)  # confd's own watch first
+        try:
+            if lb.render_is_stale(container):
+                lb.render(container, self.render_timeout)
+                log("%s: k3d's values.yaml was not rendered by confd's watch; rendered" % container.name)
+        except (lb.ShapeError, lb.ApplyError) as e:
+            log("%s: checking the render after k3d's values.yaml: %s" % (container.name, e))
+        except Exception as e:  # deliberate: the container may be going away
+            log("%s: checking the render: %s: %s" % (container.name, type(e).__name__, e))
+
+    def react(self, client, event, not_found):
+        try:
+            container = client.containers.get(event["id"])
+        except not_found:
+            return
+        if not lb.wanted(container, self.names, self.clusters):
+            return
+        action = event.get("Action") or event.get("status")
+        if action == "create":
+            self.on_create(container)  # at once: k3d starts it a moment later
+        elif action == "start":
+            log("%s started" % container.name)
+            threading.Thread(target=self.fix, args=(container,), daemon=True).start()
+        elif action == "extract-to-dir" and container.status == "running":
+            threading.Thread(target=self.on_values, args=(container,), daemon=True).start()
+
+    def run(self):
+        import docker
+        while True:
+            try:
+                client = docker.from_env()
+                since = int(time.time())
+                for name, container, dummy in lb.find_load_balancers(client, self.names, self.clusters,
+                                                                     not_found=docker.errors.NotFound):
+                    if container is not None and container.status == "running":
+                        self.fix(container)
+                events = client.events(decode=True, since=since, filters={
+                    "type": "container", "event": EVENTS,
+                    "label": "%s=%s" % (lb.ROLE_LABEL, lb.ROLE_LOADBALANCER)})
+                for event in events:
+                    self.react(client, event, docker.errors.NotFound)
+            except Exception as e:  # deliberate: engine restarted or unreachable: reconnect
+                log("docker: %s: %s; reconnecting in 5 s" % (type(e).__name__, e))
+                time.sleep(5)
 
 
-def running_pid():
+# ------------------------------------------------------- process management
+
+def paths(config):
+    """Pid and log file of the keeper for one configuration file."""
+    tag = os.path.splitext(os.path.basename(config))[0]
+    return "/run/homelab-edge-%s-keeper.pid" % tag, "/var/log/homelab-edge-%s-keeper.log" % tag
+
+
+def running_pid(pidfile):
     try:
-        pid = int(open(PIDFILE).read().strip())
+        with open(pidfile) as f:
+            pid = int(f.read().strip())
         os.kill(pid, 0)
         with open("/proc/%d/cmdline" % pid, "rb") as f:
             if b"k3d-serverlb-keeper" not in f.read():
@@ -112,39 +149,39 @@ def running_pid():
         return None
 
 
-def stop():
-    pid = running_pid()
+def stop(pidfile):
+    pid = running_pid(pidfile)
     if not pid:
         return False
     os.kill(pid, signal.SIGTERM)
     for dummy in range(50):
-        if running_pid() != pid:
+        if running_pid(pidfile) != pid:
             break
         time.sleep(0.1)
     return True
 
 
-def daemonize(cfg):
-    if running_pid():
+def daemonize(keeper, pidfile, logfile):
+    if running_pid(pidfile):
         print("running")
         return
     if os.fork():
         for dummy in range(50):  # until the child has written its pidfile
-            if running_pid():
+            if running_pid(pidfile):
                 print("started")
                 return
             time.sleep(0.1)
-        sys.exit("keeper did not start; see %s" % LOGFILE)
+        sys.exit("keeper did not start; see %s" % logfile)
     os.setsid()
     if os.fork():
         os._exit(0)
-    fd = os.open(LOGFILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(logfile, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 2)
     os.dup2(os.open(os.devnull, os.O_RDWR), 0)
     os.dup2(fd, 1)
-    with open(PIDFILE, "w") as f:
+    with open(pidfile, "w") as f:
         f.write(str(os.getpid()))
-    run(cfg)
+    keeper.run()
 
 
 def main():
@@ -155,22 +192,23 @@ def main():
     g.add_argument("--restart", action="store_true")
     g.add_argument("--stop", action="store_true")
     a = ap.parse_args()
-    paths(a.config)
+    pidfile, logfile = paths(a.config)
     if a.stop:
-        print("stopped" if stop() else "not running")
+        print("stopped" if stop(pidfile) else "not running")
         return
+    load_library()
     with open(a.config) as f:
         cfg = json.load(f)
-    problems = _lib().validate_options(**options(cfg))
+    problems = lb.validate_options(**dict((k, cfg.get(k)) for k in lb.DEFAULTS))
     if problems:
         sys.exit("; ".join(problems))
+    keeper = Keeper(cfg)
     if a.restart:
-        stop()
-        daemonize(cfg)
-    elif a.daemon:
-        daemonize(cfg)
+        stop(pidfile)
+    if a.restart or a.daemon:
+        daemonize(keeper, pidfile, logfile)
     else:
-        run(cfg)
+        keeper.run()
 
 
 if __name__ == "__main__":

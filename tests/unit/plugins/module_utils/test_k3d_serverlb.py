@@ -1,4 +1,6 @@
+import io
 import re
+import tarfile
 
 import pytest
 
@@ -7,27 +9,32 @@ from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb a
 from ...conftest import fixture
 
 K3D = fixture("k3d_nginx.tmpl")
-OPTS = dict(udp_timeout=5, worker_rlimit_nofile=16384, udp_share=50)
-WANT = dict(udp_timeout=5, worker_connections=4096, worker_rlimit_nofile=16384, udp_share=50, budget_log_level="info")
+WANT = dict(lb.DEFAULTS)
+STOCK = fixture("nginx_T_stock.txt")
+FIXED = fixture("nginx_T_fixed.txt")
 
 
 def patch(text, **kw):
-    o = dict(OPTS, **kw)
-    return lb.patch_template(text, o["udp_timeout"], o["worker_rlimit_nofile"], o["udp_share"])
+    return lb.patch_template(text, dict(WANT, **kw))
 
 
-def test_patch_adds_udp_policy_rlimit_and_zone():
+def test_patch_adds_floor_udp_policy_rlimit_and_zone():
     out = patch(K3D)
-    assert out.count(lb.BEGIN) == 1 and out.count(lb.END) == 1
-    assert "proxy_responses 1;" in out
-    assert "proxy_timeout 5s;" in out
-    assert 'limit_conn homelab_edge_udp {{ div (mul (atoi (getv "/settings/workerConnections")) 50) 200 }};' in out
+    assert out.count(lb.BEGIN) == out.count(lb.END) == out.count(lb.FLOOR_BEGIN) == out.count(lb.FLOOR_END) == 1
+    # the floor: the larger of k3d's values.yaml setting and 4096, in one variable
+    assert ('  {{- $homelabEdgeConnections := atoi (getv "/settings/workerConnections") }}\n'
+            "  {{- if lt $homelabEdgeConnections 4096 }}{{ $homelabEdgeConnections = 4096 }}{{ end }}\n"
+            "  worker_connections {{ $homelabEdgeConnections }};\n") in out
+    assert 'worker_connections {{ getv "/settings/workerConnections" }};' not in out
+    assert "proxy_responses 1;" in out and "proxy_timeout 5s;" in out
+    # the budget reads the same variable, so it follows whatever the floor renders
+    assert "limit_conn homelab_edge_udp {{ div (mul $homelabEdgeConnections 50) 200 }};" in out
     # TCP keeps k3d's timeout, in the else branch
     assert re.search(r'\{\{- else \}\}\n\s+proxy_timeout \{\{ getv "/settings/defaultProxyTimeout" "600" \}\};\n', out)
     assert "worker_processes auto;\nworker_rlimit_nofile 16384;\nevents {" in out
     assert "stream {\n  limit_conn_zone $protocol zone=homelab_edge_udp:1m;\n" in out
-    # nothing else changed: removing what was added gives the original back
-    assert len(out.splitlines()) == len(K3D.splitlines()) + 11
+    # nothing else changed: 10 lines of UDP policy for 1, 5 of floor for 1, rlimit and zone
+    assert len(out.splitlines()) == len(K3D.splitlines()) + 9 + 4 + 2
 
 
 def test_patch_is_idempotent():
@@ -35,13 +42,15 @@ def test_patch_is_idempotent():
     assert patch(once) == once
 
 
-def test_patch_updates_values_when_options_change():
+def test_patch_updates_when_options_change():
     once = patch(K3D)
-    again = patch(once, udp_timeout=10, worker_rlimit_nofile=32768, udp_share=25)
+    again = patch(once, udp_timeout=10, worker_rlimit_nofile=32768, udp_share=25, worker_connections=8192)
     assert "proxy_timeout 10s;" in again and "proxy_timeout 5s;" not in again
     assert "worker_rlimit_nofile 32768;" in again and again.count("worker_rlimit_nofile") == 1
-    assert "mul (atoi (getv \"/settings/workerConnections\")) 25) 200" in again
-    assert again.count(lb.BEGIN) == 1 and again.count("limit_conn_zone") == 1
+    assert "mul $homelabEdgeConnections 25) 200" in again
+    assert "lt $homelabEdgeConnections 8192 }}{{ $homelabEdgeConnections = 8192 }}" in again
+    assert again.count(lb.BEGIN) == again.count(lb.FLOOR_BEGIN) == again.count("limit_conn_zone") == 1
+    assert patch(again) == once
 
 
 def test_patch_accepts_whitespace_variations():
@@ -52,7 +61,7 @@ def test_patch_accepts_whitespace_variations():
               .replace('worker_connections {{ getv "/settings/workerConnections" }};',
                        'worker_connections   {{getv "/settings/workerConnections"}};'))
     out = patch(varied)
-    assert out.count(lb.BEGIN) == 1
+    assert out.count(lb.BEGIN) == out.count(lb.FLOOR_BEGIN) == 1
     assert patch(out) == out
 
 
@@ -116,28 +125,22 @@ def test_parse_values_both_list_styles():
     assert lb.udp_ports(v) == ["53.udp", "1053.udp"]
 
 
-def test_patch_values_keeps_every_other_byte():
-    out = lb.patch_values(VALUES_INDENTED, 4096)
-    assert out == VALUES_INDENTED.replace("workerConnections: 1024", "workerConnections: 4096")
-    assert lb.patch_values(out, 4096) == out
-
-
-def test_patch_values_adds_missing_settings():
-    no_settings = "ports:\n  53.udp:\n  - a\n"
-    assert lb.patch_values(no_settings, 4096) == no_settings + "settings:\n  workerConnections: 4096\n"
-    only_timeout = "ports:\n  53.udp:\n  - a\nsettings:\n  defaultProxyTimeout: 600\n"
-    out = lb.patch_values(only_timeout, 2048)
-    assert lb.parse_values(out)["settings"] == {"workerConnections": "2048", "defaultProxyTimeout": "600"}
-
-
 @pytest.mark.parametrize("bad", ["ports:\n  53:\n  - a\n", "ports:\n- a\n", "just text\n", "ports:\n  53.sctp:\n  - a\n"])
 def test_bad_values_are_refused(bad):
     with pytest.raises(lb.ShapeError):
-        lb.patch_values(bad, 4096)
+        lb.parse_values(bad)
+
+
+def test_upstreams_of_values_and_of_the_render_compare():
+    assert lb.upstreams_from_values(lb.parse_values(VALUES_INDENTED)) == {
+        "1053_udp": ["k3d-core-server-0:1053"], "53_udp": ["k3d-core-server-0:53", "k3d-core-server-1:53"],
+        "443_tcp": ["k3d-core-server-0:443"]}
+    assert lb.parse_live(FIXED)["upstreams"] == {
+        "1053_udp": ["k3d-core-server-0:1053"], "443_tcp": ["k3d-core-server-0:443"], "53_udp": ["k3d-core-server-0:53"]}
 
 
 def test_parse_live_stock_and_report_the_seeds_math():
-    facts = lb.parse_live(fixture("nginx_T_stock.txt"))
+    facts = lb.parse_live(STOCK)
     assert facts["worker_connections"] == 1029
     assert facts["worker_rlimit_nofile"] is None
     assert [s["port"] for s in facts["udp_servers"]] == ["53"]
@@ -153,21 +156,43 @@ def test_parse_live_stock_and_report_the_seeds_math():
 
 
 def test_parse_live_fixed():
-    facts = lb.parse_live(fixture("nginx_T_fixed.txt"))
+    facts = lb.parse_live(FIXED)
     assert lb.live_is_fixed(facts, WANT)
     assert not lb.live_is_fixed(facts, dict(WANT, udp_timeout=10))
     assert not lb.live_is_fixed(facts, dict(WANT, worker_connections=8192))
     assert not lb.live_is_fixed(facts, dict(WANT, budget_log_level="warn"))
-    assert [s["limit_conn_log_level"] for s in facts["udp_servers"]] == ["info", "info"]
-    r = lb.report("lb", "core", facts, open_file_limit=1024)
+    # a floor: more connections than asked (k3d's own number above it) is fixed too, budget from them
+    more = FIXED.replace("worker_connections 4096;", "worker_connections 8192;").replace(
+        "limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp 2048;")
+    assert lb.live_is_fixed(lb.parse_live(more), WANT)
+    r = lb.report("lb", "core", facts, open_file_limit=16384)
     assert r["udp_session_budget"] == 1024 == lb.udp_budget(4096, 50)
     assert r["udp_servers_patched"] == 2 and r["udp_ports"] == ["1053", "53"]
     assert r["exhaustion_rate"] == 409.6
     assert r["open_file_limit"] == 16384 and r["warnings"] == []
 
 
+@pytest.mark.parametrize("line, reason", [
+    ("    proxy_responses 1;\n", "proxy_responses unset"),
+    ("    limit_conn homelab_edge_udp 1024;\n", "session budget None"),
+    ("    limit_conn_log_level info;\n", "limit_conn_log_level None"),
+    ("worker_rlimit_nofile 16384;\n", "worker_rlimit_nofile None"),
+])
+def test_live_is_not_fixed_without_any_one_piece(line, reason):
+    # drop the line from the second UDP server only (or the one rlimit line)
+    head, tail = FIXED.rsplit(line, 1)
+    facts = lb.parse_live(head + tail)
+    assert not lb.live_is_fixed(facts, WANT)
+    assert any(reason in s for s in lb.shortfalls(facts, WANT))
+
+
+def test_report_takes_the_smallest_budget():
+    uneven = FIXED.replace("limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp 2048;", 1)
+    assert lb.report("lb", "c", lb.parse_live(uneven), 16384)["udp_session_budget"] == 1024
+
+
 def test_no_udp_servers():
-    facts = lb.parse_live(fixture("nginx_T_fixed.txt").split("  upstream 1053_udp")[0] + "}\n")
+    facts = lb.parse_live(FIXED.split("  upstream 1053_udp")[0] + "}\n")
     r = lb.report("lb", "c", facts, 16384)
     assert r["udp_servers"] == 0 and r["exhaustion_rate"] is None and r["udp_session_budget"] is None
 
@@ -179,67 +204,197 @@ def test_timeout_seconds(value, seconds):
 
 def test_validate_options():
     assert lb.validate_options(**WANT) == []
-    problems = lb.validate_options(udp_timeout=0, worker_connections=10, worker_rlimit_nofile=100, udp_share=95)
+    problems = lb.validate_options(udp_timeout=0, worker_connections=10, worker_rlimit_nofile=100, udp_share=95,
+                                   budget_log_level="info")
     assert len(problems) == 4
-    bad_level = dict(WANT)
-    bad_level["budget_log_level"] = "debug"
-    assert lb.validate_options(**bad_level) == [
+    assert lb.validate_options(**dict(WANT, budget_log_level="debug")) == [
         "budget_log_level must be one of info, notice, warn, error, got 'debug'"]
 
 
 def test_budget_log_level():
     # default: refusals below k3d's notice-level error_log, so a flood writes no line per query
     assert "    limit_conn_log_level info;\n" in patch(K3D)
-    warn = lb.patch_template(patch(K3D), 5, 16384, 50, "warn")
+    warn = patch(patch(K3D), budget_log_level="warn")
     assert "limit_conn_log_level warn;" in warn and "limit_conn_log_level info;" not in warn
-    assert lb.patch_template(warn, 5, 16384, 50) == patch(K3D)
+    assert patch(warn) == patch(K3D)
 
 
-def test_renamed_leftovers():
-    assert lb.is_renamed_leftover("k3d-core-serverlb-ab1cd")
-    assert not lb.is_renamed_leftover("k3d-core-serverlb")
-    assert not lb.is_renamed_leftover("k3d-core-server-0")
+# ------------------------------------------------------------- discovery
+
+class C(object):
+    def __init__(self, name, labels=None, status="running"):
+        self.name, self.labels, self.status = name, labels or {}, status
 
 
-class FakeContainer(object):
-    """Just enough of docker's Container for wait_live."""
+LBL = {"k3d.role": "loadbalancer", "k3d.cluster": "core"}
 
-    def __init__(self, outputs, status="running", logs=b""):
-        self.outputs = list(outputs)
+
+def test_wanted_discovery_names_clusters_and_leftovers():
+    assert lb.wanted(C("k3d-core-serverlb", LBL))
+    assert lb.wanted(C("k3d-core-serverlb", LBL), clusters=["core"])
+    assert not lb.wanted(C("k3d-core-serverlb", LBL), clusters=["ai"])
+    assert not lb.wanted(C("k3d-core-serverlb-ab1Cd", LBL))  # k3d's renamed leftover while recreating
+    assert not lb.wanted(C("k3d-core-server-0", {"k3d.role": "server", "k3d.cluster": "core"}))
+    # explicit names need no label
+    assert lb.wanted(C("my-proxy"), names=["my-proxy"]) and not lb.wanted(C("k3d-core-serverlb", LBL), names=["x"])
+
+
+class Client(object):
+    def __init__(self, containers):
+        self.containers = self
+        self._all = containers
+
+    def list(self, all=False, filters=None):
+        assert filters == {"label": ["k3d.role=loadbalancer"]}
+        return [c for c in self._all if c.labels.get("k3d.role") == "loadbalancer"]
+
+    def get(self, name):
+        for c in self._all:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def test_find_load_balancers():
+    client = Client([C("k3d-b-serverlb", dict(LBL, **{"k3d.cluster": "b"})), C("k3d-core-serverlb", LBL),
+                     C("k3d-core-serverlb-x1y2z", LBL)])
+    assert [(n, e) for n, c, e in lb.find_load_balancers(client)] == [("k3d-b-serverlb", False),
+                                                                      ("k3d-core-serverlb", False)]
+    assert [n for n, c, e in lb.find_load_balancers(client, clusters=["b"])] == ["k3d-b-serverlb"]
+    found = lb.find_load_balancers(client, names=["k3d-core-serverlb", "nope"], not_found=KeyError)
+    assert [(n, c is not None, e) for n, c, e in found] == [("k3d-core-serverlb", True, True), ("nope", False, True)]
+
+
+# ---------------------------------------------------------------- apply()
+
+class Fake(object):
+    """A load balancer container: a file system, nginx's workers and a confd
+    whose render is given by the test (no Go template engine here)."""
+
+    def __init__(self, template=K3D, conf=STOCK, limits=(20000,), render=None, status="running"):
+        self.fs = {lb.TEMPLATE_PATH: template, lb.VALUES_PATH: VALUES_K3D, lb.NGINX_CONF: conf}
+        self.limits = list(limits)
         self.status = status
-        self._logs = logs
+        self.renders = []
+        self.on_render = render or self.render_fixed
+        self.labels = LBL
+        self.name = "k3d-core-serverlb"
+
+    def render_fixed(self, template):
+        if lb.BEGIN in template:
+            self.fs[lb.NGINX_CONF], self.limits = FIXED, [16384]
+        else:
+            self.fs[lb.NGINX_CONF], self.limits = STOCK, [20000]
+        return 0, "", ""
 
     def reload(self):
         pass
 
+    def put_archive(self, directory, data):
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for m in tar.getmembers():
+                self.fs["%s/%s" % (directory, m.name)] = tar.extractfile(m).read().decode()
+        return True
+
     def exec_run(self, argv, demux=False):
-        out = self.outputs.pop(0) if len(self.outputs) > 1 else self.outputs[0]
-        return type("R", (), {"exit_code": 0, "output": (out.encode(), b"")})()
+        rc, out, err = self.run(argv)
+        return type("R", (), {"exit_code": rc, "output": (out.encode(), err.encode())})()
 
-    def logs(self, **kw):
-        return self._logs
-
-
-def test_wait_live_returns_when_fixed_and_retriggers_once():
-    calls = []
-    clock = iter(range(0, 1000))
-    c = FakeContainer([fixture("nginx_T_stock.txt")] * 20 + [fixture("nginx_T_fixed.txt")])
-    facts = lb.wait_live(c, WANT, since=0, timeout=30, retrigger=lambda: calls.append(1),
-                         sleep=lambda s: None, clock=lambda: next(clock))
-    assert lb.live_is_fixed(facts, WANT) and calls == [1]
-
-
-def test_wait_live_fails_fast_on_a_confd_error():
-    c = FakeContainer([fixture("nginx_T_stock.txt")],
-                      logs=b'confd[27]: ERROR "nginx: [emerg] host not found in upstream"\n')
-    with pytest.raises(lb.ApplyError, match="confd rejected the render"):
-        lb.wait_live(c, WANT, since=0, timeout=30, sleep=lambda s: None)
+    def run(self, argv):
+        if argv[:2] == ["pgrep", "-f"]:
+            return 0, "1\n", ""
+        if argv[0] == "mv":
+            self.fs[argv[3]] = self.fs.pop(argv[2])
+            return 0, "", ""
+        if argv[0] == "rm":
+            return 0, "", ""
+        if argv[0] == "timeout" and argv[2] == "confd":
+            self.renders.append(self.fs[lb.TEMPLATE_PATH])
+            return self.on_render(self.fs[lb.TEMPLATE_PATH])
+        if argv[:2] == ["sh", "-c"] and argv[2].startswith("set -e; cat"):
+            parts = [self.fs[p] for p in (lb.TEMPLATE_PATH, lb.VALUES_PATH, lb.NGINX_CONF)]
+            return 0, lb._SPLIT.join(parts + ["\n".join(map(str, self.limits)) + "\n"]), ""
+        raise AssertionError("unexpected exec %r" % (argv,))
 
 
-def test_wait_live_times_out_and_notices_a_stopped_container():
-    clock = iter(range(0, 1000, 5))
-    c = FakeContainer([fixture("nginx_T_stock.txt")])
-    with pytest.raises(lb.ApplyError, match="within 30s"):
-        lb.wait_live(c, WANT, since=0, timeout=30, sleep=lambda s: None, clock=lambda: next(clock))
+def test_apply_patches_renders_and_reports():
+    c = Fake()
+    res = lb.apply(c, WANT)
+    assert res["changed"] and "template not patched" in res["reasons"]
+    assert c.fs[lb.TEMPLATE_PATH] == patch(K3D)
+    assert c.fs[lb.VALUES_PATH] == VALUES_K3D  # k3d's file is never written
+    assert len(c.renders) == 1 and res["open_file_limit"] == 16384
+    assert lb.live_is_fixed(res["facts"], WANT)
+    assert not [p for p in c.fs if "homelab-edge-" in p]  # no temporary file left
+
+
+def test_apply_is_idempotent_and_renders_nothing_when_fixed():
+    c = Fake(template=patch(K3D), conf=FIXED, limits=[16384])
+    res = lb.apply(c, WANT)
+    assert not res["changed"] and res["reasons"] == [] and c.renders == []
+
+
+def test_apply_renders_a_patched_template_whose_render_never_went_live():
+    """The files alone say "fixed"; nginx runs the stock config: render."""
+    c = Fake(template=patch(K3D), conf=STOCK, limits=[20000])
+    res = lb.apply(c, WANT)
+    assert res["changed"] and "template not patched" not in res["reasons"]
+    assert len(c.renders) == 1 and lb.live_is_fixed(res["facts"], WANT)
+
+
+def test_apply_renders_when_only_the_workers_lack_the_limit():
+    c = Fake(template=patch(K3D), conf=FIXED, limits=[1024])
+    res = lb.apply(c, WANT)
+    assert res["reasons"] == ["nginx workers run with open-file limit 1024"] and len(c.renders) == 1
+
+
+def test_apply_check_mode_writes_and_renders_nothing():
+    c = Fake()
+    before = dict(c.fs)
+    res = lb.apply(c, WANT, check_mode=True)
+    assert res["changed"] and c.fs == before and c.renders == []
+    assert res["template"] == (K3D, patch(K3D))
+
+
+def test_apply_rolls_back_a_rejected_render():
+    def reject(template):
+        if lb.BEGIN in template:
+            return 1, "", 'confd[7]: ERROR "nginx: [emerg] host not found in upstream \\"x:53\\""\n'
+        return 0, "", ""
+    c = Fake(render=reject)
+    with pytest.raises(lb.ApplyError, match="confd rejected the render.*host not found.*template rolled back"):
+        lb.apply(c, WANT, render_timeout=1)
+    assert c.fs[lb.TEMPLATE_PATH] == K3D
+    assert [lb.BEGIN in t for t in c.renders] == [True, False]  # the new one, then the old one again
+
+
+def test_apply_fails_when_the_render_does_not_take():
+    c = Fake(render=lambda template: (0, "", ""))  # confd says yes, nginx.conf stays stock
+    clock = iter(range(100))
+    with pytest.raises(lb.ApplyError, match="after the render: .*proxy_responses unset"):
+        lb.wait_settled(c, WANT, timeout=3, sleep=lambda s: None, clock=lambda: next(clock))
+
+
+def test_apply_refuses_a_stopped_container():
     with pytest.raises(lb.ApplyError, match="container is exited"):
-        lb.wait_live(FakeContainer([""], status="exited"), WANT, since=0, timeout=30)
+        lb.apply(Fake(status="exited"), WANT)
+
+
+def test_handle_never_raises_and_reports():
+    entry = lb.handle(Fake(), "k3d-core-serverlb", False, WANT)
+    assert entry["changed"] and not entry["failed"] and entry["cluster"] == "core"
+    assert entry["diff"][0]["before"] == K3D and entry["udp_session_budget"] == 1024
+    broken = lb.handle(Fake(template="no template"), "k3d-core-serverlb", False, WANT)
+    assert broken["failed"] and "no 'events {' block" in broken["msg"]
+    assert lb.handle(None, "gone", True, WANT)["msg"] == "no container named gone"
+    skipped = lb.handle(Fake(status="exited"), "k3d-core-serverlb", False, WANT)
+    assert not skipped["failed"] and skipped["msg"] == "skipped: container is exited"
+
+
+def test_render_is_stale_when_k3d_values_were_not_rendered():
+    c = Fake(template=patch(K3D), conf=FIXED, limits=[16384])
+    c.fs[lb.VALUES_PATH] = VALUES_INDENTED.replace("  443.tcp:\n    - k3d-core-server-0\n", "")
+    assert lb.render_is_stale(c)  # values list a second server that nginx.conf lacks
+    c.fs[lb.VALUES_PATH] = ("ports:\n  1053.udp:\n  - k3d-core-server-0\n  443.tcp:\n  - k3d-core-server-0\n"
+                            "  53.udp:\n  - k3d-core-server-0\nsettings:\n  workerConnections: 1029\n")
+    assert not lb.render_is_stale(c)

