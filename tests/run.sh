@@ -6,7 +6,8 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
+export HOMELAB_EDGE_CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
+CACHE=$HOMELAB_EDGE_CACHE
 eval "$(lab/lab.sh env)"
 export HOMELAB_EDGE_PYTHON="$VIRTUAL_ENV/bin/python"
 # The collection as Ansible expects it: .../ansible_collections/homelab/edge

@@ -1,10 +1,20 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, homelab.edge contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Per-source connection limits in ufw's before.rules: pure text logic.
+"""Per-source connection limits for ufw: pure text logic.
 
-One marked block inside the *filter section, before its COMMIT line. Nothing
-else in the file changes.
+Ports the host serves itself: one marked block inside the *filter section of
+before.rules (before6.rules), before its COMMIT line. Nothing else in the
+file changes.
+
+Ports Docker publishes never pass ufw's INPUT chains (Docker DNATs them
+through FORWARD, which jumps to DOCKER-USER first). Their limit lives in a
+chain of our own, homelab-edge-docker, loaded by a hook that ufw's
+after.init runs on every start (boot, enable, reload): it loads the chain
+and puts one jump to it first in DOCKER-USER. DOCKER-USER itself is never
+declared, so nothing else in it is flushed: neither Docker's own rules, nor
+ufw-docker's block (which after.rules loads, and which re-declares and so
+flushes the chain on every reload), nor rules the user keeps there.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,11 +26,18 @@ import re
 BEGIN = "# BEGIN homelab.edge.ufw_connlimit (managed by Ansible; edit the inventory, not this block)"
 END = "# END homelab.edge.ufw_connlimit"
 COMMIT_COMMENT = "# don't delete the 'COMMIT' line"
+DOCKER_CHAIN = "homelab-edge-docker"
+HOOK = "homelab-edge.init"
+AFTER_INIT = "after.init"
+# Stock after.init (Debian/Ubuntu): comments and a case statement that does nothing.
+_STOCK_AFTER_INIT = ['set -e', 'case "$1" in', 'start)', ';;', 'stop)', ';;', 'status)', ';;', 'flush-all)', ';;',
+                     '*)', "echo \"'$1' not supported\"", 'echo "Usage: after.init {start|stop|flush-all|status}"',
+                     ';;', 'esac']
 
 FAMILIES = {
-    4: {"chain": "ufw-before-input", "mask": 32, "file": "/etc/ufw/before.rules",
+    4: {"chain": "ufw-before-input", "mask": 32, "file": "before.rules", "docker_file": "homelab-edge-docker.rules",
         "restore": "iptables-restore", "save": "iptables"},
-    6: {"chain": "ufw6-before-input", "mask": 128, "file": "/etc/ufw/before6.rules",
+    6: {"chain": "ufw6-before-input", "mask": 128, "file": "before6.rules", "docker_file": "homelab-edge-docker6.rules",
         "restore": "ip6tables-restore", "save": "ip6tables"},
 }
 
@@ -54,19 +71,89 @@ def rule(chain, port, limit, mask, docker=False):
             "-j REJECT --reject-with tcp-reset" % (chain, match, limit, mask))
 
 
-def render_block(family, ports, limit, docker_ports=()):
+def render_block(family, ports, limit):
+    """The marked block of before.rules for ports the host serves itself."""
     f = FAMILIES[family]
-    lines = [BEGIN]
-    if any(p in docker_ports for p in ports):
-        # Docker creates DOCKER-USER when it starts; ufw may load first.
-        lines.append(":DOCKER-USER - [0:0]")
-    for port in ports:
-        if port in docker_ports:
-            lines.append(rule("DOCKER-USER", port, limit, f["mask"], docker=True))
-        else:
-            lines.append(rule(f["chain"], port, limit, f["mask"]))
-    lines.append(END)
-    return lines
+    return [BEGIN] + [rule(f["chain"], port, limit, f["mask"]) for port in ports] + [END]
+
+
+def docker_chain_rules(family, ports, limit):
+    """iptables-restore input for our chain (it flushes our chain only)."""
+    f = FAMILIES[family]
+    lines = ["# homelab.edge.ufw_connlimit: per-source limit for ports Docker publishes (managed by Ansible)",
+             "*filter", ":%s - [0:0]" % DOCKER_CHAIN]
+    lines += [rule(DOCKER_CHAIN, port, limit, f["mask"], docker=True) for port in ports]
+    return "\n".join(lines + ["COMMIT", ""])
+
+
+def hook_script(rules_dir):
+    """The after.init hook: on start, load our chain and make its jump the
+    first rule of DOCKER-USER (creating the chain when Docker has not yet);
+    on stop, remove both. Never fails ufw's start: problems go to stderr."""
+    return """#!/bin/sh
+# homelab.edge.ufw_connlimit (managed by Ansible): per-source connection limit
+# for ports Docker publishes. Run by %(dir)s/after.init with start|stop|status|flush-all.
+chain=%(chain)s
+load() { # iptables-command rules-file
+    [ -s "$2" ] || return 0
+    command -v "$1" >/dev/null 2>&1 || return 0
+    if ! "$1-restore" -n < "$2"; then echo "homelab.edge: $2 did not load" >&2; return 0; fi
+    "$1" -N DOCKER-USER 2>/dev/null || true
+    while "$1" -D DOCKER-USER -j "$chain" 2>/dev/null; do :; done
+    "$1" -I DOCKER-USER 1 -j "$chain" || echo "homelab.edge: no jump to $chain in DOCKER-USER" >&2
+}
+unload() {
+    command -v "$1" >/dev/null 2>&1 || return 0
+    while "$1" -D DOCKER-USER -j "$chain" 2>/dev/null; do :; done
+    "$1" -F "$chain" 2>/dev/null && "$1" -X "$chain" 2>/dev/null
+    return 0
+}
+case "$1" in
+start)
+    load iptables %(dir)s/%(v4)s
+    load ip6tables %(dir)s/%(v6)s
+    ;;
+stop|flush-all)
+    unload iptables
+    unload ip6tables
+    ;;
+esac
+exit 0
+""" % {"dir": rules_dir, "chain": DOCKER_CHAIN, "v4": FAMILIES[4]["docker_file"], "v6": FAMILIES[6]["docker_file"]}
+
+
+def init_call(rules_dir):
+    return [BEGIN, '[ -x %s/%s ] && %s/%s "$1" || true' % (rules_dir, HOOK, rules_dir, HOOK), END]
+
+
+def is_stock_after_init(text):
+    """after.init as the package ships it: nothing but comments and a no-op case."""
+    body = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    return body == _STOCK_AFTER_INIT or not body
+
+
+def apply_init_block(text, block, present=True):
+    """after.init with our one call placed (or removed): after the shebang
+    and the leading comments, before any command of the user's. Everything
+    else stays byte for byte. A missing file (None) becomes a script with
+    only our call."""
+    if text is None:
+        return "#!/bin/sh\n" + "\n".join(block) + "\n" if present else None
+    nl = "\r\n" if "\r\n" in text else "\n"
+    lines = text.split(nl)
+    begins = [i for i, ln in enumerate(lines) if ln.strip() == BEGIN]
+    ends = [i for i, ln in enumerate(lines) if ln.strip() == END]
+    if len(begins) != len(ends) or len(begins) > 1:
+        raise RulesError("after.init: the managed block's markers are damaged (%d begin, %d end)"
+                         % (len(begins), len(ends)))
+    if begins:
+        del lines[begins[0]:ends[0] + 1]
+    if present:
+        at = 0
+        while at < len(lines) and (lines[at].startswith("#") or not lines[at].strip()) and at < len(lines) - 1:
+            at += 1
+        lines[at:at] = list(block)
+    return nl.join(lines)
 
 
 def _filter_bounds(lines):
@@ -120,6 +207,25 @@ def apply_block(text, block, present=True):
 
 
 # ------------------------------------------------------------ live ruleset
+
+def docker_user_state(docker_user_rules, chain_rules):
+    """What DOCKER-USER and our chain hold live, from `iptables -S` of each:
+    dict(jump_first, jump_position, ports={port: limit}, other_rules)."""
+    rules = [ln for ln in docker_user_rules.splitlines() if ln.startswith("-A DOCKER-USER ")]
+    jumps = [i for i, ln in enumerate(rules) if ln.split()[-2:] == ["-j", DOCKER_CHAIN]]
+    return {"jump_first": jumps[:1] == [0] and len(jumps) == 1,
+            "jump_position": jumps[0] + 1 if jumps else None,
+            "ports": iptables_connlimit_rules(chain_rules, DOCKER_CHAIN),
+            "other_rules": [ln for i, ln in enumerate(rules) if i not in jumps]}
+
+
+def firewall_backend(docker_info):
+    """Docker's firewall backend from `docker info --format '{{json .}}'`:
+    'iptables' (Docker before 28 says nothing: it only has iptables) or
+    'nftables' (Docker 29's experimental backend, which has no DOCKER-USER)."""
+    backend = (docker_info or {}).get("FirewallBackend") or {}
+    return backend.get("Driver") or "iptables"
+
 
 _NFT_RULE = re.compile(
     r"tcp dport (?P<port>\d+)\b.*?xt match \"?connlimit\"?.*?reject with tcp reset"

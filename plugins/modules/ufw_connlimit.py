@@ -10,21 +10,31 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: ufw_connlimit
-short_description: Limit concurrent TCP connections per source address in ufw's before.rules
+short_description: Limit concurrent TCP connections per source address with ufw, Docker-published ports included
 version_added: "0.1.0"
 description:
-  - Manages one marked block of rules inside the C(*filter) section of C(/etc/ufw/before.rules)
-    (and C(before6.rules) for IPv6), placed before that section's C(COMMIT) line. For each port,
-    new TCP connections above O(limit) from one source address are rejected with a TCP reset.
-  - Everything else in the files is kept byte for byte. The new file is validated with the real
-    C(iptables-restore --test) (C(ip6tables-restore --test)) before it atomically replaces the old
-    one; a file that fails validation is never written and ufw is not touched.
-  - When ufw is enabled the module runs C(ufw reload) (C(ufw --force enable) does not reload a
-    running firewall) and then reads the live ruleset back (C(nft list ruleset) on nftables
-    systems, C(iptables -S) on legacy ones). Rules that are not live fail the task.
-  - Traffic to a port published by Docker is DNAT-ed through FORWARD and never passes
-    C(ufw-before-input). The module detects such ports and, per O(docker_published), limits them in
-    Docker's C(DOCKER-USER) chain (matching the original destination port) or fails.
+  - Ports the host serves itself (for example nginx as a TCP stream proxy) are limited by one marked
+    block of rules inside the C(*filter) section of C(before.rules) (and C(before6.rules) for IPv6),
+    placed before that section's C(COMMIT) line. For each port, new TCP connections above O(limit)
+    from one source address are rejected with a TCP reset.
+  - Traffic to a port published by Docker is DNAT-ed through FORWARD and never passes ufw's INPUT
+    chains. The module detects such ports and, per O(docker_published), limits them in a chain of its
+    own (C(homelab-edge-docker), matching the original destination port) that a hook loads on every ufw
+    start and puts first in Docker's C(DOCKER-USER) chain. C(DOCKER-USER) itself is never declared or
+    flushed, so Docker's rules, ufw-docker's block in C(after.rules) and rules of your own there all stay.
+    The hook is C(/etc/ufw/homelab-edge.init), called by one marked line in C(/etc/ufw/after.init)
+    (ufw's documented hook, see C(man ufw-framework)).
+  - Everything else in the files is kept byte for byte. Every new rules file is validated with the real
+    C(iptables-restore --test) (C(ip6tables-restore --test)) before any file is written; a file that fails
+    validation is never written and ufw is not touched.
+  - When ufw is enabled the module runs C(ufw reload) (C(ufw --force enable) does not reload a running
+    firewall) and reads the live ruleset back (C(nft list ruleset) on nftables systems, C(iptables -S) on
+    legacy ones; C(DOCKER-USER) and the module's chain with C(iptables -S)). If the reload fails, the
+    previous files are put back and ufw is reloaded with them; if that fails too, the ruleset that was
+    live before is restored with C(iptables-restore). Rules that are not live fail the task.
+  - Docker's experimental nftables firewall backend (Docker 29, C("firewall-backend"\: "nftables")) has no
+    C(DOCKER-USER) chain: the module detects it and fails with what to do instead of writing rules that
+    protect nothing.
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
@@ -38,12 +48,12 @@ options:
     type: int
     default: 100
   state:
-    description: C(present) writes the block, C(absent) removes it.
+    description: C(present) writes the rules, C(absent) removes everything the module wrote.
     type: str
     choices: [present, absent]
     default: present
   ipv6:
-    description: Manage C(before6.rules) too.
+    description: Manage the IPv6 files too.
     type: bool
     default: true
   backup:
@@ -57,7 +67,7 @@ options:
   docker_published:
     description:
       - What to do with a listed port that a local Docker container publishes.
-      - C(fail) stops with an explanation; C(docker_user) limits it in the C(DOCKER-USER) chain;
+      - C(fail) stops with an explanation; C(docker_user) limits it ahead of C(DOCKER-USER);
         C(ignore) writes the INPUT rule anyway (it protects nothing for that port).
     type: str
     choices: [fail, docker_user, ignore]
@@ -69,12 +79,21 @@ options:
 extends_documentation_fragment:
   - homelab.edge.attributes
 attributes:
+  check_mode:
+    support: full
+    details: The live ruleset is read back in check mode too; nothing is written or reloaded.
+  diff_mode:
+    support: partial
+    details: The diff shows every file the module writes. The live ruleset that C(ufw reload) builds from them is not part of the diff.
   platform:
     platforms: debian
 requirements:
-  - ufw, iptables (iptables-restore), nftables (nft) on nftables systems
+  - ufw (0.36 or later, for after.init), iptables (iptables-restore), nftables (nft) on nftables systems
+  - Root on the target (C(become), the site playbook does it)
 notes:
   - A rule placed before COMMIT only sees new connections; ufw accepts established ones earlier.
+  - With ufw-docker installed, its block re-declares C(DOCKER-USER) on every reload, which flushes every rule
+    in it; the hook runs after that and puts the module's jump back in front.
 seealso:
   - module: community.general.ufw
 """
@@ -85,6 +104,11 @@ EXAMPLES = r"""
     ports: [80, 443]
     limit: 100
 
+- name: The same where 443 is published by a Docker container (ufw-docker or not)
+  homelab.edge.ufw_connlimit:
+    ports: [80, 443]
+    docker_published: docker_user
+
 - name: Remove the limit
   homelab.edge.ufw_connlimit:
     state: absent
@@ -92,7 +116,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 files:
-  description: Per rules file, whether it changed and where the backup went.
+  description: Per file the module manages, whether it changed and where the backup went.
   returned: always
   type: list
   elements: dict
@@ -102,11 +126,20 @@ live:
   returned: when ufw is enabled and O(state=present)
   type: dict
   sample: {"ipv4": [80, 443], "ipv6": [80, 443]}
+docker_user:
+  description: Live state of the Docker path per family (the jump's place in DOCKER-USER, the limited ports,
+    the other rules kept in DOCKER-USER).
+  returned: when ports are limited ahead of DOCKER-USER and ufw is enabled
+  type: dict
 docker_ports:
   description: Listed ports that a local Docker container publishes, with the containers.
   returned: always
   type: dict
   sample: {"443": ["traefik"]}
+docker_firewall_backend:
+  description: Docker's firewall backend (iptables, or nftables where DOCKER-USER does not exist).
+  returned: when Docker runs on the host
+  type: str
 reloaded:
   description: Whether ufw was reloaded.
   returned: always
@@ -115,6 +148,7 @@ reloaded:
 
 import json
 import os
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -124,6 +158,20 @@ from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit 
 C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 
 
+class Change(object):
+    """One file the module manages: its old and new content (None: absent)."""
+
+    def __init__(self, path, old, new, mode=0o640, check=None):
+        self.path, self.old, self.new, self.mode, self.check = path, old, new, mode, check
+        self.backup = ""
+
+    @property
+    def changed(self):
+        """New content, or a script of ours that ufw-init would skip (not executable)."""
+        return self.old != self.new or (self.new is not None and self.mode & 0o100 and
+                                         not os.access(self.path, os.X_OK))
+
+
 def run(module, argv, data=None, check_rc=True):
     rc, out, err = module.run_command(argv, data=data, environ_update=C_ENV, binary_data=True)
     if check_rc and rc != 0:
@@ -131,49 +179,213 @@ def run(module, argv, data=None, check_rc=True):
     return rc, out, err
 
 
-def docker_ports(module):
+def read(path):
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8")
+
+
+def require_root(module):
+    if os.geteuid() != 0:
+        module.fail_json(msg="ufw_connlimit must run as root: it writes %s and reloads ufw. Run it with "
+                             "become: true (the homelab.edge site playbook does)." % module.params["rules_dir"])
+
+
+def docker_facts(module):
+    """(published TCP ports {port: [containers]}, firewall backend or None)."""
     docker = module.get_bin_path("docker")
     if not docker:
-        return {}
+        return {}, None
+    rc, info, err = module.run_command([docker, "info", "--format", "{{json .}}"], environ_update=C_ENV)
+    if rc != 0:
+        return {}, None
+    backend = uc.firewall_backend(json.loads(info))
     rc, ids, err = module.run_command([docker, "ps", "-q"], environ_update=C_ENV)
     if rc != 0 or not ids.split():
-        return {}
+        return {}, backend
     rc, out, err = module.run_command([docker, "inspect"] + ids.split(), environ_update=C_ENV)
-    if rc != 0:
-        return {}
-    return uc.docker_published_tcp_ports(json.loads(out))
+    return (uc.docker_published_tcp_ports(json.loads(out)) if rc == 0 else {}), backend
 
 
-def ufw_enabled(module, rules_dir):
-    conf = os.path.join(rules_dir, "ufw.conf")
+def docker_ports_to_limit(module, published, backend):
+    """The listed ports to limit ahead of DOCKER-USER; fails per docker_published."""
+    p = module.params
+    clash = dict((port, published[port]) for port in p["ports"] if port in published)
+    where = "; ".join("%s: %s" % (k, ", ".join(v)) for k, v in sorted(clash.items()))
+    if clash and p["docker_published"] == "fail":
+        module.fail_json(
+            msg="port(s) %s are published by Docker (%s): Docker DNATs that traffic through FORWARD, so a "
+                "rule in ufw-before-input would protect nothing. Set docker_published=docker_user to limit "
+                "them ahead of DOCKER-USER, or run the service with host networking."
+                % (", ".join(str(x) for x in sorted(clash)), where),
+            docker_ports=dict((str(k), v) for k, v in clash.items()))
+    if clash and p["docker_published"] == "docker_user" and backend and backend.startswith("nftables"):
+        module.fail_json(
+            msg="port(s) %s are published by Docker (%s), and Docker runs its nftables firewall backend "
+                "(docker info: FirewallBackend %s): it has no DOCKER-USER chain, so rules there protect "
+                "nothing. Either run Docker with its iptables backend (\"firewall-backend\": \"iptables\" in "
+                "/etc/docker/daemon.json), or publish the service on 127.0.0.1 only and put a host-networked "
+                "proxy on the public port, which this module then limits in ufw-before-input."
+                % (", ".join(str(x) for x in sorted(clash)), where, backend),
+            docker_ports=dict((str(k), v) for k, v in clash.items()), docker_firewall_backend=backend)
+    return sorted(clash) if p["docker_published"] == "docker_user" else []
+
+
+def plan(module, docker_ports):
+    """Every file the module manages, old and new."""
+    p = module.params
+    present = p["state"] == "present"
+    families = [4, 6] if p["ipv6"] else [4]
+    d = p["rules_dir"]
+    changes = []
+    for fam in families:
+        f = uc.FAMILIES[fam]
+        path = os.path.join(d, f["file"])
+        old = read(path)
+        if old is None:
+            module.fail_json(msg="%s does not exist: is ufw installed?" % path)
+        input_ports = [x for x in p["ports"] if x not in docker_ports]
+        try:
+            new = uc.apply_block(old, uc.render_block(fam, input_ports, p["limit"]) if present else [], present)
+        except uc.RulesError as e:
+            module.fail_json(msg="%s: %s; nothing was written" % (path, e))
+        changes.append(Change(path, old, new, check=f["restore"]))
+        path = os.path.join(d, f["docker_file"])
+        new = uc.docker_chain_rules(fam, docker_ports, p["limit"]) if present and docker_ports else None
+        changes.append(Change(path, read(path), new, check=f["restore"]))
+    hook = os.path.join(d, uc.HOOK)
+    changes.append(Change(hook, read(hook), uc.hook_script(d) if present and docker_ports else None, mode=0o750,
+                          check="sh"))
+    after_init = os.path.join(d, uc.AFTER_INIT)
+    old = read(after_init)
+    hooked = present and bool(docker_ports)
+    if (hooked and old is not None and not os.access(after_init, os.X_OK)
+            and not uc.is_stock_after_init(uc.apply_init_block(old, [], False))):
+        module.fail_json(msg="%s is not executable and holds commands of yours: making it executable to call the "
+                             "hook would start running them. Make it executable yourself (or empty it) and run "
+                             "again; nothing was written." % after_init)
     try:
-        with open(conf) as f:
-            return any(line.strip() == "ENABLED=yes" for line in f)
-    except IOError:
-        return False
+        new = uc.apply_init_block(old, uc.init_call(d), hooked) if (hooked or old is not None) else None
+    except uc.RulesError as e:
+        module.fail_json(msg="%s; nothing was written" % e)
+    changes.append(Change(after_init, old, new, mode=0o750, check="sh"))
+    return changes
 
 
-def verify_live(module, families, want_ports, docker_set):
-    """Read the live rules back; fail when any is missing."""
-    live, missing = {}, []
+def validate(module, changes):
+    """Every new file checked with the real tool before any is written."""
+    for c in changes:
+        if not c.changed or c.new is None:
+            continue
+        tool = module.get_bin_path(c.check, required=True)
+        argv = [tool, "-n"] if c.check == "sh" else [tool, "--test", "--noflush"]
+        rc, out, err = module.run_command(argv, data=c.new, binary_data=True, environ_update=C_ENV)
+        if rc != 0:
+            module.fail_json(msg="%s: the new file fails %s: %s; the old file is kept and ufw was not touched"
+                                 % (c.path, " ".join([c.check] + argv[1:]), (err or out).strip()))
+
+
+def write(module, change):
+    """Temporary file in the target's directory, then an atomic rename."""
+    if change.new is None:
+        os.remove(change.path)
+        return
+    directory = os.path.dirname(change.path)
+    mode = change.mode
+    if change.old is not None:  # keep the file's mode; scripts must stay executable for ufw-init
+        mode = os.stat(change.path).st_mode & 0o7777 | (0o110 if change.mode & 0o100 else 0)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(change.path))
+    with os.fdopen(fd, "wb") as f:
+        f.write(change.new.encode("utf-8"))
+    module.atomic_move(tmp, change.path, unsafe_writes=False)
+    os.chmod(change.path, mode)
+
+
+def write_all(module, changes, backup):
+    for c in changes:
+        if c.changed:
+            if backup and c.old is not None:
+                c.backup = module.backup_local(c.path)
+            write(module, c)
+
+
+def ufw_enabled(rules_dir):
+    text = read(os.path.join(rules_dir, "ufw.conf")) or ""
+    return any(line.strip() == "ENABLED=yes" for line in text.splitlines())
+
+
+def snapshot(module, families):
+    """The live ruleset and ufw.conf before anything changes: the last resort."""
+    saved = {}
+    for fam in families:
+        save = module.get_bin_path(uc.FAMILIES[fam]["save"] + "-save")
+        if save:
+            saved[fam] = module.run_command([save], environ_update=C_ENV)[1]
+    return saved
+
+
+def ufw_reload(module):
+    """ufw reload, or enable where a failed reload left ufw disabled (ufw
+    then skips a reload: "Firewall not enabled")."""
+    ufw = module.get_bin_path("ufw", required=True)
+    if ufw_enabled(module.params["rules_dir"]):
+        rc, out, err = module.run_command([ufw, "reload"], environ_update=C_ENV)
+        return rc == 0 and "Firewall reloaded" in out, (err or out).strip()
+    rc, out, err = module.run_command([ufw, "--force", "enable"], environ_update=C_ENV)
+    return rc == 0 and "Firewall is active" in out, (err or out).strip()
+
+
+def reload_or_roll_back(module, changes, families, saved, result):
+    """ufw reload; when it fails, the old files again and reload; when that
+    fails too, the ruleset that was live before, as it was."""
+    ok, why = ufw_reload(module)
+    if ok:
+        result["reloaded"] = True
+        return
+    for c in changes:
+        if c.changed:
+            write(module, Change(c.path, c.new, c.old, c.mode))
+    conf = os.path.join(module.params["rules_dir"], "ufw.conf")
+    ok_again, why_again = ufw_reload(module)
+    if ok_again:
+        module.fail_json(msg="ufw reload failed with the new rules (%s); the previous files are back and ufw was "
+                             "reloaded with them: the firewall runs as before" % why, **result)
+    for fam, rules in saved.items():
+        restore = module.get_bin_path(uc.FAMILIES[fam]["restore"])
+        if restore and rules:
+            module.run_command([restore], data=rules, environ_update=C_ENV)
+    text = read(conf) or ""
+    if "ENABLED=no" in text:
+        with open(conf, "w") as f:
+            f.write(text.replace("ENABLED=no", "ENABLED=yes"))
+    module.fail_json(msg="ufw reload failed with the new rules (%s) and again with the previous files put back "
+                         "(%s): the ruleset that was live before was restored with iptables-restore; fix the "
+                         "cause, then run `ufw reload`" % (why, why_again), **result)
+
+
+def verify_live(module, families, input_ports, docker_ports):
+    """Read the live rules back: (live, docker_user, missing)."""
+    live, docker_user, missing = {}, {}, []
     nft = module.get_bin_path("nft")
     for fam in families:
         f = uc.FAMILIES[fam]
         ipt = module.get_bin_path(f["save"], required=True)
         version = run(module, [ipt, "--version"])[1]
-        input_ports = [p for p in want_ports if p not in docker_set]
         if nft and "nf_tables" in version:
-            ruleset = run(module, [nft, "list", "ruleset"])[1]
-            have = uc.nft_connlimit_ports(ruleset, fam)
+            have = uc.nft_connlimit_ports(run(module, [nft, "list", "ruleset"])[1], fam)
         else:
-            saved = run(module, [ipt, "-S", f["chain"]])[1]
-            have = set(uc.iptables_connlimit_rules(saved, f["chain"]))
-        if docker_set:
-            rc, saved, err = run(module, [ipt, "-S", "DOCKER-USER"], check_rc=False)
-            have |= set(uc.iptables_connlimit_rules(saved, "DOCKER-USER")) & docker_set if rc == 0 else set()
+            have = set(uc.iptables_connlimit_rules(run(module, [ipt, "-S", f["chain"]])[1], f["chain"]))
+        if docker_ports:
+            du = run(module, [ipt, "-S", "DOCKER-USER"], check_rc=False)[1]
+            ours = run(module, [ipt, "-S", uc.DOCKER_CHAIN], check_rc=False)[1]
+            state = uc.docker_user_state(du, ours)
+            docker_user["ipv%d" % fam] = state
+            if state["jump_first"]:
+                have |= set(state["ports"]) & set(docker_ports)
         live["ipv%d" % fam] = sorted(have)
-        missing += ["%s/ipv%d" % (p, fam) for p in input_ports + sorted(docker_set) if p not in have]
-    return live, missing
+        missing += ["%s/ipv%d" % (x, fam) for x in sorted(set(input_ports) | set(docker_ports)) if x not in have]
+    return live, docker_user, missing
 
 
 def main():
@@ -192,87 +404,41 @@ def main():
     )
     p = module.params
     present = p["state"] == "present"
-    if present:
-        problems = uc.validate(p["ports"], p["limit"])
-        if problems:
-            module.fail_json(msg="; ".join(problems))
-
-    published = docker_ports(module) if present else {}
-    clash = dict((port, published[port]) for port in p["ports"] if port in published)
-    if clash and p["docker_published"] == "fail":
-        module.fail_json(
-            msg="port(s) %s are published by Docker (%s): Docker DNATs that traffic through FORWARD, so a "
-                "rule in ufw-before-input would protect nothing. Set docker_published=docker_user to limit "
-                "them in DOCKER-USER, or run the service with host networking."
-                % (", ".join(str(x) for x in sorted(clash)),
-                   "; ".join("%s: %s" % (k, ", ".join(v)) for k, v in sorted(clash.items()))),
-            docker_ports=dict((str(k), v) for k, v in clash.items()))
-    docker_set = set(clash) if p["docker_published"] == "docker_user" else set()
+    problems = uc.validate(p["ports"], p["limit"]) if present else []
+    if problems:
+        module.fail_json(msg="; ".join(problems))
+    require_root(module)
+    published, backend = docker_facts(module) if present else ({}, None)
+    docker_ports = docker_ports_to_limit(module, published, backend)
+    changes = plan(module, docker_ports)
+    validate(module, changes)
 
     families = [4, 6] if p["ipv6"] else [4]
-    plans, diffs = [], []
-    for fam in families:
-        path = os.path.join(p["rules_dir"], os.path.basename(uc.FAMILIES[fam]["file"]))
-        if not os.path.exists(path):
-            module.fail_json(msg="%s does not exist: is ufw installed?" % path)
-        with open(path, "rb") as f:
-            old = f.read().decode("utf-8")
-        block = uc.render_block(fam, p["ports"], p["limit"], docker_set) if present else []
-        try:
-            new = uc.apply_block(old, block, present)
-        except uc.RulesError as e:
-            module.fail_json(msg="%s: %s; nothing was written" % (path, e))
-        plans.append((fam, path, old, new))
-        if old != new:
-            diffs.append({"before_header": path, "after_header": path, "before": old, "after": new})
-
-    changed = any(plan[2] != plan[3] for plan in plans)
+    changed = any(c.changed for c in changes)
     result = dict(changed=changed, files=[], reloaded=False,
-                  docker_ports=dict((str(k), v) for k, v in clash.items()))
+                  docker_ports=dict((str(k), v) for k, v in published.items() if k in p["ports"]))
+    if backend:
+        result["docker_firewall_backend"] = backend
     if module._diff:
-        result["diff"] = diffs
-
-    # Validate every new file with the real tool before any is written.
-    for fam, path, old, new in plans:
-        if old == new:
-            continue
-        restore = module.get_bin_path(uc.FAMILIES[fam]["restore"], required=True)
-        rc, out, err = module.run_command([restore, "--test", "--noflush"], data=new, binary_data=True,
-                                          environ_update=C_ENV)
-        if rc != 0:
-            module.fail_json(msg="%s: the new file fails %s --test: %s; the old file is kept and ufw was not "
-                                 "touched" % (path, uc.FAMILIES[fam]["restore"], (err or out).strip()), **result)
-
-    if not module.check_mode:
-        for fam, path, old, new in plans:
-            entry = {"path": path, "changed": old != new, "backup": ""}
-            if old != new:
-                if p["backup"]:
-                    entry["backup"] = module.backup_local(path)
-                st = os.stat(path)
-                tmp = os.path.join(os.path.dirname(path), ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
-                with open(tmp, "wb") as f:
-                    f.write(new.encode("utf-8"))
-                os.chmod(tmp, st.st_mode & 0o7777)
-                os.chown(tmp, st.st_uid, st.st_gid)
-                module.atomic_move(tmp, path, unsafe_writes=False)
-            result["files"].append(entry)
-
-    enabled = ufw_enabled(module, p["rules_dir"])
-    if changed and enabled and p["reload"] and not module.check_mode:
-        ufw = module.get_bin_path("ufw", required=True)
-        rc, out, err = module.run_command([ufw, "reload"], environ_update=C_ENV)
-        if rc != 0 or "Firewall reloaded" not in out:
-            module.fail_json(msg="ufw reload failed: %s" % (err or out).strip(), **result)
-        result["reloaded"] = True
-        time.sleep(0.2)
+        result["diff"] = [{"before_header": c.path, "after_header": c.path, "before": c.old or "",
+                           "after": c.new or ""} for c in changes if c.changed]
+    enabled = ufw_enabled(p["rules_dir"])
+    if not module.check_mode and changed:
+        saved = snapshot(module, families) if enabled and p["reload"] else {}
+        write_all(module, changes, p["backup"])
+        if enabled and p["reload"]:
+            reload_or_roll_back(module, changes, families, saved, result)
+            time.sleep(0.2)
+    result["files"] = [{"path": c.path, "changed": c.changed, "backup": c.backup} for c in changes]
     if present and enabled:
         # reading the ruleset changes nothing: check mode reports it too
-        live, missing = verify_live(module, families, p["ports"], docker_set)
-        result["live"] = live
+        input_ports = [x for x in p["ports"] if x not in docker_ports]
+        result["live"], docker_user, missing = verify_live(module, families, input_ports, docker_ports)
+        if docker_user:
+            result["docker_user"] = docker_user
         if missing and not module.check_mode and (changed or p["reload"]):
-            module.fail_json(msg="the connlimit rules are not live for %s (ufw reload may be needed)"
-                                 % ", ".join(missing), **result)
+            module.fail_json(msg="the connlimit rules are not live for %s (for Docker ports, the jump to %s must be "
+                                 "the first rule of DOCKER-USER)" % (", ".join(missing), uc.DOCKER_CHAIN), **result)
     module.exit_json(**result)
 
 

@@ -4,26 +4,56 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
-def run_module(module, args, target="localhost", connection="local", check=False, timeout=180):
+def run_module(module, args, target="localhost", connection="local", check=False, diff=False, become=False,
+               inventory=None, timeout=180):
     """`ansible <target> -m homelab.edge.<module> -a <args>`; the host's result dict.
 
-    connection "local" runs on this host with this Python; any other (for
-    example community.docker.docker) uses the target's /usr/bin/python3."""
+    With `inventory` (for example Molecule's, MOLECULE_INVENTORY_FILE) the
+    target is reached as the inventory says (SSH as a sudo user: become=True).
+    Otherwise connection "local" runs on this host with this Python, and any
+    other (for example community.docker.docker) uses the target's python3."""
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
-    interpreter = sys.executable if connection == "local" else "/usr/bin/python3"
-    cmd = ["ansible", "all", "-i", "%s," % target, "-c", connection,
-           "-e", "ansible_python_interpreter=%s" % interpreter,
-           "-m", "homelab.edge.%s" % module, "-a", json.dumps(args)] + (["--check"] if check else [])
+    if inventory:
+        cmd = ["ansible", target, "-i", inventory]
+    elif target != "localhost" and connection == "local":
+        raise AssertionError("%s with a local connection would run on this machine: pass its inventory" % target)
+    else:
+        interpreter = sys.executable if connection == "local" else "/usr/bin/python3"
+        cmd = ["ansible", "all", "-i", "%s," % target, "-c", connection,
+               "-e", "ansible_python_interpreter=%s" % interpreter]
+    cmd += ["-m", "homelab.edge.%s" % module, "-a", json.dumps(args)]
+    cmd += (["--check"] if check else []) + (["--diff"] if diff else []) + (["--become"] if become else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     try:
-        return json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"][target]
+        result = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"][target]
     except (ValueError, KeyError, IndexError):
         raise AssertionError("no result from %s:\n%s\n%s" % (" ".join(cmd), out.stdout[-2000:], out.stderr[-2000:]))
+    if result.get("unreachable"):
+        raise AssertionError("%s unreachable: %s" % (target, result.get("msg")))
+    return result
+
+
+def molecule_inventory():
+    """The inventory Molecule generated for this scenario (its directory:
+    the host variables of molecule.yml are in a file beside the platforms)."""
+    return os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"])
+
+
+def playbook(inventory, text, *args, timeout=600):
+    """ansible-playbook of a playbook given as text; the CompletedProcess."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        f.write(text)
+    try:
+        return subprocess.run(["ansible-playbook", "-i", inventory, f.name] + list(args), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    finally:
+        os.unlink(f.name)
 
 
 def record(scenario, name, **figures):

@@ -8,8 +8,8 @@ BEFORE = fixture("before.rules")
 BEFORE6 = fixture("before6.rules")
 
 
-def block(family=4, ports=(80, 443), limit=100, docker=()):
-    return uc.render_block(family, list(ports), limit, set(docker))
+def block(family=4, ports=(80, 443), limit=100):
+    return uc.render_block(family, list(ports), limit)
 
 
 def test_render_block_ipv4_and_ipv6():
@@ -22,11 +22,102 @@ def test_render_block_ipv4_and_ipv6():
     assert "--connlimit-above 50 --connlimit-mask 128" in b6[1]
 
 
-def test_docker_published_port_goes_to_docker_user():
-    b = block(4, ports=[80, 443], docker=[443])
-    assert b[1] == ":DOCKER-USER - [0:0]"
-    assert b[2].startswith("-A ufw-before-input -p tcp --dport 80 ")
-    assert b[3].startswith("-A DOCKER-USER -p tcp -m conntrack --ctstate NEW --ctorigdstport 443 ")
+def test_docker_published_ports_get_a_chain_of_their_own():
+    text = uc.docker_chain_rules(4, [443], 100)
+    lines = text.splitlines()
+    assert lines[1:3] == ["*filter", ":homelab-edge-docker - [0:0]"] and lines[-1] == "COMMIT"
+    assert lines[3] == ("-A homelab-edge-docker -p tcp -m conntrack --ctstate NEW --ctorigdstport 443 -m connlimit "
+                        "--connlimit-above 100 --connlimit-mask 32 -j REJECT --reject-with tcp-reset")
+    # DOCKER-USER is never declared: declaring it would flush Docker's, ufw-docker's and the admin's rules
+    assert "DOCKER-USER" not in text
+    assert "--connlimit-mask 128" in uc.docker_chain_rules(6, [443], 100)
+
+
+def test_hook_puts_one_jump_first_and_never_fails_ufw():
+    hook = uc.hook_script("/etc/ufw")
+    assert hook.startswith("#!/bin/sh\n") and hook.rstrip().endswith("exit 0")
+    assert 'while "$1" -D DOCKER-USER -j "$chain"' in hook and '"$1" -I DOCKER-USER 1 -j "$chain"' in hook
+    assert "load iptables /etc/ufw/homelab-edge-docker.rules" in hook
+    assert "load ip6tables /etc/ufw/homelab-edge-docker6.rules" in hook
+    assert "-F DOCKER-USER" not in hook and "-X DOCKER-USER" not in hook
+
+
+STOCK_AFTER_INIT = """#!/bin/sh
+#
+# after.init: if executable, called by ufw-init.
+#
+set -e
+
+case "$1" in
+start)
+    # typically required
+    ;;
+stop)
+    # typically required
+    ;;
+status)
+    # optional
+    ;;
+flush-all)
+    # optional
+    ;;
+*)
+    echo "'$1' not supported"
+    echo "Usage: after.init {start|stop|flush-all|status}"
+    ;;
+esac
+"""
+
+
+def test_after_init_gets_one_call_before_the_users_commands():
+    out = uc.apply_init_block(STOCK_AFTER_INIT, uc.init_call("/etc/ufw"))
+    lines = out.split("\n")
+    assert lines[4] == uc.BEGIN and lines[6] == uc.END and lines[7] == "set -e"
+    assert lines[5] == '[ -x /etc/ufw/homelab-edge.init ] && /etc/ufw/homelab-edge.init "$1" || true'
+    assert uc.apply_init_block(out, uc.init_call("/etc/ufw")) == out
+    assert uc.apply_init_block(out, [], present=False) == STOCK_AFTER_INIT
+    assert uc.apply_init_block(None, uc.init_call("/etc/ufw")).startswith("#!/bin/sh\n" + uc.BEGIN)
+    assert uc.apply_init_block(None, [], present=False) is None
+
+
+def test_stock_after_init_is_recognised_and_the_users_is_not():
+    assert uc.is_stock_after_init(STOCK_AFTER_INIT)
+    assert uc.is_stock_after_init("#!/bin/sh\n# nothing\n")
+    assert not uc.is_stock_after_init(STOCK_AFTER_INIT.replace("    # typically required\n    ;;",
+                                                               "    iptables -I DOCKER-USER -j DROP\n    ;;", 1))
+
+
+UFW_DOCKER_LIVE = """-N DOCKER-USER
+-A DOCKER-USER -j homelab-edge-docker
+-A DOCKER-USER -j ufw-user-forward
+-A DOCKER-USER -s 10.0.0.0/8 -j RETURN
+-A DOCKER-USER -j RETURN
+"""
+OURS_LIVE = """-N homelab-edge-docker
+-A homelab-edge-docker -p tcp -m conntrack --ctstate NEW --ctorigdstport 443 -m connlimit --connlimit-above 100 \
+--connlimit-mask 32 --connlimit-saddr -j REJECT --reject-with tcp-reset
+""".replace("\\\n", "")
+
+
+def test_docker_user_state():
+    state = uc.docker_user_state(UFW_DOCKER_LIVE, OURS_LIVE)
+    assert state == {"jump_first": True, "jump_position": 1, "ports": {443: 100},
+                     "other_rules": ["-A DOCKER-USER -j ufw-user-forward", "-A DOCKER-USER -s 10.0.0.0/8 -j RETURN",
+                                     "-A DOCKER-USER -j RETURN"]}
+    late = UFW_DOCKER_LIVE.replace("-A DOCKER-USER -j homelab-edge-docker\n", "") + "-A DOCKER-USER -j homelab-edge-docker\n"
+    assert uc.docker_user_state(late, OURS_LIVE)["jump_first"] is False  # behind a RETURN it protects nothing
+    assert uc.docker_user_state(late, OURS_LIVE)["jump_position"] == 4
+    assert uc.docker_user_state("-N DOCKER-USER\n", "")["jump_position"] is None
+
+
+@pytest.mark.parametrize("info, backend", [
+    ({"ServerVersion": "20.10.24"}, "iptables"),
+    ({"ServerVersion": "28.3.0", "FirewallBackend": {"Driver": "iptables"}}, "iptables"),
+    ({"ServerVersion": "29.0.0", "FirewallBackend": {"Driver": "nftables"}}, "nftables"),
+    ({}, "iptables"),
+])
+def test_docker_firewall_backend(info, backend):
+    assert uc.firewall_backend(info) == backend
 
 
 def test_block_goes_before_commit_and_keeps_every_other_byte():

@@ -1,0 +1,139 @@
+#!/usr/bin/env python
+"""Lab hosts, reached the way real ones are: over SSH as the user `edge`,
+with sudo (password edge-lab-sudo, a lab secret) and the lab's key (made
+once, see key()). Each host is a privileged container (lab/lab.sh
+privileged) from homelab-edge/host:lab, so ufw, nftables, WireGuard and its
+own Docker engine act in its own network namespace and nowhere else.
+
+  lab/hosts.py up NAME --network NET --ssh-port PORT [--docker] [--load IMAGE]... [--nginx-conf FILE]
+  lab/hosts.py client NAME... --network NET    clients (each its own address) on NET
+  lab/hosts.py down NAME...                    containers, their volumes, emptied lab networks
+  lab/hosts.py key                             the lab's SSH key
+
+--docker starts the host's own Docker engine; --load copies images from this
+engine into it (there is no registry). --nginx-conf is the host's own
+nginx.conf (the VPS's stream proxy).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+CACHE = os.environ.get("HOMELAB_EDGE_CACHE", "/var/cache/homelab-edge")
+KEY = os.path.join(CACHE, "ssh", "id_ed25519")
+HOST_IMAGE = "homelab-edge/host:lab"
+CLIENT_IMAGE = "homelab-edge/client:lab"
+USER, SUDO_PASSWORD = "edge", "edge-lab-sudo"
+LABEL = "homelab.edge.lab"
+SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+               "-o", "ConnectTimeout=3", "-o", "LogLevel=ERROR"]
+
+
+def sh(*argv, **kw):
+    kw.setdefault("check", True)
+    out = subprocess.run(list(argv), capture_output=True, text=kw.pop("text", True), **kw)
+    return out
+
+
+def key():
+    if not os.path.exists(KEY):
+        os.makedirs(os.path.dirname(KEY), exist_ok=True)
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "homelab-edge-lab", "-f", KEY)
+    return KEY
+
+
+def inventory_vars(ssh_port):
+    """What an Ansible inventory needs to reach a lab host like a real one."""
+    return {"ansible_host": "127.0.0.1", "ansible_port": ssh_port, "ansible_user": USER,
+            "ansible_ssh_private_key_file": key(), "ansible_become_password": SUDO_PASSWORD,
+            "ansible_ssh_common_args": " ".join(SSH_OPTIONS[:6]), "ansible_python_interpreter": "/usr/bin/python3"}
+
+
+def network(name, subnet=None):
+    if sh("docker", "network", "inspect", name, check=False).returncode:
+        sh("docker", "network", "create", "--label", LABEL, *(["--subnet", subnet] if subnet else []), name)
+
+
+def address(name, net):
+    return json.loads(sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", name).stdout)[net]["IPAddress"]
+
+
+def ssh(port, command, check=True):
+    return sh("ssh", "-i", key(), "-p", str(port), *SSH_OPTIONS, "%s@127.0.0.1" % USER, command, check=check)
+
+
+def wait(what, test, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if test():
+            return
+        time.sleep(0.5)
+    raise RuntimeError("%s: not ready after %ss" % (what, timeout))
+
+
+def load_images(name, images):
+    """Copy images into the host's own engine (shared layers go once)."""
+    save = subprocess.Popen(["docker", "save"] + list(images), stdout=subprocess.PIPE)
+    sh("docker", "exec", "-i", name, "docker", "load", stdin=save.stdout)
+    if save.wait():
+        raise RuntimeError("docker save %s failed" % " ".join(images))
+
+
+def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None):
+    network(net, subnet)
+    argv = ["docker", "run", "-d", "--name", name, "--hostname", name, "--network", net, "--privileged",
+            "--label", LABEL, "-p", "127.0.0.1:%d:22" % ssh_port, "-v", "%s.pub:/lab/authorized_keys:ro" % key()]
+    if nginx_conf:
+        argv += ["-e", "HOST_NGINX=yes", "-v", "%s:/etc/nginx/nginx.conf" % os.path.abspath(nginx_conf)]
+    if docker:
+        argv += ["-e", "HOST_DOCKER=yes", "-v", "%s-docker:/var/lib/docker" % name]
+    sh(*(argv + [HOST_IMAGE]))
+    wait("sshd of %s" % name, lambda: ssh(ssh_port, "true", check=False).returncode == 0)
+    if docker:
+        wait("docker in %s" % name, lambda: sh("docker", "exec", name, "docker", "info", check=False).returncode == 0)
+        if load:
+            load_images(name, load)
+    return name
+
+
+def client(name, net):
+    network(net)
+    sh("docker", "run", "-d", "--name", name, "--hostname", name, "--network", net, "--label", LABEL,
+       CLIENT_IMAGE, "sleep", "infinity")
+    return name
+
+
+def down(*names):
+    for name in names:
+        sh("docker", "rm", "-f", "-v", name, check=False)
+        sh("docker", "volume", "rm", "%s-docker" % name, check=False)
+    for net in sh("docker", "network", "ls", "-q", "--filter", "label=%s" % LABEL).stdout.split():
+        sh("docker", "network", "rm", net, check=False)  # only the emptied ones go
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=["up", "client", "down", "key"])
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--network")
+    ap.add_argument("--ssh-port", type=int)
+    ap.add_argument("--docker", action="store_true")
+    ap.add_argument("--load", action="append", default=[])
+    ap.add_argument("--nginx-conf")
+    a = ap.parse_args(argv)
+    if a.action == "key":
+        print(key())
+    elif a.action == "up":
+        print(up(a.names[0], a.network, a.ssh_port, a.docker, a.load, a.nginx_conf))
+    elif a.action == "client":
+        for n in a.names:
+            print(client(n, a.network))
+    else:
+        down(*a.names)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
