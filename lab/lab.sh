@@ -261,6 +261,12 @@ build_base() {
   echo "$tag"
 }
 
+# upstream NAME DIR: an upstream project's files from ../shared/upstream, unchanged.
+upstream() {
+  [ -d "$SHARED/upstream/$1" ] || { log "$SHARED/upstream/$1 is missing (../shared beside the checkout)"; return 1; }
+  mkdir -p "$2/upstream" && cp -r "$SHARED/upstream/$1/." "$2/upstream/"
+}
+
 # extras NAME DIR: copy what an image needs from outside lab/images/NAME into
 # its build context DIR (binaries from the cache, k3d's proxy files).
 extras() {
@@ -272,14 +278,16 @@ extras() {
       cp -r "$proxy/templates" "$proxy/conf.d" "$proxy/nginx-proxy" "$2/k3d/" ;;
     nas) cp "$CACHE/bin/traefik" "$2/traefik" ;;
     nas-v2) cp "$CACHE/bin/traefik2" "$2/traefik" ;;
-    host) cp "$(venv_dir)/bin/docker-compose" "$2/docker-compose" ;;
+    host) cp "$(venv_dir)"/lib/python3*/site-packages/compose/docker-compose "$2/docker-compose" ;;
+    autoheal) upstream docker-autoheal "$2" ;;
+    socket-proxy) upstream docker-socket-proxy "$2" ;;
   esac
 }
 
 # Lab images: one directory each under lab/images/. The tag
 # homelab-edge/<name>:lab points at the build whose label matches the hash of
 # its whole build context and the base tag.
-LAB_IMAGES="k3d-proxy k3d-server k3d-tools host nas nas-v2 client"
+LAB_IMAGES="k3d-proxy k3d-server k3d-tools host nas nas-v2 autoheal socket-proxy client"
 image_dir() { case "$1" in nas-v2) echo nas ;; *) echo "$1" ;; esac; }
 
 cmd_images() {

@@ -470,7 +470,8 @@ def _scalar(value):
     if isinstance(value, int):
         return str(value)
     text = str(value)
-    if re.match(r"^[A-Za-z0-9_./@-]+$", text) and text.lower() not in ("true", "false", "null", "yes", "no", "on", "off"):
+    # plain when YAML reads it back as this very string ("1" or "true" would come back as a number or a bool)
+    if re.match(r"^[A-Za-z0-9_./@-]+$", text) and (not HAS_YAML or yaml.safe_load(text) == text):
         return text
     return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
 
@@ -602,28 +603,37 @@ def dynamic_names(texts):
 
 # ------------------------------------------------------------------ API
 
-def check_api(routers, middlewares, expected_routers, entrypoints, middleware_ref):
+def check_api(routers, middlewares, expected_routers, entrypoints, middleware_ref, amount=None):
     """Problems in what Traefik's API says (empty when all is well): every
-    expected router exists and is enabled, the middleware is loaded, and every
+    expected router exists and is enabled, the middleware is loaded with the
+    amount just written (not an earlier one Traefik still runs), and every
     router on the limited entrypoints runs it."""
     by_name = dict((r.get("name"), r) for r in routers or [])
     problems = []
     for name in sorted(expected_routers):
-        r = by_name.get(name)
-        if r is None:
+        # Traefik splits a router without entryPoints whose entrypoint has
+        # middlewares into <entrypoint>-<name> (with them) and <name> (the rest)
+        found = [r for n, r in by_name.items()
+                 if n == name or any(n == "%s-%s" % (ep, name) for ep in entrypoints)]
+        if not found:
             problems.append("router %s is gone" % name)
-        elif r.get("status") != "enabled":
-            problems.append("router %s is %s: %s" % (name, r.get("status"), "; ".join(r.get("error") or [])))
+        for r in found:
+            if r.get("status") != "enabled":
+                problems.append("router %s is %s: %s" % (r.get("name"), r.get("status"), "; ".join(r.get("error") or [])))
     mws = dict((m.get("name"), m) for m in middlewares or [])
     mw = mws.get(middleware_ref)
     if mw is None:
         problems.append("middleware %s is not loaded" % middleware_ref)
     elif mw.get("status") != "enabled":
         problems.append("middleware %s is %s: %s" % (middleware_ref, mw.get("status"), "; ".join(mw.get("error") or [])))
+    elif amount is not None and (mw.get("inFlightReq") or {}).get("amount") != amount:
+        problems.append("middleware %s runs amount %s, not %s (not reloaded yet)"
+                        % (middleware_ref, (mw.get("inFlightReq") or {}).get("amount"), amount))
     for r in routers or []:
         if r.get("name", "").startswith(API_ROUTER + "@"):
             continue
-        if set(r.get("entryPoints") or []) & set(entrypoints) and middleware_ref not in (r.get("middlewares") or []):
+        on = set(r.get("using") or r.get("entryPoints") or [])
+        if on & set(entrypoints) and middleware_ref not in (r.get("middlewares") or []):
             problems.append("router %s does not run %s" % (r.get("name"), middleware_ref))
     return problems
 
@@ -710,7 +720,8 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts):
         raise TraefikConfigError("a router named %s already exists in your dynamic config; nothing was changed" % API_ROUTER)
     out = {"mode": where["mode"], "static": None, "compose": None, "restart": False, "recreate": False,
            "provider": provider, "middleware_ref": "%s@file" % opts["name"], "entrypoints": list(opts["entrypoints"]),
-           "expected_routers": sorted("%s@file" % r for r in routers), "version": facts["version"]}
+           "expected_routers": sorted("%s@file" % r for r in routers), "version": facts["version"],
+           "amount": int(opts["amount"])}
     compose_changes = []
     if where["mode"] == "file":
         changes = static_changes(yaml.safe_load(static_text) or {}, opts)

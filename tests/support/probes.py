@@ -213,8 +213,8 @@ def tcp_flood(container, host, port, n=500, hold=8):
     return ContainerFlood(container, "tcp_flood.py", [host, port, n, hold])
 
 
-def https_flood(container, host, path="/slower", n=500, port=443):
-    return ContainerFlood(container, "https_flood.py", [host, path, n, port])
+def https_flood(container, address, path="/slower", n=500, port=443, hostname=None):
+    return ContainerFlood(container, "https_flood.py", [address, port, path, n] + ([hostname] if hostname else []))
 
 
 def dns_under_load(lb_container, host, dns_ports, tcp_targets, rate, count):

@@ -1,10 +1,12 @@
-"""Verify the NAS edge against a real Traefik: per-IP inFlightReq, ping,
-the wedge and autoheal's contract with the Docker API."""
+"""The NAS as its admin runs it: three hand-written Traefiks (v3 with a
+provider file, v2 with a provider directory, v3 with flags), changed in place
+by the role over SSH with sudo; the real autoheal and socket proxy against a
+real wedge. The NAS is read from outside (its console: docker exec)."""
+import difflib
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import docker
@@ -13,14 +15,26 @@ import testinfra
 import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab")]
 import adhoc  # noqa: E402
+import hosts  # noqa: E402
 import probes  # noqa: E402
 
-LAB = "/tmp/homelab-edge-molecule-nas"
-STATIC = LAB + "/traefik/config/traefik.yml"
+USER = os.path.join(ROOT, "lab", "user-configs", "nas")
+NAS = testinfra.get_host("docker://nas-lab")
 CLIENT2 = testinfra.get_host("docker://nas-client2")
-TRAEFIK = "nas-traefik"
+INVENTORY = adhoc.molecule_inventory()
+# inventory host, container, port on the NAS, the user's files (repo path, path on the NAS)
+VARIANTS = {
+    "nas-a": ("traefik-a", 8443, [("filename/config/traefik.yml", "/srv/traefik-a/config/traefik.yml"),
+                                  ("filename/config/dynamic.yml", "/srv/traefik-a/config/dynamic/dynamic.yml")]),
+    "nas-b": ("traefik-b", 9443, [("directory/config/traefik.yml", "/srv/traefik-b/config/traefik.yml"),
+                                  ("directory/config/dynamic/routes.yml", "/srv/traefik-b/config/dynamic/routes.yml"),
+                                  ("directory/config/dynamic/middlewares.yml",
+                                   "/srv/traefik-b/config/dynamic/middlewares.yml")]),
+    "nas-c": ("traefik-c", 10443, [("flags/compose.yml", "/srv/traefik-c/compose.yml"),
+                                   ("flags/dynamic/routes.yml", "/srv/traefik-c/dynamic/routes.yml")]),
+}
 
 
 @pytest.fixture(scope="module")
@@ -28,143 +42,299 @@ def client():
     return docker.from_env()
 
 
-def wait_health(client, name, status, seconds):
+def nas_ip():
+    return hosts.address("nas-lab", "homelab-nas")
+
+
+def get(port, name, path="/"):
+    """(status, headers, body) of https://<name>.nas.lab:<port><path> from client2."""
+    out = CLIENT2.run("curl -sk -i -m 10 --resolve %s.nas.lab:%d:%s https://%s.nas.lab:%d%s"
+                      % (name, port, nas_ip(), name, port, path))
+    head, dummy, body = out.stdout.replace("\r\n", "\n").partition("\n\n")
+    lines = head.split("\n")
+    status = int(lines[0].split()[1]) if lines and lines[0].startswith("HTTP/") else None
+    headers = dict(ln.split(": ", 1) for ln in lines[1:] if ": " in ln)
+    return status, dict((k.lower(), v) for k, v in headers.items()), body
+
+
+def inner(*argv):
+    """docker inside the NAS."""
+    return NAS.check_output("docker " + " ".join(argv))
+
+
+def role(host, extra=None, check=False, diff=False):
+    args = ["-l", host, "-e", json.dumps(extra or {})] + (["--check"] if check else []) + (["--diff"] if diff else [])
+    return adhoc.playbook(INVENTORY, "- hosts: nas\n  gather_facts: false\n  become: true\n"
+                                     "  roles: [homelab.edge.traefik_inflight]\n", *args)
+
+
+def text(out):
+    return " ".join((out.stdout + out.stderr).split())  # folded lines joined
+
+
+def nas_files():
+    """Every file of every user's Traefik project, as it is now (content and links)."""
+    return NAS.check_output("find /srv/traefik-a /srv/traefik-b /srv/traefik-c ! -name '*~' -type f -o -type l "
+                            "| sort | xargs -r sh -c 'for f; do echo \"== $f $(readlink $f)\"; cat $f; done' x")
+
+
+@pytest.mark.parametrize("host", sorted(VARIANTS))
+def test_every_route_answers_as_before_with_the_users_headers(host):
+    port = VARIANTS[host][1]
+    for name in ("site", "auth"):
+        status, headers, body = get(port, name)
+        assert status == 200 and body.strip() == "%s ok" % name, (status, body)
+        assert headers.get("x-lab-owner") == "the admin"
+
+
+@pytest.mark.parametrize("host", sorted(VARIANTS))
+def test_nothing_of_theirs_is_lost(host):
+    """Each of the user's files: every line they wrote is still there, in
+    order, comments included; the only lines that changed are the one
+    provider line (filename -> directory); the rest are additions."""
+    for repo, path in VARIANTS[host][2]:
+        theirs = open(os.path.join(USER, repo)).read().splitlines()
+        now = NAS.file(path).content_string.splitlines()
+        removed = [ln[1:] for ln in difflib.unified_diff(theirs, now, lineterm="", n=0)
+                   if ln.startswith("-") and not ln.startswith("---")]
+        assert removed in ([], ["    filename: /etc/traefik/dynamic.yml"]), (path, removed)
+        assert [ln for ln in theirs if ln.lstrip().startswith("#")] == [ln for ln in now if ln.lstrip().startswith("#")]
+
+
+def test_the_single_provider_file_moved_into_the_directory_and_is_linked_back():
+    assert NAS.file("/srv/traefik-a/config/dynamic.yml").linked_to == "/srv/traefik-a/config/dynamic/dynamic.yml"
+    assert NAS.file("/srv/traefik-a/config/dynamic/dynamic.yml").content_string == \
+        open(os.path.join(USER, "filename/config/dynamic.yml")).read()
+
+
+def test_each_traefik_runs_the_middleware_per_client_ip_in_its_own_version():
+    for host, (container, port, dummy) in VARIANTS.items():
+        version = inner("exec", container, "traefik", "version")
+        assert ("Version:      2.11" in version) == (host == "nas-b")
+        routers = json.loads(inner("exec", container, "wget", "-q", "-O", "-", "http://127.0.0.1:9099/api/http/routers"))
+        # (a router without entryPoints is split by Traefik into websecure-<name>, which gets the
+        # entrypoint's middlewares, and <name> for the other entrypoints: here the role's loopback API one)
+        public = [r for r in routers if "websecure" in r["using"]]
+        assert sorted(r["name"].replace("websecure-", "") for r in public) == ["auth@file", "site@file"]
+        assert all(r["status"] == "enabled" and r["middlewares"][0] == "inflight-limit@file" for r in public)
+    mw = json.loads(inner("exec", "traefik-b", "wget", "-q", "-O", "-",
+                          "http://127.0.0.1:9099/api/http/middlewares/inflight-limit@file"))
+    assert mw["inFlightReq"]["amount"] == 400 and mw["inFlightReq"]["sourceCriterion"] == {"ipStrategy": {}}
+
+
+def backend_active():
+    """Requests the site's nginx is answering right now (stub_status
+    "Writing"; its idle keep-alive connections from Traefik are not counted)."""
+    out = NAS.check_output("docker exec site curl -s -m 3 http://127.0.0.1:8080/status")
+    return int(out.split("Writing:")[1].split()[0]) - 1  # the status request itself
+
+
+@pytest.mark.parametrize("host, n", [("nas-a", 500), ("nas-b", 450)])
+def test_a_flood_from_one_address_gets_429_beyond_the_amount_while_another_is_served(client, host, n):
+    dummy, port, dummy2 = VARIANTS[host]
+    flood = probes.https_flood(client.containers.get("nas-client1"), nas_ip(), "/slower", n, port, "site.nas.lab")
+    time.sleep(3)  # connections made, requests in flight for 6 s
+    active = backend_active()
+    second = [get(port, "auth")[0] for dummy in range(3)]
+    counts = flood.result()
+    adhoc.record("nas", "flood_%s" % host, backend_active=active, second_client=second, **counts)
+    assert counts.get("200") == 400 and counts.get("429") == n - 400, counts
+    assert active <= 400
+    assert second == [200] * 3
+
+
+def test_a_dynamic_change_is_live_and_does_not_restart(client):
+    started = inner("inspect", "-f", "{{.State.StartedAt}}", "traefik-a")
+    out = role("nas-a", {"traefik_inflight_amount": 5})
+    assert out.returncode == 0, out.stdout[-3000:]
+    counts = probes.https_flood(client.containers.get("nas-client1"), nas_ip(), "/slow", 20, 8443,
+                                "site.nas.lab").result()
+    assert inner("inspect", "-f", "{{.State.StartedAt}}", "traefik-a") == started
+    out = role("nas-a")
+    assert out.returncode == 0, out.stdout[-3000:]
+    adhoc.record("nas", "amount5", **counts)
+    assert counts.get("200") == 5 and counts.get("429") == 15
+
+
+def test_check_mode_and_diff_show_the_change_and_make_none():
+    before = nas_files()
+    out = role("nas-a", {"traefik_inflight_amount": 50}, check=True, diff=True)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "-        amount: 400" in out.stdout and "+        amount: 50" in out.stdout
+    assert "changed=1" in out.stdout or "changed=2" in out.stdout
+    assert nas_files() == before
+
+
+@pytest.mark.parametrize("host, extra, words", [
+    ("nas-a", {"traefik_inflight_entrypoints": ["nosuch"]}, "entrypoint(s) nosuch not defined"),
+    ("nas-a", {"traefik_inflight_name": "lab-headers"}, "a middleware named lab-headers already exists"),
+    ("nas-b", {"traefik_inflight_name": "secure-headers"}, "a middleware named secure-headers already exists"),
+    ("nas-c", {"traefik_inflight_entrypoints": ["web"]}, "entrypoint web is not defined by the flags"),
+    ("nas-a", {"traefik_inflight_amount": 0}, "traefik_inflight_amount must be >= 1"),
+    ("nas-a", {"traefik_inflight_container": "nosuch"}, "No running container named nosuch"),
+])
+def test_bad_input_fails_clearly_and_changes_nothing(host, extra, words):
+    before = nas_files()
+    out = role(host, extra)
+    assert out.returncode != 0 and words in text(out), text(out)[-2000:]
+    assert nas_files() == before
+
+
+def test_a_static_config_that_does_not_parse_changes_nothing():
+    path = "/srv/traefik-b/config/traefik.yml"
+    good = NAS.file(path).content_string
+    try:
+        NAS.check_output("printf 'entryPoints:\\n  websecure: [oops\\n' >> %s" % path)
+        before = nas_files()
+        out = role("nas-b", {"traefik_inflight_amount": 300})
+        assert out.returncode != 0 and "does not parse as YAML" in text(out) and "nothing was changed" in text(out)
+        assert nas_files() == before
+    finally:
+        NAS.check_output("cat > %s <<'EOF'\n%sEOF" % (path, good))
+
+
+def test_traefik_started_by_docker_run_with_flags_gets_the_exact_flags_to_add():
+    inner("run", "-d", "--name", "traefik-d", "--network", "web", "-v", "/srv/traefik-c/dynamic:/etc/traefik/dynamic",
+          "homelab-edge/nas:lab", "--entrypoints.websecure.address=:443", "--providers.file.directory=/etc/traefik/dynamic")
+    try:
+        out = role("nas-c", {"traefik_inflight_container": "traefik-d"})
+        t = text(out)
+        assert out.returncode != 0 and "was started with docker run" in t
+        assert "--entrypoints.websecure.http.middlewares=inflight-limit@file" in t and "--ping=true" in t
+        assert "nothing was changed" in t
+    finally:
+        inner("rm", "-f", "traefik-d")
+
+
+def test_a_dynamic_file_mounted_alone_is_refused_before_anything_changes():
+    inner("run", "-d", "--name", "traefik-e", "--network", "web",
+          "-v", "/srv/traefik-a/config/dynamic/dynamic.yml:/etc/traefik/dynamic.yml:ro",
+          "homelab-edge/nas:lab", "--entrypoints.websecure.address=:443", "--providers.file.filename=/etc/traefik/dynamic.yml")
+    try:
+        before = nas_files()
+        out = role("nas-c", {"traefik_inflight_container": "traefik-e"})
+        assert out.returncode != 0 and "not visible inside traefik-e" in text(out), text(out)[-1500:]
+        assert nas_files() == before
+    finally:
+        inner("rm", "-f", "traefik-e")
+
+
+def test_a_change_traefik_rejects_is_rolled_back_and_every_route_still_answers():
+    """A change that passes every check before it is made, but that Traefik
+    does not accept (an excluded IP that is no IP): its API shows the routers
+    disabled; the role puts everything back and says why."""
+    before = nas_files()
+    out = role("nas-a", {"traefik_inflight_excluded_ips": ["not-an-ip"]})
+    t = text(out)
+    assert out.returncode != 0 and "The change was rolled back" in t, t[-3000:]
+    assert "site@file" in t or "inflight-limit@file" in t
+    assert nas_files() == before
+    time.sleep(3)  # the file provider's watch
+    for name in ("site", "auth"):
+        assert get(8443, name)[0] == 200
+
+
+def wait_health(container, status, seconds):
     t0 = time.time()
     while time.time() - t0 < seconds:
-        c = client.containers.get(name)
-        if c.attrs["State"].get("Health", {}).get("Status") == status:
+        if inner("inspect", "-f", "'{{if .State.Health}}{{.State.Health.Status}}{{end}}'", container).strip() == status:
             return round(time.time() - t0, 1)
         time.sleep(0.5)
     return None
 
 
-def ping():
-    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "3",
-                          "http://127.0.0.1:28080/ping"], capture_output=True, text=True, check=False)
-    return out.stdout
+def served(port=8443):
+    return get(port, "site")[0] == 200
 
 
-def play(extra, check=False):
-    """Run the traefik_inflight role with extra vars against the lab."""
-    inv = os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"])
-    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
-        f.write("- hosts: nas-host\n  gather_facts: false\n  roles: [homelab.edge.traefik_inflight]\n")
-    cmd = ["ansible-playbook", "-i", inv, f.name, "-e", json.dumps(extra)] + (["--check"] if check else [])
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-    os.unlink(f.name)
-    return out
+def wedge_and_heal(container, port, seconds=90):
+    """SIGSTOP Traefik: it stays running, answers nothing. Seconds until it
+    turned unhealthy, was restarted, and served again (None: not in time)."""
+    started = inner("inspect", "-f", "{{.State.StartedAt}}", container)
+    t0 = time.time()
+    inner("kill", "-s", "STOP", container)
+    unhealthy = wait_health(container, "unhealthy", seconds)
+    healed = None
+    while time.time() - t0 < seconds:
+        if inner("inspect", "-f", "{{.State.StartedAt}}", container) != started and served(port):
+            healed = round(time.time() - t0, 1)
+            break
+        time.sleep(0.5)
+    if healed is None:
+        NAS.run("docker kill -s CONT %s" % container)
+    log = NAS.check_output("docker logs autoheal 2>&1 | tail -n 20")
+    return {"unhealthy_after_s": unhealthy, "served_again_after_s": healed,
+            "restarted_by_autoheal": "Container /%s" % container in log and "found to be unhealthy" in log}
 
 
-def test_static_config_has_directory_provider_middleware_and_ping():
-    static = yaml.safe_load(open(STATIC))
-    assert static["providers"]["file"] == {"directory": "/etc/traefik/dynamic", "watch": True}
-    assert static["entryPoints"]["websecure"]["http"]["middlewares"] == ["inflight-limit@file"]
-    assert "middlewares" not in static["entryPoints"]["web"].get("http", {})
-    assert static["ping"] == {}
-    dyn = yaml.safe_load(open(LAB + "/traefik/config/dynamic/inflight-limit.yml"))
-    assert dyn == {"http": {"middlewares": {"inflight-limit": {"inFlightReq": {
-        "amount": 400, "sourceCriterion": {"ipStrategy": {"depth": 0}}}}}}}
+def test_autoheal_heals_a_wedged_traefik_through_the_socket_proxy():
+    assert wait_health("traefik-a", "healthy", 30) is not None
+    figures = wedge_and_heal("traefik-a", 8443)
+    adhoc.record("nas", "wedge_through_proxy", **figures)
+    assert figures["unhealthy_after_s"] is not None
+    assert figures["served_again_after_s"] is not None and figures["restarted_by_autoheal"]
 
 
-def test_flood_from_one_address_gets_429_while_another_address_is_served(client):
-    flood = probes.https_flood(client.containers.get("nas-client1"), TRAEFIK, "/slower", 500)
-    time.sleep(3)  # connections made, requests in flight for 6 s
-    backend = CLIENT2.run("curl -s -m 3 http://nas-web:8080/status").stdout
-    second = [CLIENT2.run("curl -sk -o /dev/null -w '%%{http_code}' -m 10 https://%s/slow" % TRAEFIK).stdout
-              for _i in range(3)]
-    pings = [ping() for _i in range(3)]
-    counts = flood.result()
-    active = int(backend.split("Active connections:")[1].split()[0])
-    adhoc.record("nas", "flood", backend_active=active, second_client=",".join(second), ping=",".join(pings), **counts)
-    assert counts.get("200", 0) <= 400
-    assert counts.get("429", 0) >= 100
-    assert counts.get("200", 0) + counts.get("429", 0) == 500
-    assert active <= 400 + 1  # the status request itself
-    assert second == ["200"] * 3
-    assert pings == ["200"] * 3
+def proxy(method, path):
+    """HTTP status of a Docker API call through autoheal's socket proxy,
+    from a container on the proxy's network."""
+    net = inner("inspect", "-f", "'{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}'", "autoheal").strip()
+    return NAS.check_output("docker run --rm --network %s homelab-edge/client:lab curl -s -o /dev/null -w '%%{http_code}' "
+                            "-X %s http://socket-proxy:2375%s" % (net, method, path))
 
 
-def test_dynamic_change_is_live_and_does_not_restart(client):
-    started = client.containers.get(TRAEFIK).attrs["State"]["StartedAt"]
-    out = play({"traefik_inflight_amount": 5})
-    assert out.returncode == 0, out.stdout[-2000:]
-    time.sleep(3)  # the file provider's watch
-    counts = probes.https_flood(client.containers.get("nas-client1"), TRAEFIK, "/slow", 20).result()
-    assert client.containers.get(TRAEFIK).attrs["State"]["StartedAt"] == started
-    out = play({})
-    assert out.returncode == 0
-    adhoc.record("nas", "amount5", **counts)
-    assert counts.get("200") == 5 and counts.get("429") == 15
+def test_the_socket_proxy_allows_listing_and_restarting_only():
+    assert proxy("GET", "/containers/json") == "200"
+    assert proxy("GET", "/v1.41/containers/json?filters=%7B%7D") == "200"
+    assert proxy("POST", "/containers/site/restart") == "204"
+    for method, path in (("POST", "/containers/create"), ("POST", "/containers/site/exec"), ("POST", "/exec/x/start"),
+                         ("GET", "/containers/site/json"), ("DELETE", "/containers/site"), ("POST", "/containers/site/kill"),
+                         ("GET", "/images/json"), ("POST", "/containers/site/stop"), ("GET", "/info")):
+        assert proxy(method, path) == "403", (method, path)
 
 
-def test_static_change_restarts_traefik(client):
-    started = client.containers.get(TRAEFIK).attrs["State"]["StartedAt"]
-    out = play({"traefik_inflight_entrypoints": ["websecure", "web"]})
-    assert out.returncode == 0, out.stdout[-2000:]
-    assert client.containers.get(TRAEFIK).attrs["State"]["StartedAt"] != started
-    assert yaml.safe_load(open(STATIC))["entryPoints"]["web"]["http"]["middlewares"] == ["inflight-limit@file"]
-
-
-@pytest.mark.parametrize("extra, words", [
-    ({"traefik_inflight_entrypoints": ["nosuch"]}, "entrypoint(s) nosuch not defined"),
-    ({"traefik_inflight_amount": 0}, "traefik_inflight_amount must be >= 1"),
-    ({"traefik_inflight_source": "cookie"}, "traefik_inflight_source"),
-])
-def test_bad_input_fails_clearly_and_changes_nothing(extra, words):
-    before = open(STATIC).read()
-    out = play(extra)
-    assert out.returncode != 0 and words in " ".join((out.stdout + out.stderr).split())  # folded lines
-    assert open(STATIC).read() == before
-
-
-def test_wedged_traefik_turns_unhealthy_and_is_what_autoheal_finds(client):
-    assert wait_health(client, TRAEFIK, "healthy", 30) is not None
-    # a decoy: unhealthy but not labelled; autoheal must not touch it
-    client.containers.run("homelab-edge/client:lab", ["sleep", "infinity"], name="nas-decoy", detach=True,
-                          healthcheck={"test": ["CMD", "false"], "interval": 1000000000, "retries": 1})
+def test_upstreams_own_policy_refuses_the_restart_autoheal_needs():
+    """The net, removed: Tecnativa's v0.3.0 haproxy.cfg with POST=0 refuses
+    POST /containers/<id>/restart even with ALLOW_RESTARTS=1."""
+    net = inner("inspect", "-f", "'{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}'", "autoheal").strip()
+    inner("run", "-d", "--name", "stock-proxy", "--network", net, "-e", "CONTAINERS=1", "-e", "ALLOW_RESTARTS=1",
+          "-e", "POST=0", "-e", "DISABLE_IPV6=1", "-v", "/var/run/docker.sock:/var/run/docker.sock:ro",
+          "homelab-edge/socket-proxy:lab")
     try:
-        client.containers.get(TRAEFIK).kill(signal="SIGSTOP")
-        # interval 2 s x retries 3, plus the 2 s timeout of the last probe
-        became = wait_health(client, TRAEFIK, "unhealthy", 2 * 3 + 2 + 10)
-        assert wait_health(client, "nas-decoy", "unhealthy", 10) is not None
-        # the query autoheal makes (AUTOHEAL_CONTAINER_LABEL=autoheal)
-        found = [c.name for c in client.containers.list(filters={"health": "unhealthy", "label": "autoheal=true"})]
+        time.sleep(2)
+        code = NAS.check_output("docker run --rm --network %s homelab-edge/client:lab curl -s -o /dev/null -w '%%{http_code}' "
+                                "-X POST http://stock-proxy:2375/containers/site/restart" % net)
+        assert code == "403"
     finally:
-        client.containers.get(TRAEFIK).kill(signal="SIGCONT")
-        client.containers.get("nas-decoy").remove(force=True)
-    healthy_again = wait_health(client, TRAEFIK, "healthy", 20)
-    adhoc.record("nas", "wedge", unhealthy_after_s=became, autoheal_query=",".join(found), healthy_again_s=healthy_again)
-    assert became is not None and became <= 2 * 3 + 2 + 10
-    assert found == [TRAEFIK]
-    assert healthy_again is not None
+        inner("rm", "-f", "stock-proxy")
 
 
-def test_autoheal_project_passes_compose_config():
-    out = subprocess.run(["docker", "compose", "-f", LAB + "/autoheal/compose.yml", "config", "--format", "json"],
-                         capture_output=True, text=True, check=True)
-    cfg = json.loads(out.stdout)
-    env = cfg["services"]["autoheal"]["environment"]
-    assert env["AUTOHEAL_CONTAINER_LABEL"] == "autoheal"
-    assert env["AUTOHEAL_INTERVAL"] == "30" and env["AUTOHEAL_START_PERIOD"] == "60"
-    assert cfg["services"]["autoheal"]["image"] == "willfarrell/autoheal:1.2.0"
-    # behind the socket proxy, autoheal has no socket of its own
-    assert env["DOCKER_SOCK"] == "tcp://socket-proxy:2375"
-    assert not cfg["services"]["autoheal"].get("volumes")
-    proxy = cfg["services"]["socket-proxy"]
-    assert proxy["environment"]["POST"] == "0" and proxy["environment"]["ALLOW_RESTARTS"] == "1"
-    assert proxy["volumes"][0]["read_only"] is True
+def test_autoheal_on_the_raw_socket_heals_the_wedge_too():
+    out = adhoc.playbook(INVENTORY, "- hosts: nas-a\n  gather_facts: false\n  become: true\n"
+                                    "  roles: [homelab.edge.autoheal]\n", "-e", '{"autoheal_socket_proxy": false}')
+    assert out.returncode == 0, out.stdout[-2000:]
+    try:
+        assert wait_health("traefik-c", "healthy", 30) is not None
+        figures = wedge_and_heal("traefik-c", 10443)
+        adhoc.record("nas", "wedge_raw_socket", **figures)
+        assert figures["served_again_after_s"] is not None and figures["restarted_by_autoheal"]
+    finally:
+        out = adhoc.playbook(INVENTORY, "- hosts: nas-a\n  gather_facts: false\n  become: true\n"
+                                        "  roles: [homelab.edge.autoheal]\n")
+        assert out.returncode == 0
 
 
-def test_traefik_container_contract(client):
-    c = client.containers.get(TRAEFIK)
-    assert c.labels.get("autoheal") == "true"
-    assert c.attrs["Config"]["Healthcheck"]["Test"][:3] == ["CMD", "traefik", "healthcheck"]
-    # the drain sysctls reach Traefik's own namespace through compose
-    assert c.attrs["HostConfig"]["Sysctls"] == {"net.ipv4.tcp_abort_on_overflow": "1", "net.ipv4.tcp_fin_timeout": "15"}
-
-
-def test_loki_rules_file():
-    rules = yaml.safe_load(open(LAB + "/loki-rules.yml"))
-    rule = rules["groups"][0]["rules"][0]
-    assert rule["alert"] == "TraefikClientErrors"
-    assert '{job="traefik-access"} | json | DownstreamStatus >= 400' in rule["expr"]
+def test_a_watched_container_autoheal_cannot_heal_is_reported():
+    inner("run", "-d", "--name", "nohealth", "--label", "autoheal=true", "homelab-edge/client:lab", "sleep", "infinity")
+    inner("run", "-d", "--name", "alwayshealthy", "--label", "autoheal=true", "--health-cmd", "'curl -s x || true'",
+          "homelab-edge/client:lab", "sleep", "infinity")
+    try:
+        out = adhoc.playbook(INVENTORY, "- hosts: nas-a\n  gather_facts: false\n  become: true\n"
+                                        "  roles: [homelab.edge.autoheal]\n",
+                             "-e", json.dumps({"autoheal_watched": ["traefik-a", "nohealth", "alwayshealthy"]}))
+        t = text(out)
+        assert out.returncode == 0
+        assert "nohealth has no health check" in t and "alwayshealthy has a health check that cannot fail" in t
+        assert "traefik-a" not in t.split("Warn about each")[1].split("PLAY RECAP")[0]
+    finally:
+        inner("rm", "-f", "nohealth", "alwayshealthy")

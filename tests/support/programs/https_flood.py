@@ -3,25 +3,39 @@
 is made first, then all requests go out together (a barrier), so N requests
 are in flight at the same moment.
 
-  https_flood.py HOST PATH N [PORT]  ->  {"200": .., "429": .., "<Error>": ..}
+  https_flood.py ADDRESS PORT PATH N [HOSTNAME]  ->  {"200": .., "429": .., "<Error>": ..}
 
+HOSTNAME (default ADDRESS) is the Host header and the TLS server name.
 Bounded: 30 s per request, 60 s per thread join.
 """
 import http.client
 import json
+import socket
 import ssl
 import sys
 import threading
 
 
-def main(host, path, n, port=443):
+class Connection(http.client.HTTPSConnection):
+    """HTTPS to ADDRESS with the Host header and SNI of HOSTNAME."""
+
+    def __init__(self, address, port, hostname, **kw):
+        http.client.HTTPSConnection.__init__(self, hostname, port, **kw)
+        self.address = address
+
+    def connect(self):
+        sock = socket.create_connection((self.address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def main(address, port, path, n, hostname=None):
     ctx = ssl._create_unverified_context()
     start = threading.Barrier(n)
     counts, lock = {}, threading.Lock()
 
     def one():
         try:
-            c = http.client.HTTPSConnection(host, port, context=ctx, timeout=30)
+            c = Connection(address, port, hostname or address, context=ctx, timeout=30)
             c.connect()
             start.wait(30)
             c.request("GET", path)
@@ -40,4 +54,4 @@ def main(host, path, n, port=443):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 443)
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else None)

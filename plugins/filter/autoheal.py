@@ -1,0 +1,23 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filter of the autoheal role (documented in autoheal_problems.yml)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.homelab.edge.plugins.module_utils import autoheal
+
+
+def autoheal_problems(results, label):
+    """Problems over the results of a docker_container_info loop."""
+    out = []
+    for r in results:
+        out += autoheal.problems(r["item"], r.get("container") if r.get("exists") else None, label)
+    return out
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"autoheal_problems": autoheal_problems}
