@@ -1,130 +1,129 @@
 #!/usr/bin/env python
-"""The VPS and NAS parts of the lab (inventories/lab), next to k3dlab.py.
+"""The whole edge path of seed 001, as lab hosts (lab/hosts.py):
 
-  lab-vps                ufw + iptables-nft + nft + nginx stream proxy (capability recipe)
-  lab-vps-client1/2      two client addresses on homelab-lab-vps
-  lab-nas-web            nginx static site with slow endpoints on homelab-lab-nas
-  lab-nas-client1/2      two client addresses on homelab-lab-nas
-  lab-traefik            "the NAS as it was": Traefik from a plain compose project
-                         (no middleware, no health check), which site.yml then fixes
+  client1, client2 --wan--> VPS (ufw, nginx stream proxy 80/443)
+                              |  WireGuard (wireguard-go), 10.8.0.1 <-> 10.8.0.2,
+                              |  over its own "underlay" network
+                             NAS (its own Docker engine: the admin's Traefik v3
+                                  from lab/user-configs/nas/filename, publishing
+                                  80/443, in front of "site" and "auth")
+  lan-client --lan--> NAS (an internal client, not through the VPS)
 
-Usage: edgelab.py up|down
+Clients reach the NAS only through the VPS and the tunnel: they are on the
+wan network, the NAS is not. Every host is reached over SSH as `edge` with
+sudo (inventories/lab/hosts.yml).
+
+  lab/edge.py up [--prefix lab]     lab/edge.py down [--prefix lab]
 """
-
+import argparse
+import json
 import os
 import subprocess
 import sys
-import time
 
-import docker
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import hosts  # noqa: E402
 
-VPS_NET, NAS_NET = "homelab-lab-vps", "homelab-lab-nas"
-NAS_DIR = "/tmp/homelab-edge-lab"
-CONTAINERS = ["lab-vps", "lab-vps-client1", "lab-vps-client2", "lab-nas-web", "lab-nas-client1",
-              "lab-nas-client2", "lab-traefik"]
-PLAIN_STATIC = """# the NAS's Traefik before homelab.edge: no limit, no ping
-entryPoints:
-  web:
-    address: ":80"
-  websecure:
-    address: ":443"
-    http:
-      tls: {}
-  traefik:
-    address: ":8080"
-providers:
-  file:
-    directory: /etc/traefik/dynamic
-log:
-  level: INFO
-"""
-ROUTES = """http:
-  routers:
-    site:
-      rule: PathPrefix(`/`)
-      entryPoints: [websecure]
-      service: site
-      tls: {}
-  services:
-    site:
-      loadBalancer:
-        servers:
-          - url: http://lab-nas-web:8080
-"""
-PLAIN_COMPOSE = """name: homelab-edge-traefik
-services:
-  traefik:
-    image: homelab-edge/nas:lab
-    container_name: lab-traefik
-    restart: unless-stopped
-    command: ["--configFile=/etc/traefik/traefik.yml"]
-    volumes:
-      - %s/traefik/config:/etc/traefik:ro
-    ports:
-      - "127.0.0.1:18443:443"
-      - "127.0.0.1:18080:8080"
-    networks: [%s]
-networks:
-  %s:
-    external: true
-""" % (NAS_DIR, NAS_NET, NAS_NET)
+USER = os.path.join(HERE, "user-configs")
+TUNNEL = {"vps": "10.8.0.1", "nas": "10.8.0.2", "port": 51820}
+NAS_IMAGES = ["homelab-edge/nas:lab", "homelab-edge/autoheal:lab", "homelab-edge/socket-proxy:lab",
+              "homelab-edge/client:lab"]
 
 
-def _run(client, name, image, network, command=None):
-    client.containers.run(image, command, name=name, hostname=name, network=network, detach=True)
+def names(prefix):
+    return {"vps": "%s-vps" % prefix, "nas": "%s-nas" % prefix, "clients": ["%s-client1" % prefix, "%s-client2" % prefix],
+            "lan_client": "%s-lan-client" % prefix, "wan": "%s-wan" % prefix, "underlay": "%s-underlay" % prefix,
+            "lan": "%s-lan" % prefix}
 
 
-def up(client):
-    for net in (VPS_NET, NAS_NET):
-        if not [n for n in client.networks.list(names=[net]) if n.name == net]:
-            client.networks.create(net)
-    # The VPS needs the capability recipe of these machines (--privileged is refused):
-    # the docker CLI, because the API has no 'systempaths=unconfined'.
-    subprocess.run(["docker", "run", "-d", "--name", "lab-vps", "--hostname", "lab-vps", "--network", VPS_NET,
-                    "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--security-opt", "systempaths=unconfined",
-                    "homelab-edge/vps:lab"], check=True, capture_output=True)
-    for n in ("lab-vps-client1", "lab-vps-client2"):
-        _run(client, n, "homelab-edge/client:lab", VPS_NET, ["sleep", "infinity"])
-    _run(client, "lab-nas-web", "homelab-edge/nas:lab", NAS_NET, ["backend"])
-    for n in ("lab-nas-client1", "lab-nas-client2"):
-        _run(client, n, "homelab-edge/client:lab", NAS_NET, ["sleep", "infinity"])
-    os.makedirs(NAS_DIR + "/traefik/config/dynamic", exist_ok=True)
-    for path, text in (("traefik/config/traefik.yml", PLAIN_STATIC),
-                       ("traefik/config/dynamic/lab-site.yml", ROUTES), ("traefik/compose.yml", PLAIN_COMPOSE)):
-        with open(os.path.join(NAS_DIR, path), "w") as f:
-            f.write(text)
-    subprocess.run(["docker", "compose", "--project-directory", NAS_DIR + "/traefik", "up", "-d"],
-                   check=True, capture_output=True)
-    for dummy in range(40):  # Traefik answers on websecure
-        if subprocess.run(["curl", "-sk", "-o", "/dev/null", "-m", "2", "https://127.0.0.1:18443/"],
-                          check=False).returncode == 0:
-            return
-        time.sleep(0.5)
-    raise RuntimeError("lab-traefik did not answer")
+def ssh_ports(prefix):
+    """The VPS and the NAS on 127.0.0.1 (inventories/lab/hosts.yml for the prefix 'lab')."""
+    base = 2224 if prefix == "lab" else 2230 + sum(map(ord, prefix)) % 50 * 2
+    return {"vps": base, "nas": base + 1}
 
 
-def down(client):
-    for n in CONTAINERS:
-        try:
-            client.containers.get(n).remove(force=True)
-        except docker.errors.NotFound:
-            pass
-    for net in client.networks.list(names=[VPS_NET, NAS_NET]):
-        if net.name in (VPS_NET, NAS_NET):
-            net.remove()
-    subprocess.run(["rm", "-rf", NAS_DIR], check=False)
+def sh(*argv, **kw):
+    return hosts.sh(*argv, **kw)
 
 
-def main(argv):
-    client = docker.from_env()
-    if argv[1:] == ["up"]:
-        down(client)
-        up(client)
-    elif argv[1:] == ["down"]:
-        down(client)
+def connect(name, net):
+    sh("docker", "network", "connect", net, name)
+
+
+def wireguard(n):
+    """Keys made on the VPS, wg0 on both ends (the NAS dials out, keeps it alive)."""
+    keys = {}
+    for side in ("vps", "nas"):
+        private = sh("docker", "exec", n[side], "wg", "genkey").stdout.strip()
+        public = sh("docker", "exec", "-i", n[side], "wg", "pubkey", input=private + "\n").stdout.strip()
+        keys[side] = (private, public)
+    vps_underlay = hosts.address(n["vps"], n["underlay"])
+    conf = {
+        "vps": "[Interface]\nAddress = %s/24\nListenPort = %d\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\n"
+               "AllowedIPs = %s/32\n" % (TUNNEL["vps"], TUNNEL["port"], keys["vps"][0], keys["nas"][1], TUNNEL["nas"]),
+        "nas": "[Interface]\nAddress = %s/24\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nEndpoint = %s:%d\n"
+               "AllowedIPs = %s/32\nPersistentKeepalive = 15\n" % (TUNNEL["nas"], keys["nas"][0], keys["vps"][1],
+                                                                 vps_underlay, TUNNEL["port"], TUNNEL["vps"]),
+    }
+    for side in ("vps", "nas"):
+        sh("docker", "exec", "-i", n[side], "sh", "-c", "umask 077; mkdir -p /etc/wireguard; cat > /etc/wireguard/wg0.conf",
+           input=conf[side])
+        sh("docker", "exec", "-e", "WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go", n[side], "wg-quick", "up", "wg0")
+    hosts.wait("the tunnel", lambda: sh("docker", "exec", n["vps"], "ping", "-c", "1", "-W", "1", TUNNEL["nas"],
+                                        check=False).returncode == 0, timeout=30)
+
+
+def traefik(n):
+    """The admin's NAS: services and Traefik from their compose projects."""
+    nas = n["nas"]
+    for src, dest in (("nas/filename", "/srv/traefik"), ("nas/backends.yml", "/srv/apps/compose.yml")):
+        sh("docker", "exec", nas, "mkdir", "-p", os.path.dirname(dest) if dest.endswith(".yml") else dest)
+        sh("docker", "cp", os.path.join(USER, src) + ("/." if not src.endswith(".yml") else ""), "%s:%s" % (nas, dest))
+    sh("docker", "exec", nas, "sed", "-i", "s/^name: traefik-a/name: traefik/; s/container_name: traefik-a/container_name: traefik/",
+       "/srv/traefik/compose.yml")
+    for project in ("/srv/apps", "/srv/traefik"):
+        sh("docker", "exec", "-w", project, nas, "docker", "compose", "up", "-d")
+    hosts.wait("Traefik on the NAS", lambda: sh("docker", "exec", nas, "curl", "-sk", "-o", "/dev/null", "-m", "2",
+                                                "--resolve", "site.nas.lab:443:127.0.0.1", "https://site.nas.lab/",
+                                                check=False).returncode == 0, timeout=60)
+
+
+def up(prefix="lab"):
+    n = names(prefix)
+    ports = ssh_ports(prefix)
+    down(prefix)
+    for net in ("wan", "underlay", "lan"):
+        hosts.network(n[net])
+    hosts.up(n["vps"], n["wan"], ports["vps"], nginx_conf=os.path.join(USER, "vps", "nginx-tunnel.conf"))
+    connect(n["vps"], n["underlay"])
+    hosts.up(n["nas"], n["lan"], ports["nas"], docker=True, load=NAS_IMAGES)
+    connect(n["nas"], n["underlay"])
+    for c in n["clients"]:
+        hosts.client(c, n["wan"])
+    hosts.client(n["lan_client"], n["lan"])
+    wireguard(n)
+    traefik(n)
+    return {"vps": n["vps"], "nas": n["nas"], "ssh": ports,
+            "vps_wan": hosts.address(n["vps"], n["wan"]), "nas_lan": hosts.address(n["nas"], n["lan"])}
+
+
+def down(prefix="lab"):
+    n = names(prefix)
+    hosts.down(n["vps"], n["nas"], n["lan_client"], *n["clients"])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=["up", "down"])
+    ap.add_argument("--prefix", default="lab")
+    a = ap.parse_args(argv)
+    if a.action == "up":
+        print(json.dumps(up(a.prefix)))
     else:
-        sys.exit(__doc__)
+        down(a.prefix)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main())

@@ -86,11 +86,14 @@ def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None)
     argv = ["docker", "run", "-d", "--name", name, "--hostname", name, "--network", net, "--privileged",
             "--label", LABEL, "-p", "127.0.0.1:%d:22" % ssh_port, "-v", "%s.pub:/lab/authorized_keys:ro" % key()]
     if nginx_conf:
-        argv += ["-e", "HOST_NGINX=yes", "-v", "%s:/etc/nginx/nginx.conf" % os.path.abspath(nginx_conf)]
+        argv += ["-e", "HOST_NGINX=yes"]
     if docker:
         argv += ["-e", "HOST_DOCKER=yes", "-v", "%s-docker:/var/lib/docker" % name]
     sh(*(argv + [HOST_IMAGE]))
     wait("sshd of %s" % name, lambda: ssh(ssh_port, "true", check=False).returncode == 0)
+    if nginx_conf:  # the admin's own file, in place (not a bind mount: a real one can be replaced)
+        sh("docker", "cp", os.path.abspath(nginx_conf), "%s:/etc/nginx/nginx.conf" % name)
+        sh("docker", "exec", name, "sh", "-c", "nginx -s reload 2>/dev/null || nginx")
     if docker:
         wait("docker in %s" % name, lambda: sh("docker", "exec", name, "docker", "info", check=False).returncode == 0)
         if load:

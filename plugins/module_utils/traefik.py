@@ -207,8 +207,11 @@ def static_changes(static, opts):
         mws = lookup(eps, [name, "http", "middlewares"]) or []
         if ref not in mws:
             changes.append(("append", ["entryPoints", name, "http", "middlewares"], ref))
-        trusted = opts.get("proxy_protocol_trusted_ips")
-        if trusted is not None:
+    trusted = opts.get("proxy_protocol_trusted_ips")
+    if trusted is not None:
+        # every entrypoint the proxy in front may forward to (all of the user's): one without the
+        # trust would read the PROXY header as a broken request
+        for name in sorted(e for e in eps if e not in (API_ENTRYPOINT, "traefik")):
             have = lookup(eps, [name, "proxyProtocol", "trustedIPs"])
             if trusted and have != list(trusted):
                 changes.append(("set", ["entryPoints", name, "proxyProtocol", "trustedIPs"], list(trusted)))
@@ -528,8 +531,11 @@ def flag_changes(flags, opts):
         have = [m for m in flags.get(key, "").split(",") if m]
         if ref not in have:
             add[key] = ",".join(have + [ref])
-        trusted = opts.get("proxy_protocol_trusted_ips")
-        pkey = "entrypoints.%s.proxyprotocol.trustedips" % ep.lower()
+
+    trusted = opts.get("proxy_protocol_trusted_ips")
+    defined = sorted(set(k.split(".")[1] for k in flags if k.startswith("entrypoints.") and k.endswith(".address")))
+    for ep in (e for e in defined if e not in (API_ENTRYPOINT, "traefik")):
+        pkey = "entrypoints.%s.proxyprotocol.trustedips" % ep
         if trusted and flags.get(pkey) != ",".join(trusted):
             add[pkey] = ",".join(trusted)
         elif trusted is not None and not trusted and pkey in flags:

@@ -26,7 +26,7 @@ CLIENT2 = testinfra.get_host("docker://nas-client2")
 INVENTORY = adhoc.molecule_inventory()
 # inventory host, container, port on the NAS, the user's files (repo path, path on the NAS)
 VARIANTS = {
-    "nas-a": ("traefik-a", 8443, [("filename/config/traefik.yml", "/srv/traefik-a/config/traefik.yml"),
+    "nas-a": ("traefik-a", 443, [("filename/config/traefik.yml", "/srv/traefik-a/config/traefik.yml"),
                                   ("filename/config/dynamic.yml", "/srv/traefik-a/config/dynamic/dynamic.yml")]),
     "nas-b": ("traefik-b", 9443, [("directory/config/traefik.yml", "/srv/traefik-b/config/traefik.yml"),
                                   ("directory/config/dynamic/routes.yml", "/srv/traefik-b/config/dynamic/routes.yml"),
@@ -147,7 +147,7 @@ def test_a_dynamic_change_is_live_and_does_not_restart(client):
     started = inner("inspect", "-f", "{{.State.StartedAt}}", "traefik-a")
     out = role("nas-a", {"traefik_inflight_amount": 5})
     assert out.returncode == 0, out.stdout[-3000:]
-    counts = probes.https_flood(client.containers.get("nas-client1"), nas_ip(), "/slow", 20, 8443,
+    counts = probes.https_flood(client.containers.get("nas-client1"), nas_ip(), "/slow", 20, 443,
                                 "site.nas.lab").result()
     assert inner("inspect", "-f", "{{.State.StartedAt}}", "traefik-a") == started
     out = role("nas-a")
@@ -231,7 +231,7 @@ def test_a_change_traefik_rejects_is_rolled_back_and_every_route_still_answers()
     assert nas_files() == before
     time.sleep(3)  # the file provider's watch
     for name in ("site", "auth"):
-        assert get(8443, name)[0] == 200
+        assert get(443, name)[0] == 200
 
 
 def wait_health(container, status, seconds):
@@ -243,7 +243,7 @@ def wait_health(container, status, seconds):
     return None
 
 
-def served(port=8443):
+def served(port=443):
     return get(port, "site")[0] == 200
 
 
@@ -269,7 +269,7 @@ def wedge_and_heal(container, port, seconds=90):
 
 def test_autoheal_heals_a_wedged_traefik_through_the_socket_proxy():
     assert wait_health("traefik-a", "healthy", 30) is not None
-    figures = wedge_and_heal("traefik-a", 8443)
+    figures = wedge_and_heal("traefik-a", 443)
     adhoc.record("nas", "wedge_through_proxy", **figures)
     assert figures["unhealthy_after_s"] is not None
     assert figures["served_again_after_s"] is not None and figures["restarted_by_autoheal"]

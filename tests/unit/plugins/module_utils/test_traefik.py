@@ -1,4 +1,7 @@
+import difflib
+
 import pytest
+import yaml
 
 from ansible_collections.homelab.edge.plugins.module_utils import traefik
 
@@ -38,23 +41,233 @@ STATIC = {
 }
 
 
-def test_merge_keeps_user_keys_and_is_idempotent():
-    out = traefik.merge_static(STATIC, "inflight-limit@file", ["websecure"], "/etc/traefik/dynamic")
-    assert out["entryPoints"]["websecure"]["http"] == {"tls": {"certResolver": "le"},
-                                                       "middlewares": ["auth@docker", "inflight-limit@file"]}
-    assert out["providers"] == {"docker": {"exposedByDefault": False},
-                                "file": {"directory": "/etc/traefik/dynamic", "watch": True}}
-    assert out["certificatesResolvers"] == STATIC["certificatesResolvers"]
-    assert out["ping"] == {}
-    assert "filename" in STATIC["providers"]["file"]  # input untouched
-    assert traefik.merge_static(out, "inflight-limit@file", ["websecure"], "/etc/traefik/dynamic") == out
+STATIC = """# Static config, written by hand - keep my comments.
+global:
+  checkNewVersion: false   # no phoning home
+
+entryPoints:
+  web:
+    address: ":80"
+  websecure:
+    address: ":443"
+    http:
+      tls: {}
+      middlewares:
+        - security-headers@file   # mine
+
+providers:
+  # my routes
+  file:
+    filename: /etc/traefik/dynamic.yml
+    watch: true
+
+log:
+  level: INFO
+"""
+FILENAME = {"kind": "filename", "file": "/etc/traefik/dynamic.yml", "dir": "/etc/traefik/dynamic"}
+OPTS = {"name": "inflight-limit", "amount": 400, "entrypoints": ["websecure"], "provider": FILENAME}
 
 
-def test_merge_refuses_unknown_entrypoints():
-    with pytest.raises(traefik.TraefikConfigError, match="entrypoint\\(s\\) websecur not defined"):
-        traefik.merge_static(STATIC, "x@file", ["websecur"], "/d")
+def edit(text, opts=None, **kw):
+    o = dict(OPTS, **(opts or {}))
+    o.update(kw)
+    return traefik.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), o))
 
 
-def test_merge_keeps_an_existing_ping_config():
-    out = traefik.merge_static(dict(STATIC, ping={"entryPoint": "web"}), "x@file", ["web"], "/d")
-    assert out["ping"] == {"entryPoint": "web"}
+def removed_lines(old, new):
+    return [ln[1:] for ln in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+            if ln.startswith("-") and not ln.startswith("---")]
+
+
+def test_static_edit_keeps_every_byte_of_theirs():
+    new = edit(STATIC)
+    # the one line that changes is the provider's; everything else of theirs is there, in order
+    assert removed_lines(STATIC, new) == ["    filename: /etc/traefik/dynamic.yml"]
+    assert "        - security-headers@file   # mine\n        - inflight-limit@file\n" in new
+    assert "    directory: /etc/traefik/dynamic\n    watch: true\n" in new
+    assert "  homelab-edge-api:\n    address: \"127.0.0.1:9099\"\n" in new
+    assert new.endswith("  level: INFO\n\nping: {}\napi: {}\n")
+    doc = yaml.safe_load(new)
+    assert doc["entryPoints"]["websecure"]["http"]["middlewares"] == ["security-headers@file", "inflight-limit@file"]
+    assert doc["providers"]["file"] == {"directory": "/etc/traefik/dynamic", "watch": True}
+
+
+def test_static_edit_is_idempotent():
+    once = edit(STATIC)
+    assert traefik.static_changes(yaml.safe_load(once), dict(OPTS, provider={"kind": "directory",
+                                                                             "dir": "/etc/traefik/dynamic"})) == []
+
+
+def test_a_missing_http_block_and_middlewares_are_created_at_the_right_depth():
+    text = "entryPoints:\n    websecure:\n        address: ':443'\n"
+    new = edit(text, provider={"kind": "directory", "dir": "/d"}, verify_api=False)
+    assert new.startswith(text)
+    assert "    websecure:\n        address: ':443'\n        http:\n            middlewares:\n" \
+           "                - inflight-limit@file\n" in new
+
+
+def test_flow_lists_get_the_item_inline():
+    text = STATIC.replace("      middlewares:\n        - security-headers@file   # mine\n",
+                          "      middlewares: [security-headers@file]   # mine\n")
+    new = edit(text)
+    assert "      middlewares: [security-headers@file, inflight-limit@file]   # mine\n" in new
+
+
+def test_keys_are_matched_case_insensitively_as_traefik_does():
+    text = STATIC.replace("entryPoints:", "entrypoints:")
+    new = edit(text)
+    assert "entryPoints" not in new.split("# mine")[0]
+    assert yaml.safe_load(new)["entrypoints"]["websecure"]["http"]["middlewares"][-1] == "inflight-limit@file"
+
+
+def test_crlf_files_keep_their_line_endings():
+    new = edit(STATIC.replace("\n", "\r\n"))
+    assert "\n" not in new.replace("\r\n", "")
+
+
+def test_proxy_protocol_is_trusted_from_the_tunnel_only_and_removed_again():
+    new = edit(STATIC, proxy_protocol_trusted_ips=["10.8.0.1/32"])
+    assert yaml.safe_load(new)["entryPoints"]["websecure"]["proxyProtocol"] == {"trustedIPs": ["10.8.0.1/32"]}
+    directory = {"kind": "directory", "dir": "/etc/traefik/dynamic"}
+    off = traefik.edit_yaml(new, traefik.static_changes(yaml.safe_load(new), dict(
+        OPTS, provider=directory, proxy_protocol_trusted_ips=[])))
+    assert "proxyProtocol" not in off
+    unchanged = traefik.static_changes(yaml.safe_load(new), dict(OPTS, provider=directory, proxy_protocol_trusted_ips=None))
+    assert unchanged == []
+
+
+@pytest.mark.parametrize("text, words", [
+    ("entryPoints: {websecure: {address: ':443'}}\n", "flow-style"),
+    ("entryPoints:\n  websecure: &ep\n    address: ':443'\n  other: *ep\n", "without rewriting it"),
+])
+def test_layouts_it_cannot_edit_line_by_line_are_refused(text, words):
+    with pytest.raises(traefik.TraefikConfigError, match=words):
+        edit(text, provider={"kind": "directory", "dir": "/d"}, entrypoints=["websecure"])
+
+
+def test_bad_static_input():
+    with pytest.raises(traefik.TraefikConfigError, match="entrypoint\\(s\\) nosuch not defined"):
+        edit(STATIC, entrypoints=["nosuch"])
+    with pytest.raises(traefik.TraefikConfigError, match="does not parse as YAML"):
+        traefik.edit_yaml("a: [b\n", [])
+
+
+COMPOSE = """services:
+  traefik:
+    image: traefik:v3.6
+    command:
+      # entrypoints
+      - --entrypoints.websecure.address=:443
+      - --providers.file.filename=/etc/traefik/dynamic.yml
+      - "--entrypoints.websecure.http.middlewares=mine@file"
+    labels:
+      - traefik.enable=false
+"""
+
+
+def test_flags_are_edited_item_by_item_in_the_compose_file():
+    compose = yaml.safe_load(COMPOSE)
+    args = compose["services"]["traefik"]["command"]
+    flags = traefik.parse_flags(args)
+    add, remove = traefik.flag_changes(flags, dict(OPTS, provider=FILENAME))
+    assert add["entrypoints.websecure.http.middlewares"] == "mine@file,inflight-limit@file"
+    assert remove == ["providers.file.filename"]
+    changes = traefik.compose_command_changes(compose, "traefik", args, add, remove)
+    new = traefik.edit_yaml(COMPOSE, changes)
+    assert removed_lines(COMPOSE, new) == ["      - --providers.file.filename=/etc/traefik/dynamic.yml",
+                                           '      - "--entrypoints.websecure.http.middlewares=mine@file"']
+    assert '      - "--entrypoints.websecure.http.middlewares=mine@file,inflight-limit@file"\n' in new
+    assert "      # entrypoints\n" in new
+    assert yaml.safe_load(new)["services"]["traefik"]["command"][-1] == "--providers.file.directory=/etc/traefik/dynamic"
+
+
+def test_flags_for_docker_run_are_spelled_out():
+    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443"},
+                                       dict(OPTS, provider={"kind": "none", "dir": "/etc/traefik/dynamic"}))
+    assert traefik.flags_text(add, remove) == (
+        "--api=true --entrypoints.homelab-edge-api.address=127.0.0.1:9099 "
+        "--entrypoints.websecure.http.middlewares=inflight-limit@file --ping=true "
+        "--providers.file.directory=/etc/traefik/dynamic")
+
+
+def test_service_changes_add_label_health_check_and_sysctls_in_the_users_style():
+    facts = {"compose": {"service": "traefik"}, "source": {"mode": "flags"}, "args": ["--ping=true"]}
+    changes = traefik.service_changes(yaml.safe_load(COMPOSE), facts, {
+        "autoheal_label": "autoheal", "healthcheck": {"interval": "30s"}, "sysctls": {"net.ipv4.tcp_fin_timeout": 15}})
+    new = traefik.edit_yaml(COMPOSE, changes)
+    svc = yaml.safe_load(new)["services"]["traefik"]
+    assert svc["labels"] == ["traefik.enable=false", "autoheal=true"]
+    assert svc["healthcheck"] == {"test": ["CMD", "traefik", "healthcheck", "--ping", "--ping=true"], "interval": "30s"}
+    assert svc["sysctls"] == {"net.ipv4.tcp_fin_timeout": "15"}
+    assert removed_lines(COMPOSE, new) == []
+
+
+def test_where_traefik_takes_its_static_config_from():
+    assert traefik.static_source(["--configFile=/c/t.yml", "--ping"]) == {"mode": "file", "path": "/c/t.yml"}
+    # a file in a default place wins over every flag, as in Traefik
+    assert traefik.static_source(["--ping"], ["/etc/traefik/traefik.yml"]) == {"mode": "file",
+                                                                               "path": "/etc/traefik/traefik.yml"}
+    assert traefik.static_source(["--entryPoints.web.address=:80"])["flags"] == {"entrypoints.web.address": ":80"}
+    assert traefik.static_source([]) == {"mode": "env"}
+
+
+MOUNTS = [{"Type": "bind", "Source": "/srv/t/config", "Destination": "/etc/traefik", "RW": False},
+          {"Type": "bind", "Source": "/srv/t/routes.yml", "Destination": "/etc/traefik/routes.yml", "RW": True}]
+
+
+def test_host_paths_through_the_longest_mount():
+    assert traefik.host_path("/etc/traefik/dynamic", MOUNTS)["host"] == "/srv/t/config/dynamic"
+    assert traefik.host_path("/etc/traefik/routes.yml", MOUNTS)["whole_mount"]
+    assert traefik.host_path("/other", MOUNTS) is None
+
+
+def facts(args, mounts=MOUNTS, compose=None):
+    return {"name": "traefik", "version": "3.6.12", "major": 3, "args": args, "mounts": mounts,
+            "source": traefik.static_source(args), "compose": compose}
+
+
+def test_locate_refuses_what_it_cannot_reach_before_anything_changes():
+    with pytest.raises(traefik.TraefikConfigError, match="own image layer"):
+        traefik.locate(facts(["--configFile=/opt/t.yml"]), "", {})
+    with pytest.raises(traefik.TraefikConfigError, match="single-file mount"):
+        traefik.locate(facts(["--providers.file.filename=/etc/traefik/routes.yml"]), None, {})
+    with pytest.raises(traefik.TraefikConfigError, match="not visible inside traefik"):
+        traefik.locate(facts(["--providers.file.directory=/dyn"]), None, {})
+    with pytest.raises(traefik.TraefikConfigError, match="environment variables"):
+        traefik.locate(facts([]), None, {})
+    where = traefik.locate(facts(["--configFile=/etc/traefik/traefik.yml"]), STATIC.replace(
+        "/etc/traefik/dynamic.yml", "/etc/traefik/mine.yml"), {})
+    assert where["provider"] == {"kind": "filename", "file": "/etc/traefik/mine.yml", "dir": "/etc/traefik/dynamic",
+                                 "dir_host": "/srv/t/config/dynamic", "file_host": "/srv/t/config/mine.yml"}
+
+
+def test_a_middleware_name_of_theirs_is_refused():
+    where = traefik.locate(facts(["--configFile=/etc/traefik/traefik.yml"]), STATIC.replace(
+        "/etc/traefik/dynamic.yml", "/etc/traefik/mine.yml"), {})
+    with pytest.raises(traefik.TraefikConfigError, match="a middleware named inflight-limit already exists"):
+        traefik.plan(facts(["--configFile=/etc/traefik/traefik.yml"]), where, STATIC, None,
+                     {"/srv/t/config/mine.yml": "http:\n  middlewares:\n    inflight-limit: {}\n"}, OPTS)
+
+
+ROUTERS = [{"name": "websecure-site@file", "status": "enabled", "using": ["websecure"],
+            "middlewares": ["inflight-limit@file", "mine@file"]},
+           {"name": "site@file", "status": "enabled", "using": ["homelab-edge-api"], "middlewares": ["mine@file"]},
+           {"name": "auth@file", "status": "enabled", "using": ["websecure"], "middlewares": ["inflight-limit@file"]}]
+MWS = [{"name": "inflight-limit@file", "status": "enabled", "inFlightReq": {"amount": 400}}]
+
+
+def test_the_api_check():
+    assert traefik.check_api(ROUTERS, MWS, {"site@file", "auth@file"}, ["websecure"], "inflight-limit@file", 400) == []
+    problems = traefik.check_api(ROUTERS[:1], MWS, {"site@file", "auth@file"}, ["websecure"], "inflight-limit@file", 50)
+    assert problems == ["router auth@file is gone", "middleware inflight-limit@file runs amount 400, not 50 "
+                                                    "(not reloaded yet)"]
+    broken = [dict(ROUTERS[2], status="disabled", error=["invalid IP"], middlewares=[])]
+    assert traefik.check_api(broken, [], {"auth@file"}, ["websecure"], "inflight-limit@file") == [
+        "router auth@file is disabled: invalid IP", "middleware inflight-limit@file is not loaded",
+        "router auth@file does not run inflight-limit@file"]
+
+
+def test_version():
+    assert traefik.parse_version("Version:      2.11.30\nCodename: cheddar\n") == (2, "2.11.30")
+    with pytest.raises(traefik.TraefikConfigError):
+        traefik.parse_version("nope")
