@@ -93,6 +93,11 @@ def traefik_api_problems(api_output, plan, before_output=""):
                              plan.get("amount"))
 
 
+def traefik_client_share(log_lines):
+    """[the address most access-log requests come from, its share, requests read]."""
+    return list(traefik.client_share(log_lines or []))
+
+
 def _clear_errors(fn):
     def call(*args, **kwargs):
         try:
@@ -107,4 +112,4 @@ class FilterModule(object):
     def filters(self):
         return dict((f.__name__, _clear_errors(f)) for f in (
             traefik_facts, traefik_static_host_path, traefik_locate, traefik_plan, traefik_dynamic,
-            traefik_api_problems))
+            traefik_api_problems, traefik_client_share))

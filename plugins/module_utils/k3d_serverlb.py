@@ -59,6 +59,13 @@ DEFAULTS = dict(
 LOG_LEVELS = ("info", "notice", "warn", "error")
 
 
+def option_spec():
+    """The fix's options as an Ansible argument spec (the modules share it)."""
+    spec = dict((key, dict(type="int", default=default)) for key, default in DEFAULTS.items())
+    spec["budget_log_level"] = dict(type="str", default=DEFAULTS["budget_log_level"], choices=list(LOG_LEVELS))
+    return spec
+
+
 class ShapeError(ValueError):
     """The template or values file is not of the shape k3d writes."""
 
@@ -635,4 +642,54 @@ def handle(container, name, explicit, want, check_mode=False, render_timeout=30)
         entry["diff"] = [{"before_header": header, "after_header": header, "before": before, "after": after}]
     if check_mode and res["changed"]:
         entry["msg"] = "would fix: %s" % "; ".join(res["reasons"])
+    return entry
+
+
+# -------------------------------------------------------------- signals
+
+_NOT_ENOUGH = re.compile(r"worker_connections are not enough.*?(?P<proto>udp|tcp) client: [^,]+, server: "
+                         r"[^,]*?:(?P<port>\d+)")
+_EXCEED = re.compile(r"(\d+) worker_connections exceed open file resource limit: (\d+)")
+
+
+def log_signals(log_text):
+    """From a load balancer's log: "not enough" alerts by protocol and
+    server port, and the open-file warning nginx gives at start."""
+    alerts, exceed = {}, None
+    for line in log_text.splitlines():
+        m = _NOT_ENOUGH.search(line)
+        if m:
+            key = "%s %s" % (m.group("proto"), m.group("port"))
+            alerts[key] = alerts.get(key, 0) + 1
+            continue
+        m = _EXCEED.search(line)
+        if m:
+            exceed = {"worker_connections": int(m.group(1)), "open_file_limit": int(m.group(2))}
+    return {"not_enough": alerts, "not_enough_total": sum(alerts.values()), "exceed_open_file_limit": exceed}
+
+
+_FDS = ("n=0; for p in $(pgrep -f 'nginx: worker process'); do "
+        "n=$((n + $(ls /proc/$p/fd 2>/dev/null | wc -l))); done; echo $n")
+
+
+def signals(container, want, since, dns_probe=None):
+    """What a running load balancer shows now: its config as rendered, what
+    it lacks of the fix, its log since `since` (epoch s), the files its
+    workers hold open, and (dns_probe(address, port) -> seconds or None)
+    whether each UDP upstream answers."""
+    state = read_state(container)
+    facts = parse_live(state["conf"])
+    new_template, facts, reasons = plan(state, want)
+    entry = report(container.name, (container.labels or {}).get(CLUSTER_LABEL), facts,
+                   max(state["worker_limits"] or [0]) or None)
+    raw = container.logs(since=int(since)).decode("utf-8", "replace")
+    entry.update(log_signals(raw), drift=reasons, template_patched=new_template == state["template"])
+    rc, out = _exec(container, ["sh", "-c", _FDS])[:2]
+    entry["open_files"] = int(out.strip()) if rc == 0 and out.strip().isdigit() else None
+    entry["dns_upstreams"] = []
+    if dns_probe:
+        for key in udp_ports(parse_values(state["values"])):
+            port = int(key.split(".")[0])
+            for node in parse_values(state["values"])["ports"][key]:
+                entry["dns_upstreams"].append({"node": node, "port": port, "answer_s": dns_probe(node, port)})
     return entry

@@ -18,6 +18,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import json
 import posixpath
 import re
 
@@ -784,3 +785,28 @@ def service_changes(compose, facts, opts):
         if str((have or {}).get(key)) != str(value):
             changes.append(("set", ["services", service, "sysctls", key], str(value)))
     return changes
+
+
+# ------------------------------------------------------------ access log
+
+def client_share(log_lines):
+    """From Traefik's JSON access log: (the address most requests come from,
+    its share 0..1, how many requests were read). One address carrying nearly
+    every request means Traefik sees a proxy, not the clients: a per-IP limit
+    is then one bucket for everyone."""
+    counts, total = {}, 0
+    for line in log_lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            host = json.loads(line).get("ClientHost")
+        except ValueError:
+            continue
+        if host:
+            counts[host] = counts.get(host, 0) + 1
+            total += 1
+    if not total:
+        return None, 0.0, 0
+    top = max(sorted(counts), key=lambda h: counts[h])
+    return top, round(counts[top] / float(total), 3), total

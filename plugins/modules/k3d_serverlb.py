@@ -182,16 +182,11 @@ except ImportError:
 
 
 def argument_spec():
-    spec = dict(
-        clusters=dict(type="list", elements="str", default=[], aliases=["cluster"]),
-        names=dict(type="list", elements="str", default=[]),
-        budget_log_level=dict(type="str", choices=list(lb.LOG_LEVELS)),
-        render_timeout=dict(type="int", default=30, aliases=["timeout"]),
-        docker_host=dict(type="str"),
-    )
-    for key, default in lb.DEFAULTS.items():
-        spec.setdefault(key, dict(type="int"))["default"] = default
-    return spec
+    return dict(lb.option_spec(),
+                clusters=dict(type="list", elements="str", default=[], aliases=["cluster"]),
+                names=dict(type="list", elements="str", default=[]),
+                render_timeout=dict(type="int", default=30, aliases=["timeout"]),
+                docker_host=dict(type="str"))
 
 
 def wanted_settings(module):

@@ -198,9 +198,10 @@ def docker_facts(module):
     if not docker:
         return {}, None
     rc, info, err = module.run_command([docker, "info", "--format", "{{json .}}"], environ_update=C_ENV)
-    if rc != 0:
-        return {}, None
-    backend = uc.firewall_backend(json.loads(info))
+    info = json.loads(info) if rc == 0 and info.strip().startswith("{") else {}
+    if not info.get("ServerVersion"):
+        return {}, None  # a docker client without an engine
+    backend = uc.firewall_backend(info)
     rc, ids, err = module.run_command([docker, "ps", "-q"], environ_update=C_ENV)
     if rc != 0 or not ids.split():
         return {}, backend

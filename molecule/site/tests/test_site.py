@@ -1,54 +1,86 @@
-"""Tag runs: --tags vps touches only the VPS, --tags nas only the NAS."""
+"""site.yml over the whole lab: tag runs, check mode, the status table, and
+the edge path client -> VPS -> WireGuard -> NAS with real client addresses,
+in both orders of failure."""
+import json
 import os
 import re
 import subprocess
+import sys
+import time
 
 import docker
+import pytest
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab")]
+import adhoc  # noqa: E402
+import hosts  # noqa: E402
+import probes  # noqa: E402
+
+INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
 VPS = testinfra.get_host("docker://lab-vps")
-MIDDLEWARE = "/tmp/homelab-edge-lab/traefik/config/dynamic/inflight-limit.yml"
+NAS = testinfra.get_host("docker://lab-nas")
+MIDDLEWARE = "/srv/traefik/config/dynamic/inflight-limit.yml"
 BLOCK = "homelab.edge.ufw_connlimit"
+AMOUNT = 50  # inventories/lab: below the VPS's 100 connections per address
 
 
-def site(*args):
-    out = subprocess.run(["ansible-playbook", "-i", "inventories/lab/hosts.yml", "site.yml"] + list(args),
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
-    assert out.returncode == 0, out.stdout[-3000:]
-    return dict((m.group(1), (int(m.group(2)), int(m.group(3))))
-                for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)", out.stdout, re.M))
+@pytest.fixture(scope="module")
+def client():
+    return docker.from_env()
 
 
-def vps_block_present():
-    return BLOCK in VPS.file("/etc/ufw/before.rules").content_string
+def site(*args, ok=True):
+    out = subprocess.run(["ansible-playbook", "-i", INVENTORY, os.path.join(ROOT, "site.yml")] + list(args),
+                         capture_output=True, text=True, timeout=900, check=False)
+    if ok:
+        assert out.returncode == 0, out.stdout[-3000:]
+    recap = dict((m.group(1), (int(m.group(2)), int(m.group(3))))
+                 for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)", out.stdout, re.M))
+    return recap if ok else (out.returncode, " ".join(out.stdout.split()), recap)
 
 
-def break_both():
-    """Undo one fix on the VPS and one on the NAS."""
-    VPS.check_output("sed -i '/homelab.edge.ufw_connlimit/,/END homelab.edge.ufw_connlimit/d' /etc/ufw/before.rules")
-    if os.path.exists(MIDDLEWARE):
-        os.remove(MIDDLEWARE)
-    assert not vps_block_present() and not os.path.exists(MIDDLEWARE)
+def vps_ip():
+    return hosts.address("lab-vps", "lab-wan")
+
+
+def nas_lan_ip():
+    return hosts.address("lab-nas", "lab-lan")
+
+
+def get(container, address, name="site", port=443):
+    out = subprocess.run(["docker", "exec", container, "curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "-m", "10",
+                          "--resolve", "%s.nas.lab:%d:%s" % (name, port, address), "https://%s.nas.lab:%d/" % (name, port)],
+                         capture_output=True, text=True, check=False)
+    return out.stdout
+
+
+def access_log(since):
+    out = NAS.check_output("docker logs --since %d traefik 2>&1" % int(since))
+    return [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+
+
+def files():
+    """Every file the site changes on the VPS and the NAS."""
+    return (VPS.file("/etc/ufw/before.rules").content_string, VPS.file("/etc/nginx/nginx.conf").content_string,
+            NAS.check_output("find /srv/traefik /srv/autoheal -type f ! -name '*~' | sort | xargs cat"))
 
 
 def test_tags_vps_touches_only_the_vps():
-    break_both()
+    VPS.check_output("sed -i '/%s/,/END %s/d' /etc/ufw/before.rules" % (BLOCK, BLOCK))
     recap = site("--tags", "vps")
     assert recap["lab-vps"][1] > 0
-    assert recap["lab-k3d"][1] == 0 and recap["lab-nas"][1] == 0  # at most facts were read there
-    assert vps_block_present()
-    assert not os.path.exists(MIDDLEWARE)
+    assert recap["lab-k3d"][1] == 0 and recap["lab-nas"][1] == 0
+    assert BLOCK in VPS.file("/etc/ufw/before.rules").content_string
 
 
 def test_tags_nas_touches_only_the_nas():
-    break_both()
+    NAS.check_output("rm %s" % MIDDLEWARE)
     recap = site("--tags", "nas")
     assert recap["lab-nas"][1] > 0
     assert recap["lab-k3d"][1] == 0 and recap["lab-vps"][1] == 0
-    assert os.path.exists(MIDDLEWARE)
-    assert not vps_block_present()
-    site("--tags", "vps")  # leave the lab converged
+    assert NAS.file(MIDDLEWARE).exists
 
 
 def test_role_tag_selects_one_role():
@@ -58,20 +90,119 @@ def test_role_tag_selects_one_role():
 
 
 def test_check_diff_over_the_whole_site_changes_nothing():
-    before = VPS.file("/etc/ufw/before.rules").content_string
+    before = files()
     recap = site("--check", "--diff")
     assert set(recap) == {"lab-k3d", "lab-vps", "lab-nas"}
     assert all(changed == 0 for ok, changed in recap.values())
-    assert VPS.file("/etc/ufw/before.rules").content_string == before
+    assert files() == before
 
 
-def test_everything_fixed_in_the_status_report():
-    out = subprocess.run(["ansible-playbook", "-i", "inventories/lab/hosts.yml", "playbooks/status.yml"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+def status_table():
+    out = subprocess.run(["ansible-playbook", "-i", INVENTORY, os.path.join(ROOT, "playbooks", "status.yml")],
+                         capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stdout[-3000:]
-    table = out.stdout.split("Print the table")[1]
-    assert "NOT FIXED" not in table
-    for what in ("k3d-lab-serverlb", "connlimit 100/IP", "lab-traefik middleware", "lab-traefik health",
-                 "lab-traefik drain"):
+    return " ".join(out.stdout.split("Print the table")[1].split())
+
+
+def test_everything_is_fixed_in_the_status_table():
+    table = status_table()
+    assert "NOT FIXED" not in table, table
+    for what in ("k3d-lab-serverlb", "k3d-lab2-serverlb", "connlimit 100/IP", "PROXY protocol to 10.8.0.2:443",
+                 "traefik middleware", "traefik client addresses", "traefik health", "autoheal", "drain traefik"):
         assert what in table
-    assert docker.from_env().containers.get("lab-traefik").labels["autoheal"] == "true"
+
+
+def test_traefik_sees_each_client_with_its_own_address():
+    t0 = time.time() - 1
+    for c in ("lab-client1", "lab-client2"):
+        assert [get(c, vps_ip()) for dummy in range(2)] == ["200", "200"]
+    seen = set(r["ClientHost"] for r in access_log(t0) if r.get("RouterName") == "site@file")
+    assert seen == {hosts.address("lab-client1", "lab-wan"), hosts.address("lab-client2", "lab-wan")}
+
+
+def flood_through_the_vps(client, n=150):
+    """client1 floods the NAS through the VPS; client2 asks meanwhile."""
+    flood = probes.https_flood(client.containers.get("lab-client1"), vps_ip(), "/slower", n, 443, "site.nas.lab")
+    time.sleep(3)
+    second = [get("lab-client2", vps_ip(), "site") for dummy in range(3)]  # the same router: the same middleware instance
+    return flood.result(), second
+
+
+def test_a_flood_through_the_vps_is_cut_at_both_doors_and_a_second_client_is_served(client):
+    """150 connections from one address: the VPS resets 50 (connlimit 100),
+    Traefik answers 50 and turns 50 away with 429 (amount 50 per address);
+    a second client through the same VPS and tunnel is served meanwhile."""
+    counts, second = flood_through_the_vps(client)
+    adhoc.record("site", "flood_through_vps", second=second, **counts)
+    assert counts.get("200") == AMOUNT and counts.get("429") == 100 - AMOUNT, counts
+    assert sum(v for k, v in counts.items() if not k.isdigit()) == 50  # reset at the VPS
+    assert second == ["200"] * 3
+
+
+def test_internal_clients_are_limited_by_their_own_address(client):
+    flood = probes.https_flood(client.containers.get("lab-lan-client"), nas_lan_ip(), "/slower", 120, 443, "site.nas.lab")
+    time.sleep(3)
+    second = get("lab-client2", vps_ip())
+    counts = flood.result()
+    adhoc.record("site", "flood_from_the_lan", second=second, **counts)
+    assert counts.get("200") == AMOUNT and counts.get("429") == 120 - AMOUNT
+    assert second == "200"
+
+
+def test_without_proxy_protocol_one_client_blocks_everyone_and_status_says_so(client):
+    """The net, removed: without PROXY protocol every request through the VPS
+    comes from its tunnel address, one bucket: client2 gets 429 too."""
+    site("--tags", "vps_proxy_protocol", "-e", "vps_proxy_protocol_state=absent")
+    try:
+        assert "proxy_protocol on" not in VPS.file("/etc/nginx/nginx.conf").content_string
+        counts, second = flood_through_the_vps(client, n=100)
+        adhoc.record("site", "flood_without_proxy_protocol", second=second, **counts)
+        assert "429" in second
+        table = status_table()
+        assert "per-IP limit blind" in table and "10.8.0.1" in table
+    finally:
+        site("--tags", "vps_proxy_protocol")
+    assert "proxy_protocol on" in VPS.file("/etc/nginx/nginx.conf").content_string
+
+
+def both_off():
+    site("--tags", "vps_proxy_protocol", "-e", "vps_proxy_protocol_state=absent")  # the VPS first
+    site("--tags", "traefik_inflight", "-e", '{"traefik_inflight_proxy_protocol_trusted_ips": []}')
+    assert "proxyProtocol" not in NAS.file("/srv/traefik/config/traefik.yml").content_string
+
+
+def test_when_the_nas_fails_first_the_vps_does_not_send_and_the_path_keeps_working():
+    """The NAS's change fails (and is rolled back): site.yml stops before the
+    VPS; the VPS run on its own (its tag) then refuses to send PROXY protocol
+    to a Traefik that does not trust it yet. TLS through the VPS works all along."""
+    both_off()
+    try:
+        rc, out, recap = site("-e", '{"traefik_inflight_excluded_ips": ["not-an-ip"]}', ok=False)
+        assert rc != 0 and "The change was rolled back" in out and "invalid CIDR address: not-an-ip" in out
+        assert "proxyProtocol" not in NAS.file("/srv/traefik/config/traefik.yml").content_string
+        assert get("lab-client1", vps_ip()) == "200"
+        rc, out, recap = site("--tags", "vps", ok=False)
+        assert rc != 0 and "do not accept PROXY protocol from this host yet" in out and "nothing was changed" in out
+        assert "proxy_protocol on" not in VPS.file("/etc/nginx/nginx.conf").content_string
+        assert [get("lab-client1", vps_ip()), get("lab-client1", vps_ip(), port=443)] == ["200", "200"]
+    finally:
+        site()
+    assert get("lab-client1", vps_ip()) == "200"
+
+
+def test_when_the_vps_fails_after_the_nas_the_path_keeps_working():
+    site("--tags", "vps_proxy_protocol", "-e", "vps_proxy_protocol_state=absent")
+    conf = VPS.file("/etc/nginx/nginx.conf").content_string
+    try:
+        # something of the admin's makes `nginx -t` fail
+        VPS.check_output("sed -i '1i worker_shutdown_timeout banana;' /etc/nginx/nginx.conf")
+        rc, out, recap = site("--tags", "vps_proxy_protocol", ok=False)
+        assert rc != 0 and "nginx -t refuses the change" in out and "your files are back as they were" in out
+        assert VPS.file("/etc/nginx/nginx.conf").content_string.startswith("worker_shutdown_timeout banana;")
+        assert "proxy_protocol on" not in VPS.file("/etc/nginx/nginx.conf").content_string
+        assert "trustedIPs" in NAS.file("/srv/traefik/config/traefik.yml").content_string
+        assert get("lab-client1", vps_ip()) == "200"  # Traefik takes both, with and without the header
+    finally:
+        VPS.check_output("cat > /etc/nginx/nginx.conf <<'EOF'\n%sEOF" % conf)
+        site("--tags", "vps_proxy_protocol")
+    assert get("lab-client1", vps_ip()) == "200"

@@ -34,14 +34,24 @@ def main(address, port, path, n, hostname=None):
     counts, lock = {}, threading.Lock()
 
     def one():
+        c = Connection(address, port, hostname or address, context=ctx, timeout=30)
         try:
-            c = Connection(address, port, hostname or address, context=ctx, timeout=30)
             c.connect()
-            start.wait(30)
-            c.request("GET", path)
-            code = str(c.getresponse().status)
-        except Exception as e:  # deliberate: every failure is counted by its kind
-            code = type(e).__name__
+            connected = None
+        except Exception as e:  # deliberate: a refused or reset connection is counted by its kind
+            connected = type(e).__name__
+        try:
+            start.wait(30)  # every thread comes here, connected or not
+        except threading.BrokenBarrierError:
+            pass
+        if connected is None:
+            try:
+                c.request("GET", path)
+                code = str(c.getresponse().status)
+            except Exception as e:  # deliberate: every failure is counted by its kind
+                code = type(e).__name__
+        else:
+            code = connected
         with lock:
             counts[code] = counts.get(code, 0) + 1
 

@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""Seed 001's outage, reproduced and timed on the lab's edge path.
+
+The seed: a 4-minute ladder of floods against Traefik on a 2-core NAS left
+every route dark for 12 minutes; the kernel's cleanup outlasted the attack.
+Here, on lab/edge.py's NAS (its own Docker engine, Traefik publishing 443),
+the same run twice, in the same session:
+
+  before   the admin's NAS as it was: no inFlightReq, kernel defaults, no health
+           check, no autoheal
+  after    site.yml applied (inventories/lab)
+
+Each run: Traefik's CPU capped (the seed's Traefik sat near a full share of a
+small CPU, beside CrowdSec's log parsing), probes like monitoring (a request
+to each backend and a "scrape" every second, from another client), 10 s
+quiet, then a flood from one LAN address through the published port (wrk,
+250 connections holding a 2-second page, 250 opening a new TLS connection per
+request to the fast page), then quiet again while it drains. Recorded per
+second: probe success and latency per backend, Traefik's CPU, the NAS's
+conntrack entries, TIME_WAIT and FIN_WAIT sockets in Traefik's namespace.
+
+Prints and saves JSON with machine info and a PNG timeline to
+benchmarks/results/. Traffic goes only to the lab's own containers.
+
+  bench_edge_outage.py [--flood 60] [--after 90] [--cpus 0.5] [--connections 500]
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab")]
+import edge  # noqa: E402
+import hosts  # noqa: E402
+import outage  # noqa: E402
+
+GOALS = {"probes_answered_pct": 99.0, "healthy_after_flood_s": 30}
+
+
+def site():
+    out = subprocess.run(["ansible-playbook", "-i", os.path.join(ROOT, "inventories", "lab", "hosts.yml"),
+                          os.path.join(ROOT, "site.yml"), "--limit", "lab-vps,lab-nas"],
+                         capture_output=True, text=True, check=False, timeout=900)
+    if out.returncode:
+        raise RuntimeError(out.stdout[-3000:])
+
+
+def machine():
+    docker = subprocess.run(["docker", "version", "-f", "{{.Server.Version}}"], capture_output=True, text=True,
+                            check=False).stdout.strip()
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "docker": docker, "date": time.strftime("%FT%T%z")}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flood", type=int, default=60)
+    ap.add_argument("--after", type=int, default=90)
+    ap.add_argument("--cpus", type=float, default=0.5)
+    ap.add_argument("--connections", type=int, default=500)
+    a = ap.parse_args(argv)
+    result = {"machine": machine(), "conditions": {
+        "flood_s": a.flood, "connections": a.connections, "traefik_cpus": a.cpus,
+        "flood": "wrk from one LAN address to the NAS's published 443: half on /slow (held 2 s), half on / with "
+                 "Connection: close (a TLS handshake per request)",
+        "probes": "site, auth and a scrape (site /status) every second from another client, 5 s timeout"}}
+    runs = []
+    try:
+        lab = edge.up()
+        for name in ("before", "after"):
+            if name == "after":
+                site()
+                time.sleep(10)  # Traefik restarted, first health checks
+            outage.cap_cpu(a.cpus)
+            print("%s: flood %d s, then %d s to drain" % (name, a.flood, a.after), flush=True)
+            run = outage.run(lab["nas_lan"], flood_s=a.flood, after_s=a.after, connections=a.connections, label=name)
+            print("  %s" % json.dumps(run["summary"]), flush=True)
+            runs.append((name, run))
+            result[name] = run
+    finally:
+        edge.down()
+    result["goals"] = GOALS
+    result["goals_met"] = {
+        "probes_answered_pct": result["after"]["summary"]["probes_answered_pct"] >= GOALS["probes_answered_pct"],
+        "healthy_after_flood_s": (result["after"]["summary"]["healthy_after_flood_s"] is not None and
+                                  result["after"]["summary"]["healthy_after_flood_s"] <= GOALS["healthy_after_flood_s"])}
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    out = os.path.join(ROOT, "benchmarks", "results", "edge_outage-%s.json" % stamp)
+    result["picture"] = os.path.relpath(outage.plot(runs, out.replace(".json", ".png"), "seed 001's ladder"), ROOT)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps({k: result[k]["summary"] for k in ("before", "after")}, indent=2))
+    print("goals met: %s" % result["goals_met"])
+    print("saved %s and %s" % (out, result["picture"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""From live signals to findings: the diagnosis the seed authors made by
+hand. Pure logic: signals in (what k3d_serverlb_info, ufw_connlimit and
+host_signals returned per host), findings out, each with its evidence (the
+number and where it came from), the likely cause and the fix. Several
+symptoms of one cause are named together."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DRAIN_GOOD = {"net.ipv4.tcp_fin_timeout": 30, "net.ipv4.tcp_abort_on_overflow": 1}
+BLIND_SHARE, BLIND_MIN_REQUESTS = 0.9, 20
+
+
+def finding(host, what, evidence, cause, fix, about=None):
+    return {"host": host, "finding": what, "evidence": evidence, "cause": cause, "fix": fix, "about": about}
+
+
+def k3d(host, lbs, window):
+    out = []
+    for e in lbs:
+        name = e["name"]
+        if not e.get("running", True):
+            out.append(finding(host, "%s is not running" % name, "docker: container not running",
+                               "the cluster is stopped or the load balancer died", "k3d cluster start", name))
+            continue
+        if e.get("error"):
+            out.append(finding(host, "%s cannot be read" % name, e["error"], "not k3d's load balancer layout",
+                               "check the container", name))
+            continue
+        unpatched = e["udp_servers"] - e["udp_servers_patched"]
+        long_hold = e.get("udp_timeout") and e["udp_timeout"] > 10
+        if unpatched or long_hold:
+            out.append(finding(
+                host, "%s holds every UDP (DNS) session up to %s s" % (name, int(e["udp_timeout"] or 600)),
+                "nginx.conf: UDP %s without proxy_responses 1, proxy_timeout %s s: its %s connections fill at %s new "
+                "DNS queries/s" % (",".join(e["udp_ports"]), e["udp_timeout"], e["worker_connections"],
+                                   e["exhaustion_rate"]),
+                "k3d's template: a DNS query is one datagram each way, but nginx waits for more", "run the k3d tag "
+                "(homelab.edge.k3d_serverlb): proxy_responses 1, a short timeout, a UDP session budget", name))
+        alerts = e.get("not_enough_total", 0)
+        if alerts:
+            by = ", ".join("%s: %d" % kv for kv in sorted(e["not_enough"].items()))
+            cause = ("DNS sessions held open fill every connection, and HTTPS and the API share them"
+                     if unpatched or long_hold else
+                     "the UDP sessions have no budget: a hung DNS server fills every connection"
+                     if not e.get("udp_session_budget") else "more connections at once than the workers allow")
+            out.append(finding(host, "%s ran out of connections" % name,
+                               "docker logs: %d 'worker_connections are not enough' in the last %d s (%s)"
+                               % (alerts, window, by), cause, "run the k3d tag (homelab.edge.k3d_serverlb)", name))
+        dead = [u for u in e.get("dns_upstreams") or [] if u["answer_s"] is None]
+        if dead:
+            held = ("the UDP session budget (%s sessions) keeps the rest of the connections for HTTPS and the API "
+                    "meanwhile" % e["udp_session_budget"] if e.get("udp_session_budget") else
+                    "with no UDP session budget, its queries will fill the connections HTTPS and the API need: "
+                    "run the k3d tag")
+            out.append(finding(host, "the DNS server behind %s does not answer" % name,
+                               "a DNS query to %s: no answer in 2 s" % ", ".join("%s:%d" % (u["node"], u["port"])
+                                                                                 for u in dead),
+                               "the DNS server (CoreDNS, PowerDNS) is hung or down",
+                               "restart it; %s" % held, name))
+        exceed = e.get("exceed_open_file_limit")
+        wc, nofile = e.get("worker_connections") or 0, e.get("open_file_limit") or 0
+        if exceed or (nofile and wc > nofile):
+            ev = ("nginx: %d worker_connections exceed open file resource limit: %d"
+                  % (exceed["worker_connections"], exceed["open_file_limit"]) if exceed
+                  else "worker_connections %d, its workers may open %d files" % (wc, nofile))
+            out.append(finding(host, "%s has more connections than it may open files" % name, ev,
+                               "each connection needs a file: the real ceiling is the open-file limit",
+                               "raise k3d_serverlb_worker_rlimit_nofile above the connections (run the k3d tag)", name))
+        drift = [d for d in e.get("drift") or [] if not (unpatched and "UDP" in d)]
+        if drift and not (unpatched or long_hold):
+            out.append(finding(host, "%s lacks part of the fix" % name, "; ".join(drift),
+                               "k3d re-created or rewrote it, and no keeper re-applied the fix",
+                               "run the k3d tag; keep the keeper running (k3d_serverlb_keeper)", name))
+    return out
+
+
+def drain(host, where, values):
+    bad = dict((k, v) for k, v in (values or {}).items()
+               if v is not None and k in DRAIN_GOOD and
+               (v > DRAIN_GOOD[k] if k == "net.ipv4.tcp_fin_timeout" else v < DRAIN_GOOD[k]))
+    if not bad:
+        return []
+    return [finding(host, "drain sysctls at kernel defaults in %s" % where,
+                    ", ".join("%s=%s" % kv for kv in sorted(bad.items())),
+                    "after a flood the kernel keeps orphaned sockets 60 s and retries a full accept queue: the "
+                    "cleanup outlasts the attack (seed 001)", "run the tcp_drain tag", where)]
+
+
+def vps(host, ufw, sig, limit, ports):
+    out = []
+    if ufw is not None:
+        live = sorted((ufw.get("live") or {}).get("ipv4") or [])
+        if ufw.get("failed"):
+            out.append(finding(host, "the connlimit rules cannot be read", ufw.get("msg", ""), "see the message",
+                               "run the vps tag", "firewall"))
+        elif ufw.get("changed") or live != sorted(ports):
+            out.append(finding(host, "the connlimit rules are not what the inventory asks",
+                               "live IPv4 %s, asked %s%s" % (",".join(map(str, live)) or "none",
+                                                            ",".join(map(str, ports)),
+                                                            "; the rules files would change" if ufw.get("changed") else ""),
+                               "rules files edited by hand or ufw reloaded without them", "run the vps tag", "firewall"))
+    fw = (sig or {}).get("firewall") or {}
+    for port, peers in sorted((fw.get("top_talkers") or {}).items()):
+        peers = [p for p in peers if p[1] >= max(1, int(limit * 0.8))]
+        rejected = (fw.get("rejected_per_s") or {}).get(port) or (fw.get("rejected_per_s") or {}).get(str(port)) or 0
+        if peers or rejected:
+            out.append(finding(host, "one address floods port %s" % port,
+                               "ss: %s; connlimit rejects %s new connections/s" % (
+                                   ", ".join("%s has %d connections" % p for p in peers) or "no single address near the "
+                                   "limit", rejected),
+                               "one client opening many connections (seed 001's 500)",
+                               "the limit holds it (vps_connlimit_limit %d); block it further up if it goes on" % limit,
+                               "port %s" % port))
+    limited = set(fw.get("limited_ports") or [])
+    for port, names in sorted((fw.get("published") or {}).items()):
+        if int(port) not in limited:
+            out.append(finding(host, "port %s is published by Docker outside the limit" % port,
+                               "docker: published by %s; no connlimit rule for it in DOCKER-USER's path"
+                               % ", ".join(names), "Docker DNATs published ports through FORWARD: ufw's INPUT rules "
+                               "never see them", "add %s to vps_connlimit_ports with vps_connlimit_docker_published: "
+                               "docker_user (run the vps tag)" % port, "port %s" % port))
+    if (fw.get("docker_firewall_backend") or "").startswith("nftables"):
+        out.append(finding(host, "Docker runs its nftables firewall backend", "docker info: FirewallBackend nftables",
+                           "there is no DOCKER-USER chain: a limit for published ports there protects nothing",
+                           "run Docker with its iptables backend, or publish on 127.0.0.1 behind a host proxy",
+                           "docker"))
+    return out
+
+
+def nas(host, sig, traefik_name, proxy_trusted):
+    out = []
+    sig = sig or {}
+    unhealthy = sig.get("unhealthy") or []
+    heal = sig.get("autoheal")
+    for u in unhealthy:
+        out.append(finding(host, "%s is unhealthy" % u["name"],
+                           "docker: unhealthy for %s s, %s failed health checks in a row (%s)"
+                           % (u["since_s"], u["failing_streak"], u["last_output"][:80] or "no output"),
+                           "wedged: it runs, but does not answer its health check",
+                           "autoheal restarts it" if heal and heal.get("can_restart") else
+                           "docker restart %s now; and make autoheal able to (autoheal tag)" % u["name"], u["name"]))
+    if heal is not None and not heal.get("can_restart"):
+        wedged = [u["name"] for u in unhealthy]
+        out.append(finding(host, "autoheal cannot restart anything", heal.get("why", ""),
+                           "%s stays %s until someone restarts it by hand (seed 001: 12 minutes dark)"
+                           % (", ".join(wedged), "unhealthy") if wedged else "a wedged container would stay wedged",
+                           "run the autoheal tag (autoheal_socket_proxy uses a policy that allows restarts)",
+                           "autoheal"))
+    t = sig.get("traefik")
+    if t:
+        statuses = t.get("statuses") or {}
+        limited = statuses.get("429", 0)
+        errors = sum(v for k, v in statuses.items() if k.startswith("5"))
+        if limited:
+            out.append(finding(host, "%s turned away %d requests (429)" % (traefik_name, limited),
+                               "access log: %d of %d requests answered 429" % (limited, t["requests"]),
+                               "one client over the in-flight limit (inFlightReq)", "nothing if it is a flood; raise "
+                               "traefik_inflight_amount if real users get it", traefik_name))
+        if errors:
+            out.append(finding(host, "%s answered %d requests with 5xx" % (traefik_name, errors),
+                               "access log: %s" % ", ".join("%s: %d" % kv for kv in sorted(statuses.items())
+                                                            if kv[0].startswith("5")),
+                               "a backend fails or is too slow", "look at the backends", traefik_name))
+        if t["requests"] >= BLIND_MIN_REQUESTS and t["top_share"] >= BLIND_SHARE:
+            out.append(finding(host, "%s's per-IP limit is blind" % traefik_name,
+                               "access log: %d%% of the last %d requests come from %s"
+                               % (int(t["top_share"] * 100), t["requests"], t["top_client"]),
+                               "a proxy in front (the VPS) without PROXY protocol: every client counts as one",
+                               "PROXY protocol: traefik_inflight_proxy_protocol_trusted_ips (nas tag), then "
+                               "vps_proxy_protocol_upstreams (vps tag)" if not proxy_trusted else
+                               "turn PROXY protocol on at the VPS (vps tag)", traefik_name))
+    return out
+
+
+def host_common(host, sig, containers):
+    out = []
+    h = (sig or {}).get("host") or {}
+    out += drain(host, "%s's own namespace" % host, h.get("drain"))
+    for name, c in sorted(((sig or {}).get("containers") or {}).items()):
+        if name in containers and c.get("running"):
+            out += drain(host, "%s's namespace" % name, c.get("drain"))
+    load, cpus = (h.get("load") or [0])[0], h.get("cpus") or 1
+    system = (h.get("cpu") or {}).get("system", 0)
+    if load > 2 * cpus or system > 50:
+        out.append(finding(host, "%s's kernel is busy" % host,
+                           "load %.2f on %d CPUs, %s%% system CPU; conntrack %s entries, sockets %s"
+                           % (load, cpus, system, h.get("conntrack"), h.get("sockets")),
+                           "the kernel cleaning up after many connections (seed 001: 80% system CPU after the flood)",
+                           "the drain sysctls (tcp_drain tag); restart the wedged service", host))
+    return out
+
+
+def shared_causes(found):
+    """One finding more where several symptoms have one cause."""
+    out = []
+    by_about = {}
+    for f in found:
+        by_about.setdefault((f["host"], f["about"]), []).append(f["finding"])
+    for (host, about), names in sorted(by_about.items()):
+        ran_out = [n for n in names if n.endswith("ran out of connections")]
+        if ran_out and (any("holds every UDP" in n for n in names) or any("does not answer" in n for n in names)):
+            out.append(finding(host, "one cause: %s is out of connections" % about,
+                               "; ".join(names),
+                               "DNS timeouts, TLS resets and the Kubernetes API's EOF through %s are one failure, not "
+                               "three: DNS sessions took the connections everything shares" % about,
+                               "run the k3d tag", about))
+    wedged = [f for f in found if f["finding"].endswith("is unhealthy")]
+    cannot = [f for f in found if f["finding"] == "autoheal cannot restart anything"]
+    for f in wedged:
+        if any(c["host"] == f["host"] for c in cannot):
+            out.append(finding(f["host"], "one cause: %s is wedged and nothing restarts it" % f["about"],
+                               "%s; %s" % (f["evidence"], [c["evidence"] for c in cannot if c["host"] == f["host"]][0]),
+                               "every route behind it stays dark until a restart by hand",
+                               "docker restart %s; then the autoheal tag" % f["about"], f["about"]))
+    return out
+
+
+def diagnose(hosts, window):
+    """hosts: {name: {"k3d": [..], "ufw": {..}, "signals": {..}, "limit": n, "ports": [..],
+    "traefik": name, "proxy_trusted": bool, "containers": [..]}} -> findings."""
+    found = []
+    for host, s in sorted(hosts.items()):
+        if s.get("k3d") is not None:
+            found += k3d(host, s["k3d"], window)
+        if s.get("role") == "vps":
+            found += vps(host, s.get("ufw"), s.get("signals"), s.get("limit", 100), s.get("ports") or [])
+        if s.get("role") == "nas":
+            found += nas(host, s.get("signals"), s.get("traefik"), s.get("proxy_trusted"))
+        if s.get("role") in ("vps", "nas"):
+            found += host_common(host, s.get("signals"), s.get("containers") or [])
+    return found + shared_causes(found)
+
+
+def table(found, width=60):
+    """The findings as text rows an operator reads in ten seconds."""
+    if not found:
+        return ["no findings: nothing of the two outages' signals is there"]
+    rows = []
+    for i, f in enumerate(found, 1):
+        rows.append("%d. [%s] %s" % (i, f["host"], f["finding"]))
+        rows.append("   evidence: %s" % f["evidence"])
+        rows.append("   cause:    %s" % f["cause"])
+        rows.append("   fix:      %s" % f["fix"])
+    return rows

@@ -1,0 +1,175 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: k3d_serverlb_info
+short_description: Read the live signals of k3d's load balancers (for homelab.edge.diagnose)
+version_added: "0.1.0"
+description:
+  - For each k3d load balancer (label C(k3d.role=loadbalancer)), reads what it shows now and changes
+    nothing - the "worker_connections are not enough" alerts of the last O(window) seconds by
+    protocol and server port, the "exceed open file resource limit" warning, the files its workers hold
+    open against their limit, UDP servers without C(proxy_responses), the capacity math, what it
+    lacks of the C(homelab.edge.k3d_serverlb) fix, and whether each DNS server behind it answers a query.
+author:
+  - homelab.edge contributors (@homelab-edge)
+requirements:
+  - docker (Python SDK) on the host that runs the module
+options:
+  clusters:
+    description: Only the load balancers of these k3d clusters. Empty means all.
+    type: list
+    elements: str
+    default: []
+  window:
+    description: Seconds of log to read.
+    type: int
+    default: 300
+  dns_probe:
+    description: Send one DNS query to each DNS server behind a UDP port (2 s timeout) and time the answer.
+    type: bool
+    default: true
+  docker_host:
+    description: Docker API address. Defaults to the environment (C(DOCKER_HOST)) or the local socket.
+    type: str
+  udp_timeout:
+    description: The fix's UDP timeout to compare with (as set for M(homelab.edge.k3d_serverlb)).
+    type: int
+    default: 5
+  worker_connections:
+    description: The fix's connection floor to compare with.
+    type: int
+    default: 4096
+  worker_rlimit_nofile:
+    description: The fix's open-file limit to compare with.
+    type: int
+    default: 16384
+  udp_share:
+    description: The fix's UDP share to compare with.
+    type: int
+    default: 50
+  budget_log_level:
+    description: The fix's budget log level to compare with.
+    type: str
+    choices: [info, notice, warn, error]
+    default: info
+extends_documentation_fragment:
+  - homelab.edge.attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Signals of every load balancer, last 5 minutes
+  homelab.edge.k3d_serverlb_info:
+  register: signals
+"""
+
+RETURN = r"""
+load_balancers:
+  description: Per load balancer, the report of M(homelab.edge.k3d_serverlb) plus the signals.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    not_enough: {description: '"not enough" alerts in the window by "<protocol> <port>".', type: dict}
+    not_enough_total: {description: All of them., type: int}
+    exceed_open_file_limit: {description: nginx's warning that the connections exceed the open-file limit, or null., type: dict}
+    open_files: {description: Files the nginx workers hold open now., type: int}
+    drift: {description: What the load balancer lacks of the fix., type: list, elements: str}
+    dns_upstreams: {description: Each DNS server behind a UDP port and how fast it answered (null: not in 2 s)., type: list}
+"""
+
+import random
+import socket
+import struct
+import time
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
+
+try:
+    import docker
+    HAS_DOCKER = True
+    DOCKER_IMPORT_ERROR = None
+except ImportError:
+    HAS_DOCKER = False
+    DOCKER_IMPORT_ERROR = traceback.format_exc()
+
+
+def dns_probe(client):
+    """(node, port) -> seconds to any DNS answer, or None."""
+    def ask(node, port):
+        try:
+            address = next(iter(client.containers.get(node).attrs["NetworkSettings"]["Networks"].values()))["IPAddress"]
+        except (docker.errors.NotFound, StopIteration, KeyError):
+            return None
+        qid = random.randint(0, 65535)
+        # a name a cluster's DNS (CoreDNS) answers; any answer, NXDOMAIN included, means it is alive
+        query = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + b"".join(
+            bytes([len(part)]) + part.encode() for part in "kubernetes.default.svc.cluster.local".split(".")) + \
+            b"\x00\x00\x01\x00\x01"
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(2)
+        t0 = time.time()
+        try:
+            s.sendto(query, (address, port))
+            reply = s.recv(512)
+            return round(time.time() - t0, 3) if reply[:2] == struct.pack(">H", qid) else None
+        except OSError:
+            return None
+        finally:
+            s.close()
+    return ask
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(lb.option_spec(),
+                           clusters=dict(type="list", elements="str", default=[]),
+                           window=dict(type="int", default=300),
+                           dns_probe=dict(type="bool", default=True),
+                           docker_host=dict(type="str")),
+        supports_check_mode=True,
+    )
+    if not HAS_DOCKER:
+        module.fail_json(msg=missing_required_lib("docker"), exception=DOCKER_IMPORT_ERROR)
+    p = module.params
+    try:
+        client = docker.DockerClient(base_url=p["docker_host"]) if p["docker_host"] else docker.from_env()
+        found = lb.find_load_balancers(client, (), p["clusters"])
+    except docker.errors.DockerException as e:
+        module.fail_json(msg="cannot reach the Docker engine: %s" % e)
+    since = time.time() - p["window"]
+    out = []
+    for name, container, dummy in found:
+        if container.status != "running":
+            out.append({"name": name, "cluster": container.labels.get(lb.CLUSTER_LABEL), "running": False})
+            continue
+        try:
+            entry = lb.signals(container, dict((k, p[k]) for k in lb.DEFAULTS), since,
+                               dns_probe(client) if p["dns_probe"] else None)
+        except (lb.ApplyError, lb.ShapeError) as e:
+            entry = {"name": name, "error": str(e)}
+        entry["running"] = True
+        out.append(entry)
+    module.exit_json(changed=False, load_balancers=out)
+
+
+if __name__ == "__main__":
+    main()
