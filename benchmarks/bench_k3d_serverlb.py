@@ -1,16 +1,24 @@
 #!/usr/bin/env python
-"""Benchmark the k3d load balancer fix on the lab.
+"""Benchmark the k3d load balancer fix on real k3d (lab/k3d.py).
 
-1. DNS throughput: the highest fresh-socket query rate held for 60 s with
-   every query answered, through the patched load balancer and straight to
-   the DNS server (both at their addresses on the lab network), in the same run.
-   A search in 10 s steps finds the candidate rate, then 60 s confirms it;
-   on a miss the rate steps down by 10 % and is confirmed again.
-2. Role wall time on 1, 4 and 16 load balancers, and the no-change rerun.
+1. dns: one run, three configurations of the same real k3d load balancer,
+   each a cluster of its own made by `k3d cluster create`:
+     stock         k3d's own template and values
+     seed's fix    seed 000's template edit (proxy_responses 1, 10 s on UDP),
+                   worker_rlimit_nofile 16384, 4096 connections, no budget
+     homelab.edge  the role (homelab.edge.k3d_serverlb)
+   under (1) the seed's 9,000 queries at 300 q/s, (2) the highest rate held
+   60 s with every query answered, (3) the DNS server hung (SIGSTOP) under
+   1,500 q/s, a rate that fills every connection without a budget. Each
+   reports queries answered, "not enough" alerts, HTTPS/API probes through
+   the same load balancer, and the machine's CPU time per answered query.
+2. role: the role's wall time over 1, 4 and 16 load balancers, its
+   no-change rerun, and homelab.edge.diagnose over 1 and 16.
 
-Prints and saves JSON to benchmarks/results/k3d_serverlb-<time>.json with
-machine info. Traffic goes only to 127.0.0.1 and the lab's own containers.
-Run with the lab tools set up: `make bench` (or tests/run.sh bench).
+Prints and saves JSON with machine info to benchmarks/results/. Traffic goes
+only to 127.0.0.1 and the lab's own containers.
+
+  bench_k3d_serverlb.py [dns] [role]
 """
 import json
 import multiprocessing
@@ -19,85 +27,120 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import docker
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "lab"))
-import k3dlab  # noqa: E402
+sys.path[:0] = [os.path.join(ROOT, "lab"), os.path.join(ROOT, "tests", "support"),
+                os.path.join(ROOT, "plugins", "module_utils")]
+import k3d  # noqa: E402
+import k3d_serverlb as lb  # noqa: E402
+import lb_check  # noqa: E402
 import probes  # noqa: E402
 
-BASE = 41000
-CLIENTS = 2          # client processes; each sends rate/CLIENTS
+CONFIGS = (("stock", "bstock", 41000), ("seed's fix", "bseed", 41100), ("homelab.edge", "bfix", 41200))
+CLIENTS = 2  # client processes; each sends rate/CLIENTS
 HOLD_S = 60
+HUNG_RATE, HUNG_S = 1500, 30
 
 
 def _worker(args):
-    host, port, rate, seconds = args
-    return probes.dns_load(host, [port], rate=rate, count=int(rate * seconds), timeout=2.0)
+    host, ports, rate, seconds = args
+    return probes.dns_load(host, ports, rate=rate, count=int(rate * seconds), timeout=2.0)
 
 
 def cpu_ticks():
-    """(busy, total) clock ticks of the whole machine from /proc/stat."""
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:8]]
     return sum(v) - v[3] - v[4], sum(v)
 
 
-def load(host, port, rate, seconds):
-    """Fresh-socket queries at `rate`/s for `seconds` from CLIENTS processes.
-    Held means every query was sent on schedule (not late) and answered.
-    Also the machine's CPU time per answered query (clients, nginx, the DNS
-    server and the kernel together) and how busy the CPUs were."""
+def load(ports, rate, seconds, tcp=None):
+    """Fresh-socket queries at `rate`/s for `seconds` from CLIENTS processes,
+    TCP probes of the same load balancer meanwhile. Held: every query sent on
+    schedule and answered."""
     busy0, total0 = cpu_ticks()
+    prober = probes.Prober(tcp) if tcp else None
+    if prober:
+        prober.start()
+    per = max(1.0, rate / float(CLIENTS))
     with multiprocessing.Pool(CLIENTS) as pool:
-        parts = pool.map(_worker, [(host, port, rate / float(CLIENTS), seconds)] * CLIENTS)
+        parts = pool.map(_worker, [("127.0.0.1", ports, per, seconds)] * CLIENTS)
+    tcp_result = prober.stop() if prober else None
     busy1, total1 = cpu_ticks()
-    tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
-    sent = sum(p["sent"] for p in parts)
-    answered = sum(p["answered"] for p in parts)
+    sent, answered = sum(p["sent"] for p in parts), sum(p["answered"] for p in parts)
     took = max(p["seconds"] for p in parts)
-    wanted = CLIENTS * int(rate / float(CLIENTS) * seconds)
+    wanted = CLIENTS * int(per * seconds)
     return {"rate": rate, "seconds": seconds, "sent": sent, "answered": answered, "wall_s": took,
-            "achieved_rate": round(sent / took, 1) if took else 0,
-            "cpu_us_per_query": round((busy1 - busy0) * tick_us / answered, 1) if answered else None,
+            "cpu_us_per_query": round((busy1 - busy0) * 1e6 / os.sysconf("SC_CLK_TCK") / answered, 1) if answered else None,
             "cpu_busy_pct": round(100.0 * (busy1 - busy0) / max(1, total1 - total0), 1),
+            "tcp_ok": tcp_result["ok"] if tcp_result else None, "tcp_failed": tcp_result["failed"] if tcp_result else None,
             "all_answered": sent == wanted and answered == sent and took <= seconds + 2.5}
 
 
-def highest_rate(host, port, label):
-    """Search upwards in 10 s steps of 2000 q/s, then hold the best for 60 s;
-    on a miss step down by 10 % and hold again."""
-    best, rate = None, 2000
-    while rate <= 30000:
-        r = load(host, port, rate, 10)
-        print("  %s search %5d q/s: %d/%d in %.1f s, CPU %.0f%% busy, %s us CPU per query"
-              % (label, rate, r["answered"], r["sent"], r["wall_s"], r["cpu_busy_pct"], r["cpu_us_per_query"]),
-              flush=True)
+def highest_rate(ports, label):
+    """10-s steps up from 2,000 q/s by 2,000 (or down, by halves, when 2,000
+    already fails), then 60 s at the best; on a miss 10 % lower, again."""
+    steps = [2000 * i for i in range(1, 16)]
+    best = None
+    for rate in steps:
+        r = load(ports, rate, 10)
+        print("  %s: %5d q/s for 10 s: %d/%d" % (label, rate, r["answered"], r["sent"]), flush=True)
         if not r["all_answered"]:
             break
-        best, rate = rate, rate + 2000
+        best = rate
+    if best is None:
+        rate = 1000
+        while rate >= 1 and best is None:
+            r = load(ports, rate, 10)
+            print("  %s: %5d q/s for 10 s: %d/%d" % (label, rate, r["answered"], r["sent"]), flush=True)
+            if r["all_answered"]:
+                best = rate
+            rate = rate // 2
     runs = []
-    while best and best >= 500:
-        r = load(host, port, best, HOLD_S)
+    while best and best >= 1:
+        r = load(ports, best, HOLD_S)
         runs.append(r)
-        print("  %s hold %5d q/s for %d s: %d/%d in %.1f s" % (label, best, HOLD_S, r["answered"], r["sent"], r["wall_s"]),
-              flush=True)
+        print("  %s: hold %d q/s for %d s: %d/%d" % (label, best, HOLD_S, r["answered"], r["sent"]), flush=True)
         if r["all_answered"]:
             return {"held_rate": best, "cpu_us_per_query": r["cpu_us_per_query"], "runs": runs}
-        best = int(best * 0.9 / 100) * 100
+        best = int(best * 0.9)
     return {"held_rate": 0, "cpu_us_per_query": None, "runs": runs}
 
 
-def apply_role(clusters, env):
+def hung(client, cluster, ports, tcp):
+    server = client.containers.get(k3d.server_name(cluster))
+    server.exec_run(["pkill", "-STOP", "-x", "dnsmasq"])
+    t0 = time.time()
+    try:
+        r = load(ports, HUNG_RATE, HUNG_S, tcp)
+    finally:
+        server.exec_run(["pkill", "-CONT", "-x", "dnsmasq"])
+    r["alerts"] = probes.count_in_logs(client.containers.get(k3d.lb_name(cluster)), probes.NOT_ENOUGH, t0)
+    return r
+
+
+def configure(client, name, cluster):
+    c = client.containers.get(k3d.lb_name(cluster))
+    if name == "seed's fix":
+        lb.replace_file(c, lb.TEMPLATE_PATH, lb_check.seeds_fix(lb_check.read(c, lb.TEMPLATE_PATH)))
+        lb.render(c, 30)
+    elif name == "homelab.edge":
+        apply_role([cluster], keeper=False)
+    time.sleep(2)
+    return c
+
+
+def apply_role(clusters, keeper=False):
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         f.write("- hosts: localhost\n  connection: local\n  gather_facts: true\n  roles:\n"
-                "    - role: homelab.edge.k3d_serverlb\n      vars:\n        k3d_serverlb_keeper: false\n"
-                "        k3d_serverlb_clusters: %s\n" % json.dumps(clusters))
+                "    - role: homelab.edge.k3d_serverlb\n      vars:\n        k3d_serverlb_keeper: %s\n"
+                "        k3d_serverlb_clusters: %s\n" % ("true" if keeper else "false", json.dumps(clusters)))
     t0 = time.time()
     out = subprocess.run(["ansible-playbook", "-e", "ansible_python_interpreter=%s" % sys.executable, f.name],
-                         env=env, capture_output=True, text=True, check=False)
+                         capture_output=True, text=True, check=False)
     took = round(time.time() - t0, 2)
     os.unlink(f.name)
     if out.returncode != 0:
@@ -105,74 +148,105 @@ def apply_role(clusters, env):
     return took
 
 
-def main():
-    parts = sys.argv[1:] or ["dns", "role"]  # bench_k3d_serverlb.py [dns] [role]
-    client = docker.from_env()
-    result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                          "python": platform.python_version(),
-                          "docker": client.version()["Version"], "date": time.strftime("%FT%T%z")}}
-    env = dict(os.environ)
+def diagnose_time(clusters):
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        f.write("all:\n  children:\n    k3d_hosts:\n      hosts:\n        localhost:\n          ansible_connection: local\n"
+                "          ansible_become: false\n          ansible_python_interpreter: %s\n"
+                "          k3d_serverlb_clusters: %s\n" % (sys.executable, json.dumps(clusters)))
+    t0 = time.time()
+    out = subprocess.run(["ansible-playbook", "-i", f.name, os.path.join(ROOT, "playbooks", "diagnose.yml"),
+                          "-e", "diagnose_output=/dev/null"], capture_output=True, text=True, check=False)
+    took = round(time.time() - t0, 2)
+    os.unlink(f.name)
+    if out.returncode != 0:
+        raise RuntimeError(out.stdout[-2000:])
+    return took
+
+
+def dns_part(client, result):
+    for name, cluster, base in CONFIGS:
+        k3d.create(cluster, base)
+    table = {}
     try:
-        if "dns" in parts:
-            dns_part(client, env, result)
-        if "role" in parts:
-            role_part(client, env, result)
+        for name, cluster, base in CONFIGS:
+            k3d.wait_serving(client, cluster)
+            c = configure(client, name, cluster)
+            ep = k3d.endpoints(base)
+            tcp = [ep["https"], ep["api"]]
+            print("%s (%s)" % (name, c.name), flush=True)
+            t0 = time.time()
+            seed = load(ep["dns"], 300, 30, tcp)
+            seed["alerts"] = probes.count_in_logs(c, probes.NOT_ENOUGH, t0)
+            print("  the seed's 9,000 at 300 q/s: %d/%d, %d alerts, TCP %s/%s" % (
+                seed["answered"], seed["sent"], seed["alerts"], seed["tcp_ok"], seed["tcp_ok"] + seed["tcp_failed"]),
+                flush=True)
+            time.sleep(12)  # the seed's fix keeps UDP sessions 10 s
+            held = highest_rate(ep["dns"], name)
+            time.sleep(12)
+            stuck = hung(client, cluster, ep["dns"], tcp)
+            print("  DNS hung at %d q/s: %d alerts, TCP %s ok / %s failed" % (
+                HUNG_RATE, stuck["alerts"], stuck["tcp_ok"], stuck["tcp_failed"]), flush=True)
+            facts = lb.parse_live(lb_check.read(c, lb.NGINX_CONF))
+            rep = lb.report(c.name, cluster, facts, None)
+            table[name] = {"seed_9000_at_300": seed, "highest_rate_held_60s": held, "dns_hung": stuck,
+                           "worker_connections": facts["worker_connections"], "udp_timeout_s": rep["udp_timeout"],
+                           "udp_session_budget": rep["udp_session_budget"],
+                           # a 60-s hold cannot show a 600-s hold time: the steady state can
+                           "steady_state_exhaustion_rate": rep["exhaustion_rate"]}
     finally:
-        for c in ["bench"] + ["bench%d" % i for i in range(2, 17)]:
-            k3dlab.down(client, c)
+        k3d.delete(*[c for n, c, b in CONFIGS])
+    result["dns"] = table
+    result["dns_table"] = [
+        "%-13s | 9000@300: %5d answered, %5d alerts, TCP %3s/%3s | held 60 s: %5s q/s (%s us CPU/query) | hung DNS: "
+        "%5d alerts, TCP %3s ok %3s failed | exhausted by %s q/s steady" % (
+            n, t["seed_9000_at_300"]["answered"], t["seed_9000_at_300"]["alerts"], t["seed_9000_at_300"]["tcp_ok"],
+            t["seed_9000_at_300"]["tcp_ok"] + t["seed_9000_at_300"]["tcp_failed"], t["highest_rate_held_60s"]["held_rate"],
+            t["highest_rate_held_60s"]["cpu_us_per_query"], t["dns_hung"]["alerts"], t["dns_hung"]["tcp_ok"],
+            t["dns_hung"]["tcp_failed"], t["steady_state_exhaustion_rate"]) for n, t in table.items()]
+
+
+def role_part(client, result):
+    timing, clusters = {}, []
+    try:
+        for n in (1, 4, 16):
+            while len(clusters) < n:
+                name = "bench%d" % (len(clusters) + 1)
+                k3d.create(name)  # nothing published: the role is what is timed
+                clusters.append(name)
+            for cluster in clusters:
+                k3d.wait_serving(client, cluster)
+            timing[n] = {"diagnose_before": diagnose_time(clusters), "apply": apply_role(clusters),
+                         "no_change": apply_role(clusters), "diagnose_after": diagnose_time(clusters)}
+            print("  over %2d load balancers: apply %.1f s, no-change rerun %.1f s, diagnose %.1f s" % (
+                n, timing[n]["apply"], timing[n]["no_change"], timing[n]["diagnose_after"]), flush=True)
+            if n < 16:  # the next size starts from stock load balancers again
+                k3d.delete(*clusters)
+                clusters = []
+    finally:
+        k3d.delete(*clusters)
+    result["role_seconds"] = timing
+    result["no_change_16_over_no_change_1"] = round(timing[16]["no_change"] / timing[1]["no_change"], 2)
+    result["diagnose_16_over_diagnose_1"] = round(timing[16]["diagnose_after"] / timing[1]["diagnose_after"], 2)
+
+
+def main():
+    parts = sys.argv[1:] or ["dns", "role"]
+    client = docker.from_env()
+    result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                          "docker": client.version()["Version"], "k3d": k3d.k3d("version").stdout.split("\n")[0],
+                          "date": time.strftime("%FT%T%z")}}
+    if "dns" in parts:
+        dns_part(client, result)
+    if "role" in parts:
+        role_part(client, result)
     os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
     path = os.path.join(ROOT, "benchmarks", "results", "k3d_serverlb-%s.json" % time.strftime("%Y%m%dT%H%M%S"))
     with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
+        json.dump(result, f, indent=1)
+    for line in result.get("dns_table", []):
+        print(line)
+    print(json.dumps(dict((k, v) for k, v in result.items() if k not in ("machine", "dns")), indent=1))
     print("saved %s" % path)
-
-
-def dns_part(client, env, result):
-    """Throughput through the fixed LB vs direct."""
-    lb = k3dlab.up(client, "bench", BASE)
-    print("fixing the load balancer", flush=True)
-    apply_role(["bench"], env)
-    # both by their addresses on the lab network: no docker-proxy in either path
-    ip = dict((c, client.containers.get(k3dlab.names("bench")[c]).attrs["NetworkSettings"]["Networks"]
-               ["k3d-bench"]["IPAddress"]) for c in ("lb", "server"))
-    server_ip = ip["server"]
-    t0 = time.time()
-    through = highest_rate(ip["lb"], 53, "through LB")
-    direct = highest_rate(server_ip, 53, "direct    ")
-    # one sequential client (a query, its answer, the next): the latency nginx adds
-    seq = {"through_lb": probes.dns_max_sequential(ip["lb"], 53, 10),
-           "direct": probes.dns_max_sequential(server_ip, 53, 10)}
-    print("  sequential client: through LB %s q/s, direct %s q/s" % (seq["through_lb"]["rate"], seq["direct"]["rate"]))
-    alerts = probes.count_in_logs(lb, probes.NOT_ENOUGH, t0)
-    result["dns"] = {"through_lb": through, "direct": direct, "not_enough_alerts": alerts,
-                     "ratio": round(through["held_rate"] / float(direct["held_rate"]), 3)
-                     if direct["held_rate"] else None,
-                     # On a machine whose CPUs the clients, nginx and the DNS server share, the
-                     # rate each path can hold is about CPU / (CPU per query): this is the ratio
-                     # that CPU cost alone allows, whatever nginx's settings.
-                     "cpu_cost_ratio": round(direct["cpu_us_per_query"] / through["cpu_us_per_query"], 3)
-                     if direct["cpu_us_per_query"] and through["cpu_us_per_query"] else None,
-                     "sequential_client": seq,
-                     "sequential_ratio": round(seq["through_lb"]["rate"] / seq["direct"]["rate"], 3)}
-    k3dlab.down(client, "bench")
-
-
-def role_part(client, env, result):
-    """Role wall time over 1, 4 and 16 load balancers, and the no-change rerun."""
-    timing = {}
-    for n in (1, 4, 16):
-        names = ["bench"] + ["bench%d" % i for i in range(2, n + 1)]
-        for c in names:
-            k3dlab.up(client, c, None)  # nothing published: the role is what is timed
-        timing[n] = {"apply": apply_role(names, env), "no_change": apply_role(names, env)}
-        print("  role over %2d load balancers: apply %.1f s, no-change rerun %.1f s"
-              % (n, timing[n]["apply"], timing[n]["no_change"]), flush=True)
-        for c in names:
-            k3dlab.down(client, c)
-    result["role_seconds"] = timing
-    result["no_change_16_over_apply_1"] = round(timing[16]["no_change"] / timing[1]["apply"], 2)
-    result["no_change_16_over_no_change_1"] = round(timing[16]["no_change"] / timing[1]["no_change"], 2)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The whole edge path of seed 001, as lab hosts (lab/hosts.py):
 
-  client1, client2 --wan--> VPS (ufw, nginx stream proxy 80/443)
+  client1, client2 --wan--> VPS (ufw, nginx stream proxy 80/443, Docker's engine)
                               |  WireGuard (wireguard-go), 10.8.0.1 <-> 10.8.0.2,
                               |  over its own "underlay" network
                              NAS (its own Docker engine: the admin's Traefik v3
@@ -95,7 +95,9 @@ def up(prefix="lab"):
     down(prefix)
     for net in ("wan", "underlay", "lan"):
         hosts.network(n[net])
-    hosts.up(n["vps"], n["wan"], ports["vps"], nginx_conf=os.path.join(USER, "vps", "nginx-tunnel.conf"))
+    # the VPS runs Docker's engine too (nothing published by default), as many do
+    hosts.up(n["vps"], n["wan"], ports["vps"], docker=True, load=["homelab-edge/client:lab"],
+             nginx_conf=os.path.join(USER, "vps", "nginx-tunnel.conf"))
     connect(n["vps"], n["underlay"])
     hosts.up(n["nas"], n["lan"], ports["nas"], docker=True, load=NAS_IMAGES)
     connect(n["nas"], n["underlay"])

@@ -11,7 +11,7 @@ CACHE=$HOMELAB_EDGE_CACHE
 eval "$(lab/lab.sh env)"
 export HOMELAB_EDGE_PYTHON="$VIRTUAL_ENV/bin/python"
 # The collection as Ansible expects it: .../ansible_collections/homelab/edge
-COLL="$CACHE/collections"
+COLL="$CACHE/collections/$(printf %s "$ROOT" | sha256sum | cut -c1-8)"  # one per checkout
 mkdir -p "$COLL/ansible_collections/homelab"
 ln -sfn "$ROOT" "$COLL/ansible_collections/homelab/edge"
 export ANSIBLE_COLLECTIONS_PATH="$COLL"
@@ -56,13 +56,20 @@ sanity() {
 }
 
 build() {
-  local out; out=$(mktemp -d)
-  ansible-galaxy collection build --force --output-path "$out" >/dev/null &&
+  local out rc=0 f m; out=$(mktemp -d)
+  ansible-galaxy collection build --force --output-path "$out" >/dev/null || rc=1
+  # what an execution environment needs travels in the tarball
+  for f in meta/execution-environment.yml meta/ee-requirements.txt meta/ee-bindep.txt meta/runtime.yml; do
+    tar -tzf "$out"/homelab-edge-*.tar.gz | grep -qx "$f" || { echo "the tarball lacks $f"; rc=1; }
+  done
   ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-galaxy collection install --offline --no-deps \
-    -p "$out/installed" "$out"/homelab-edge-*.tar.gz >/dev/null &&
-  ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-doc -l homelab.edge | tee "$out/doc.txt" &&
-  grep -q '^homelab.edge.k3d_serverlb' "$out/doc.txt"
-  local rc=$?
+    -p "$out/installed" "$out"/homelab-edge-*.tar.gz >/dev/null || rc=1
+  ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-doc -l homelab.edge | tee "$out/doc.txt"
+  for m in k3d_serverlb k3d_serverlb_info ufw_connlimit nginx_proxy_protocol tcp_drain host_signals; do
+    grep -q "^homelab.edge.$m " "$out/doc.txt" || { echo "ansible-doc does not list homelab.edge.$m"; rc=1; }
+  done
+  ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-doc -t filter -l homelab.edge | tee "$out/filters.txt"
+  [ "$(grep -c '^homelab.edge' "$out/filters.txt")" -ge 9 ] || { echo "filters without docs"; rc=1; }
   rm -rf "$out"
   return $rc
 }

@@ -111,7 +111,7 @@ def vps(host, ufw, sig, limit, ports):
         if peers or rejected:
             out.append(finding(host, "one address floods port %s" % port,
                                "ss: %s; connlimit rejects %s new connections/s" % (
-                                   ", ".join("%s has %d connections" % p for p in peers) or "no single address near the "
+                                   ", ".join("%s has %d connections" % tuple(p) for p in peers) or "no single address near the "
                                    "limit", rejected),
                                "one client opening many connections (seed 001's 500)",
                                "the limit holds it (vps_connlimit_limit %d); block it further up if it goes on" % limit,

@@ -1,0 +1,201 @@
+"""playbooks/diagnose.yml on the whole lab: it names nothing on the healthy
+lab, names each failure injected into it with its evidence, cause and fix,
+and never changes a file or a ruleset anywhere."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import docker
+import pytest
+import testinfra
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins", "module_utils")]
+import adhoc  # noqa: E402
+import hosts  # noqa: E402
+import k3d  # noqa: E402
+import k3d_serverlb as lb  # noqa: E402
+import probes  # noqa: E402
+
+INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
+VPS = testinfra.get_host("docker://lab-vps")
+NAS = testinfra.get_host("docker://lab-nas")
+KEEPER = os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py")
+
+
+@pytest.fixture(scope="module")
+def client():
+    return docker.from_env()
+
+
+def snapshot(client):
+    """Every file and ruleset diagnose could touch: VPS, NAS, load balancers."""
+    lbs = tuple(lb_files(client.containers.get(k3d.lb_name(c))) for c in ("lab", "lab2"))
+    return (VPS.check_output("cat /etc/ufw/*.rules /etc/ufw/*.init /etc/nginx/nginx.conf; iptables-save | grep -v '^#' "
+                             "| sed 's/\\[[0-9]*:[0-9]*\\]//'"),
+            NAS.check_output("find /srv -type f | sort | xargs cat; iptables-save | grep -v '^#' | sed 's/\\[[0-9]*:[0-9]*\\]//'"),
+            lbs)
+
+
+def lb_files(container):
+    return tuple(container.exec_run(["cat", p]).output for p in (lb.TEMPLATE_PATH, lb.VALUES_PATH))
+
+
+def diagnose(client, *args, window=20):
+    before = snapshot(client)
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out_path = f.name
+    out = subprocess.run(["ansible-playbook", "-i", INVENTORY, os.path.join(ROOT, "playbooks", "diagnose.yml"),
+                          "-e", json.dumps({"diagnose_window": window, "diagnose_output": out_path})] + list(args),
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stdout[-3000:]
+    with open(out_path) as f:
+        found = json.load(f)["findings"]
+    os.unlink(out_path)
+    assert snapshot(client) == before, "diagnose changed something"
+    adhoc.record("diagnose", "findings", args=" ".join(args), names=[f["finding"] for f in found])
+    return found
+
+
+def names(found):
+    return [f["finding"] for f in found]
+
+
+def test_a_healthy_lab_has_no_findings(client):
+    time.sleep(20)  # nothing of the earlier tests' floods left in the window
+    assert diagnose(client) == []
+    assert diagnose(client, "--check") == []
+
+
+def test_k3d_defaults_under_dns_load(client):
+    """The keeper stopped, k3d re-creates lab2's load balancer (stock again),
+    100 DNS queries/s: seed 000, named as one cause."""
+    subprocess.run([sys.executable, KEEPER, "--config", "/etc/homelab-edge/k3d-serverlb.json", "--stop"], check=True,
+                   capture_output=True)
+    try:
+        k3d.port_add("lab2", "127.0.0.1:10185:853/udp@loadbalancer")
+        k3d.wait_serving(client, "lab2")
+        ep = k3d.endpoints(10100)
+        probes.dns_load("127.0.0.1", ep["dns"], rate=100, count=1500)
+        found = diagnose(client, "--tags", "k3d", window=60)
+        assert "k3d-lab2-serverlb holds every UDP (DNS) session up to 600 s" in names(found)
+        assert "k3d-lab2-serverlb ran out of connections" in names(found)
+        assert "one cause: k3d-lab2-serverlb is out of connections" in names(found)
+        shared = [f for f in found if f["finding"].startswith("one cause")][0]
+        assert "DNS timeouts, TLS resets and the Kubernetes API's EOF" in shared["cause"]
+        ran_out = [f for f in found if f["finding"].endswith("ran out of connections")][0]
+        assert "udp 53" in ran_out["evidence"] and "k3d tag" in ran_out["fix"]
+        assert not [n for n in names(found) if "k3d-lab-serverlb" in n]
+    finally:
+        out = subprocess.run(["ansible-playbook", "-i", INVENTORY, os.path.join(ROOT, "site.yml"), "--tags", "k3d"],
+                             capture_output=True, text=True, check=False)
+        assert out.returncode == 0, out.stdout[-2000:]
+
+
+def test_the_dns_server_hung(client):
+    server = client.containers.get(k3d.server_name("lab"))
+    server.exec_run(["pkill", "-STOP", "-x", "dnsmasq"])
+    try:
+        found = diagnose(client, "--tags", "k3d")
+    finally:
+        server.exec_run(["pkill", "-CONT", "-x", "dnsmasq"])
+    hung = [f for f in found if f["finding"] == "the DNS server behind k3d-lab-serverlb does not answer"]
+    assert hung and "k3d-lab-server-0:53" in hung[0]["evidence"] and "UDP session budget" in hung[0]["fix"]
+
+
+def test_connections_above_the_open_file_limit(client):
+    c = client.containers.get(k3d.lb_name("lab"))
+    values = c.exec_run(["cat", lb.VALUES_PATH]).output.decode()
+    t0 = time.time()
+    lb.replace_file(c, lb.VALUES_PATH, values.replace("workerConnections: 1024", "workerConnections: 40000"))
+    try:
+        for dummy in range(30):  # rendered by confd's watch, or by the keeper
+            if "worker_connections exceed" in c.logs(since=int(t0)).decode():
+                break
+            time.sleep(1)
+        found = diagnose(client, "--tags", "k3d")
+    finally:
+        lb.replace_file(c, lb.VALUES_PATH, values)
+    over = [f for f in found if f["finding"] == "k3d-lab-serverlb has more connections than it may open files"]
+    assert over and "40000 worker_connections exceed open file resource limit: 16384" in over[0]["evidence"]
+
+
+def test_a_flood_at_the_vps(client):
+    flood = probes.tcp_flood(client.containers.get("lab-client1"), hosts.address("lab-vps", "lab-wan"), 80, n=500, hold=25)
+    time.sleep(4)
+    found = diagnose(client, "--tags", "vps")
+    flood.result()
+    floods = [f for f in found if f["finding"] == "one address floods port 80"]
+    assert floods and "%s has 100 connections" % hosts.address("lab-client1", "lab-wan") in floods[0]["evidence"]
+
+
+def test_a_docker_published_port_outside_the_limit(client):
+    VPS.check_output("docker run -d --name stray -p 8443:8443 homelab-edge/client:lab python3 -m http.server 8443")
+    try:
+        found = diagnose(client, "--tags", "vps")
+    finally:
+        VPS.check_output("docker rm -f stray")
+    assert "port 8443 is published by Docker outside the limit" in names(found)
+
+
+def wait_unhealthy(name, seconds=60):
+    for dummy in range(seconds * 2):
+        if NAS.check_output("docker inspect -f '{{.State.Health.Status}}' %s" % name) == "unhealthy":
+            return
+        time.sleep(0.5)
+    raise AssertionError("%s never turned unhealthy" % name)
+
+
+def test_traefik_wedged_and_autoheal_not_running(client):
+    NAS.check_output("docker stop autoheal && docker kill -s STOP traefik")
+    try:
+        wait_unhealthy("traefik")
+        found = diagnose(client, "--tags", "nas")
+    finally:
+        NAS.check_output("docker kill -s CONT traefik; docker start autoheal")
+    assert "traefik is unhealthy" in names(found)
+    assert "autoheal cannot restart anything" in names(found)
+    assert "one cause: traefik is wedged and nothing restarts it" in names(found)
+
+
+def test_autoheal_behind_a_proxy_that_refuses_restarts(client):
+    NAS.check_output("docker rm -f autoheal-socket-proxy && docker run -d --name autoheal-socket-proxy "
+                     "--network homelab-edge-autoheal_proxy --network-alias socket-proxy -e CONTAINERS=1 "
+                     "-e ALLOW_RESTARTS=1 -e DISABLE_IPV6=1 -v /var/run/docker.sock:/var/run/docker.sock:ro "
+                     "homelab-edge/socket-proxy:lab")
+    try:
+        found = diagnose(client, "--tags", "nas")
+    finally:
+        NAS.check_output("docker rm -f autoheal-socket-proxy && cd /srv/autoheal && docker compose up -d")
+    refused = [f for f in found if f["finding"] == "autoheal cannot restart anything"]
+    assert refused and "POST=0" in refused[0]["evidence"]
+
+
+def test_the_per_ip_limit_blind_behind_the_vps(client):
+    subprocess.run(["ansible-playbook", "-i", INVENTORY, os.path.join(ROOT, "site.yml"), "--tags", "vps_proxy_protocol",
+                    "-e", "vps_proxy_protocol_state=absent"], check=True, capture_output=True)
+    try:
+        vps = hosts.address("lab-vps", "lab-wan")
+        for c in ("lab-client1", "lab-client2"):
+            client.containers.get(c).exec_run(["sh", "-c", "for i in $(seq 15); do curl -sk -o /dev/null "
+                                                           "--resolve site.nas.lab:443:%s https://site.nas.lab/; done" % vps])
+        found = diagnose(client, "--tags", "nas")
+    finally:
+        subprocess.run(["ansible-playbook", "-i", INVENTORY, os.path.join(ROOT, "site.yml"), "--tags", "vps_proxy_protocol"],
+                       check=True, capture_output=True)
+    blind = [f for f in found if f["finding"] == "traefik's per-IP limit is blind"]
+    assert blind and "10.8.0.1" in blind[0]["evidence"] and "vps tag" in blind[0]["fix"]
+
+
+def test_drain_sysctls_at_defaults(client):
+    NAS.check_output("sysctl -w net.ipv4.tcp_fin_timeout=60")
+    try:
+        found = diagnose(client, "--tags", "nas")
+    finally:
+        NAS.check_output("sysctl -w net.ipv4.tcp_fin_timeout=15")
+    drain = [f for f in found if f["finding"] == "drain sysctls at kernel defaults in lab-nas's own namespace"]
+    assert drain and "net.ipv4.tcp_fin_timeout=60" in drain[0]["evidence"] and "tcp_drain tag" in drain[0]["fix"]
