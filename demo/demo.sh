@@ -6,10 +6,5 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export HOMELAB_EDGE_CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
-CACHE=$HOMELAB_EDGE_CACHE
-eval "$(lab/lab.sh env)"
-COLL="$CACHE/collections/$(printf %s "$ROOT" | sha256sum | cut -c1-8)"  # one per checkout
-mkdir -p "$COLL/ansible_collections/homelab"
-ln -sfn "$ROOT" "$COLL/ansible_collections/homelab/edge"
-export ANSIBLE_COLLECTIONS_PATH="$COLL"
+eval "$(lab/lab.sh env)"   # tools, venv, and this checkout as the collection homelab.edge
 exec python demo/demo.py "$@"

@@ -10,7 +10,7 @@
 #   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik v3, cached by version
 #   lab/lab.sh traefik2     Traefik v2 from source (setup runs it in the background)
 #   lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
-#   lab/lab.sh env          print `export` lines for the tools (eval "$(lab/lab.sh env)")
+#   lab/lab.sh env          print `export` lines for the tools and the collection (eval "$(lab/lab.sh env)")
 #
 # Everything slow is cached under $HOMELAB_EDGE_CACHE (default
 # /var/cache/homelab-edge), outside the repository, keyed by its inputs.
@@ -115,8 +115,13 @@ cmd_venv() {
 }
 
 cmd_env() {
-  local v; v=$(venv_dir)
+  local v coll; v=$(venv_dir)
+  # the checkout as Ansible finds a collection: .../ansible_collections/homelab/edge (one link per checkout)
+  coll="$CACHE/collections/$(printf %s "$ROOT" | sha256sum | cut -c1-8)"
+  mkdir -p "$coll/ansible_collections/homelab"
+  ln -sfn "$ROOT" "$coll/ansible_collections/homelab/edge"
   echo "export PATH=\"$v/bin:$CACHE/bin:\$PATH\"; export VIRTUAL_ENV=\"$v\";"
+  echo "export HOMELAB_EDGE_PYTHON=\"$v/bin/python\" ANSIBLE_COLLECTIONS_PATH=\"$coll\";"
   echo "export K3D_IMAGE_LOADBALANCER=homelab-edge/k3d-proxy:lab K3D_IMAGE_TOOLS=homelab-edge/k3d-tools:lab;"
 }
 

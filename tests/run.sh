@@ -7,14 +7,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export HOMELAB_EDGE_CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
-CACHE=$HOMELAB_EDGE_CACHE
-eval "$(lab/lab.sh env)"
-export HOMELAB_EDGE_PYTHON="$VIRTUAL_ENV/bin/python"
-# The collection as Ansible expects it: .../ansible_collections/homelab/edge
-COLL="$CACHE/collections/$(printf %s "$ROOT" | sha256sum | cut -c1-8)"  # one per checkout
-mkdir -p "$COLL/ansible_collections/homelab"
-ln -sfn "$ROOT" "$COLL/ansible_collections/homelab/edge"
-export ANSIBLE_COLLECTIONS_PATH="$COLL"
+eval "$(lab/lab.sh env)"   # tools, venv, and this checkout as the collection homelab.edge
 export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 ANSIBLE_NOCOLOR=1
 export MOLECULE_GLOB="molecule/*/molecule.yml"
 mkdir -p tests/output
@@ -65,11 +58,21 @@ build() {
   ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-galaxy collection install --offline --no-deps \
     -p "$out/installed" "$out"/homelab-edge-*.tar.gz >/dev/null || rc=1
   ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-doc -l homelab.edge | tee "$out/doc.txt"
-  for m in k3d_serverlb k3d_serverlb_info ufw_connlimit nginx_proxy_protocol tcp_drain host_signals; do
+  # every module and filter of the tree is listed, and its whole doc renders (the YAML of each part parses)
+  for m in plugins/modules/*.py; do
+    m=$(basename "$m" .py)
     grep -q "^homelab.edge.$m " "$out/doc.txt" || { echo "ansible-doc does not list homelab.edge.$m"; rc=1; }
+    ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-doc "homelab.edge.$m" >/dev/null || rc=1
   done
   ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-doc -t filter -l homelab.edge | tee "$out/filters.txt"
-  [ "$(grep -c '^homelab.edge' "$out/filters.txt")" -ge 9 ] || { echo "filters without docs"; rc=1; }
+  for f in plugins/filter/*.yml; do
+    f=$(basename "$f" .yml)
+    grep -q "^homelab.edge.$f " "$out/filters.txt" || { echo "ansible-doc does not list filter homelab.edge.$f"; rc=1; }
+    ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-doc -t filter "homelab.edge.$f" >/dev/null || rc=1
+  done
+  for r in roles/*/; do
+    ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-doc -t role "homelab.edge.$(basename "$r")" >/dev/null || rc=1
+  done
   rm -rf "$out"
   return $rc
 }

@@ -20,3 +20,14 @@ attributes:
     description: Target OS/families that can be operated against.
     support: N/A
 """
+
+    # Modules that only read (the *_info modules, host_signals).
+    INFO_MODULE = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads.
+  diff_mode:
+    support: none
+"""

@@ -94,8 +94,9 @@ def traefik_api_problems(api_output, plan, before_output=""):
 
 
 def traefik_client_share(log_lines):
-    """[the address most access-log requests come from, its share, requests read]."""
-    return list(traefik.client_share(log_lines or []))
+    """[the address most access-log requests come from, its share, requests read, blind]."""
+    top, share, total = traefik.client_share(log_lines or [])
+    return [top, share, total, traefik.is_blind(total, share)]
 
 
 def _clear_errors(fn):

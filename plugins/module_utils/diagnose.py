@@ -11,8 +11,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import is_blind
+
 DRAIN_GOOD = {"net.ipv4.tcp_fin_timeout": 30, "net.ipv4.tcp_abort_on_overflow": 1}
-BLIND_SHARE, BLIND_MIN_REQUESTS = 0.9, 20
 
 
 def finding(host, what, evidence, cause, fix, about=None):
@@ -166,7 +167,7 @@ def nas(host, sig, traefik_name, proxy_trusted):
                                "access log: %s" % ", ".join("%s: %d" % kv for kv in sorted(statuses.items())
                                                             if kv[0].startswith("5")),
                                "a backend fails or is too slow", "look at the backends", traefik_name))
-        if t["requests"] >= BLIND_MIN_REQUESTS and t["top_share"] >= BLIND_SHARE:
+        if is_blind(t["requests"], t["top_share"]):
             out.append(finding(host, "%s's per-IP limit is blind" % traefik_name,
                                "access log: %d%% of the last %d requests come from %s"
                                % (int(t["top_share"] * 100), t["requests"], t["top_client"]),
@@ -228,7 +229,7 @@ def diagnose(hosts, window):
         if s.get("k3d") is not None:
             found += k3d(host, s["k3d"], window)
         if s.get("role") == "vps":
-            found += vps(host, s.get("ufw"), s.get("signals"), s.get("limit", 100), s.get("ports") or [])
+            found += vps(host, s.get("ufw"), s.get("signals"), s["limit"], s.get("ports") or [])
         if s.get("role") == "nas":
             found += nas(host, s.get("signals"), s.get("traefik"), s.get("proxy_trusted"))
         if s.get("role") in ("vps", "nas"):

@@ -17,6 +17,10 @@ import re
 
 MARK = "# homelab.edge: PROXY protocol to the NAS (managed by Ansible)"
 LINE = "proxy_protocol on;"
+# After a proxy_pass with more on its line (`server { listen 80; proxy_pass x; }`)
+# the marked line goes on a line of its own and the rest of the line follows
+# on the next; this mark says so, and removing the line joins them again.
+SPLIT = " [split]"
 
 
 class NginxConfigError(ValueError):
@@ -71,10 +75,17 @@ def blocks(text, name, start=0, end=None):
 
 
 def _directives(text, start, end, name):
+    """[(start, end, arguments)] of the `name ...;` directives at the top of
+    text[start:end]: at the start of a statement (after `{`, `;`, `}` or the
+    start of the range), on a line of their own or not."""
     plain = _strip(text)
-    return [(m.start() + start, m.end() + start, m.group(1).strip())
-            for m in re.finditer(r"(?m)^[ \t]*%s[ \t]+([^;]*);" % re.escape(name), plain[start:end])
-            if _depth(plain, start, m.start() + start) == 0]
+    out = []
+    for m in re.finditer(r"(?<![\w.$-])%s[ \t\r\n]+([^;{}]*);" % re.escape(name), plain[start:end]):
+        at = m.start() + start
+        before = plain[start:at].rstrip()
+        if (not before or before[-1] in "{;}") and _depth(plain, start, at) == 0:
+            out.append((at, m.end() + start, " ".join(m.group(1).split())))
+    return out
 
 
 def _depth(plain, start, pos):
@@ -147,9 +158,12 @@ def edit(text, addresses, present=True, in_stream=False, upstreams=None):
     nl = "\r\n" if "\r\n" in text else "\n"
     for s in sorted(found, key=lambda x: -x["start"]):  # from the end: offsets stay valid
         if present and not s["managed"]:
-            line_start = text.rfind("\n", 0, s["pass_end"]) + 1
+            at = s["pass_end"]
+            line_start = text.rfind("\n", 0, at) + 1
             indent = re.match(r"[ \t]*", text[line_start:]).group(0)
-            text = text[:s["pass_end"]] + nl + indent + LINE + "  " + MARK + text[s["pass_end"]:]
+            rest = text[at:].split("\n", 1)[0].strip()
+            added = nl + indent + LINE + "  " + MARK + ((SPLIT + nl + indent) if rest else "")
+            text = text[:at] + added + text[at:]
             changed.append(s["listen"])
         elif not present and s["managed"]:
             text = _remove_line(text, s["start"], s["end"])
@@ -158,7 +172,8 @@ def edit(text, addresses, present=True, in_stream=False, upstreams=None):
 
 
 def _remove_line(text, start, end):
-    pattern = re.compile(r"\r?\n[ \t]*" + re.escape(LINE) + r"[ \t]*" + re.escape(MARK) + r"[ \t]*(?=\r?\n)")
+    pattern = re.compile(r"\r?\n([ \t]*)" + re.escape(LINE) + r"[ \t]*" + re.escape(MARK) +
+                         r"(?:" + re.escape(SPLIT) + r"\r?\n\1|[ \t]*(?=\r?\n))")
     m = pattern.search(text, start, end)
     return text[:m.start()] + text[m.end():] if m else text
 

@@ -8,7 +8,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import calendar
 import re
+import time
 
 DRAIN_DEFAULTS = {"net.ipv4.tcp_fin_timeout": 60, "net.ipv4.tcp_abort_on_overflow": 0}
 
@@ -91,8 +93,6 @@ def unhealthy(containers, now):
 
 def _age(stamp, now):
     """Seconds since a Docker timestamp (2026-12-01T08:00:00.123456789Z)."""
-    import calendar
-    import time
     m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", stamp or "")
     if not m:
         return None
@@ -104,20 +104,3 @@ def autoheal_log(text):
     tried = len(re.findall(r"found to be unhealthy - Restarting container now", text))
     failed = len(re.findall(r"Restarting container \S+ failed", text))
     return {"restarts": tried, "restart_failures": failed}
-
-
-def access_log(lines):
-    """Status counts of Traefik's JSON access log lines: {status: count}."""
-    import json
-    counts = {}
-    for line in lines:
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            status = json.loads(line).get("DownstreamStatus")
-        except ValueError:
-            continue
-        if status:
-            counts[str(status)] = counts.get(str(status), 0) + 1
-    return counts

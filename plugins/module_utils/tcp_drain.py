@@ -52,11 +52,14 @@ def normalize(values):
     return dict((k, int(str(v).strip())) for k, v in values.items())
 
 
-def classify_error(stderr):
-    """Why sysctl could not read or write a key: 'missing' or 'read-only' or 'error'."""
+def classify_error(stderr, root=True):
+    """Why sysctl could not read or write a key: 'missing', 'not-root' (a
+    write refused to a user other than root), 'read-only' or 'error'."""
     text = stderr.lower()
     if "no such file" in text or "cannot stat" in text or "unknown key" in text:
         return "missing"
+    if not root and "permission denied" in text:
+        return "not-root"
     if "read-only" in text or "permission denied" in text or "operation not permitted" in text:
         return "read-only"
     return "error"
@@ -70,6 +73,8 @@ def explain(key, reason, where):
         hint = ("%s has a read-only /proc/sys (an unprivileged container): set it at container creation "
                 "(compose 'sysctls:' or docker run --sysctl) or apply it from the host with the "
                 "containers option" % where)
+    elif reason == "not-root":
+        hint = "only root may write it in %s: run the task with become: true" % where
     else:
         hint = "sysctl failed in %s" % where
     return "%s: %s" % (key, hint)

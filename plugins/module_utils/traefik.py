@@ -789,23 +789,48 @@ def service_changes(compose, facts, opts):
 
 # ------------------------------------------------------------ access log
 
+def access_records(log_lines):
+    """The JSON records among log lines (Traefik's access log on stdout,
+    mixed with its own log lines)."""
+    for line in log_lines:
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                yield json.loads(line)
+            except ValueError:
+                continue
+
+
+def _count(log_lines, field):
+    counts = {}
+    for record in access_records(log_lines):
+        value = record.get(field)
+        if value:
+            counts[str(value)] = counts.get(str(value), 0) + 1
+    return counts
+
+
+def status_counts(log_lines):
+    """{status: requests} of the access log (DownstreamStatus)."""
+    return _count(log_lines, "DownstreamStatus")
+
+
+# One address with at least this share of at least this many requests: Traefik
+# sees a proxy, not the clients (its per-IP limit is blind).
+BLIND_SHARE, BLIND_MIN_REQUESTS = 0.9, 20
+
+
+def is_blind(requests, share):
+    return requests >= BLIND_MIN_REQUESTS and share >= BLIND_SHARE
+
+
 def client_share(log_lines):
     """From Traefik's JSON access log: (the address most requests come from,
     its share 0..1, how many requests were read). One address carrying nearly
     every request means Traefik sees a proxy, not the clients: a per-IP limit
     is then one bucket for everyone."""
-    counts, total = {}, 0
-    for line in log_lines:
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            host = json.loads(line).get("ClientHost")
-        except ValueError:
-            continue
-        if host:
-            counts[host] = counts.get(host, 0) + 1
-            total += 1
+    counts = _count(log_lines, "ClientHost")
+    total = sum(counts.values())
     if not total:
         return None, 0.0, 0
     top = max(sorted(counts), key=lambda h: counts[h])

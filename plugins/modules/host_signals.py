@@ -51,12 +51,8 @@ options:
     default: 2
 extends_documentation_fragment:
   - homelab.edge.attributes
+  - homelab.edge.attributes.info_module
 attributes:
-  check_mode:
-    support: full
-    details: The module only reads.
-  diff_mode:
-    support: none
   platform:
     platforms: linux
 requirements:
@@ -192,22 +188,23 @@ def autoheal_part(h, name, window):
         else:
             penv = dict(e.split("=", 1) for e in p[0]["Config"].get("Env") or [] if "=" in e)
             own_policy = any(m.get("Destination", "").endswith("haproxy.cfg.template") for m in p[0].get("Mounts") or [])
-            truthy = lambda k: penv.get(k, "0").lower() in ("1", "true", "yes")  # noqa: E731
+            allows = [penv.get(k, "0").lower() in ("1", "true", "yes") for k in ("POST", "ALLOW_RESTARTS")]
             if own_policy:
                 out["why"] = "through a socket proxy with a policy of its own (%s)" % proxy
-            elif not (truthy("POST") and truthy("ALLOW_RESTARTS")):
+            elif not all(allows):
                 out.update(can_restart=False, why="its socket proxy %s runs the image's own policy with POST=%s "
                            "ALLOW_RESTARTS=%s: Tecnativa's v0.3.0 refuses every POST /containers/<id>/restart unless "
                            "POST=1" % (proxy, penv.get("POST", "0"), penv.get("ALLOW_RESTARTS", "0")))
     if done["restart_failures"]:
-        out.update(can_restart=False, why="%d of its restarts failed in the window" % done["restart_failures"])
+        failed = "%d of its restarts failed in the window" % done["restart_failures"]
+        out.update(can_restart=False, why=failed if out["can_restart"] else "%s; %s" % (out["why"], failed))
     return out
 
 
 def traefik_part(h, name, window):
     lines = h.logs(name, window).splitlines()
     top, share, total = tr.client_share(lines)
-    return {"statuses": signals.access_log(lines), "requests": total, "top_client": top, "top_share": share}
+    return {"statuses": tr.status_counts(lines), "requests": total, "top_client": top, "top_share": share}
 
 
 def firewall_counters(h):

@@ -165,20 +165,12 @@ failed_load_balancers:
   elements: str
 """
 
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-
-try:
-    import docker
-    HAS_DOCKER = True
-    DOCKER_IMPORT_ERROR = None
-except ImportError:
-    HAS_DOCKER = False
-    DOCKER_IMPORT_ERROR = traceback.format_exc()
+from ansible_collections.homelab.edge.plugins.module_utils.docker_engine import connect, docker
 
 
 def argument_spec():
@@ -197,20 +189,6 @@ def wanted_settings(module):
     if problems:
         module.fail_json(msg="; ".join(problems))
     return want
-
-
-def connect(module):
-    if not HAS_DOCKER:
-        module.fail_json(msg=missing_required_lib("docker"), exception=DOCKER_IMPORT_ERROR)
-    host = module.params["docker_host"]
-    try:
-        client = docker.DockerClient(base_url=host) if host else docker.from_env()
-        client.ping()
-        return client
-    except docker.errors.DockerException as e:
-        hint = (" (permission denied: run as root with become: true, or as a member of the docker group)"
-                if "ermission denied" in str(e) else "")
-        module.fail_json(msg="cannot reach the Docker engine: %s%s" % (e, hint), exception=traceback.format_exc())
 
 
 def fix_all(module, client, want):
@@ -241,7 +219,7 @@ def finish(module, results):
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     want = wanted_settings(module)
-    client = connect(module)
+    client = connect(module, module.params["docker_host"])
     finish(module, fix_all(module, client, want))
 
 

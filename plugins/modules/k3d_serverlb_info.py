@@ -62,12 +62,8 @@ options:
     default: info
 extends_documentation_fragment:
   - homelab.edge.attributes
+  - homelab.edge.attributes.info_module
 attributes:
-  check_mode:
-    support: full
-    details: The module only reads.
-  diff_mode:
-    support: none
   platform:
     platforms: posix
 """
@@ -90,26 +86,18 @@ load_balancers:
     exceed_open_file_limit: {description: nginx's warning that the connections exceed the open-file limit, or null., type: dict}
     open_files: {description: Files the nginx workers hold open now., type: int}
     drift: {description: What the load balancer lacks of the fix., type: list, elements: str}
-    dns_upstreams: {description: Each DNS server behind a UDP port and how fast it answered (null: not in 2 s)., type: list}
+    dns_upstreams: {description: "Each DNS server behind a UDP port and how fast it answered (null: not in 2 s).", type: list}
 """
 
 import random
 import socket
 import struct
 import time
-import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-
-try:
-    import docker
-    HAS_DOCKER = True
-    DOCKER_IMPORT_ERROR = None
-except ImportError:
-    HAS_DOCKER = False
-    DOCKER_IMPORT_ERROR = traceback.format_exc()
+from ansible_collections.homelab.edge.plugins.module_utils.docker_engine import connect, docker
 
 
 def dns_probe(client):
@@ -147,14 +135,12 @@ def main():
                            docker_host=dict(type="str")),
         supports_check_mode=True,
     )
-    if not HAS_DOCKER:
-        module.fail_json(msg=missing_required_lib("docker"), exception=DOCKER_IMPORT_ERROR)
     p = module.params
+    client = connect(module, p["docker_host"])
     try:
-        client = docker.DockerClient(base_url=p["docker_host"]) if p["docker_host"] else docker.from_env()
         found = lb.find_load_balancers(client, (), p["clusters"])
     except docker.errors.DockerException as e:
-        module.fail_json(msg="cannot reach the Docker engine: %s" % e)
+        module.fail_json(msg="cannot list the load balancers: %s" % e)
     since = time.time() - p["window"]
     out = []
     for name, container, dummy in found:

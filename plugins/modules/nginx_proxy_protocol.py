@@ -13,7 +13,7 @@ module: nginx_proxy_protocol
 short_description: Send PROXY protocol from an nginx stream proxy to the servers behind it, safely
 version_added: "0.1.0"
 description:
-  - A TCP stream proxy (TLS passthrough) hides every client's address from what is behind it: Traefik sees
+  - A TCP stream proxy (TLS passthrough) hides every client's address from what is behind it. Traefik sees
     the proxy's address for everyone, so a per-client-IP limit there is one shared bucket. PROXY protocol
     carries the client's address through.
   - Adds one marked line, C(proxy_protocol on;), right after the C(proxy_pass) of each stream server

@@ -32,8 +32,8 @@ description:
     legacy ones; C(DOCKER-USER) and the module's chain with C(iptables -S)). If the reload fails, the
     previous files are put back and ufw is reloaded with them; if that fails too, the ruleset that was
     live before is restored with C(iptables-restore). Rules that are not live fail the task.
-  - Docker's experimental nftables firewall backend (Docker 29, C("firewall-backend"\: "nftables")) has no
-    C(DOCKER-USER) chain: the module detects it and fails with what to do instead of writing rules that
+  - Docker's experimental nftables firewall backend (Docker 29, C(firewall-backend) set to C(nftables) in C(daemon.json))
+    has no C(DOCKER-USER) chain. The module detects it and fails with what to do instead of writing rules that
     protect nothing.
 author:
   - homelab.edge contributors (@homelab-edge)
@@ -389,20 +389,53 @@ def verify_live(module, families, input_ports, docker_ports):
     return live, docker_user, missing
 
 
+ARGUMENT_SPEC = dict(
+    ports=dict(type="list", elements="int", default=[80, 443]),
+    limit=dict(type="int", default=100),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    ipv6=dict(type="bool", default=True),
+    backup=dict(type="bool", default=False),
+    reload=dict(type="bool", default=True),
+    docker_published=dict(type="str", choices=["fail", "docker_user", "ignore"], default="fail"),
+    rules_dir=dict(type="path", default="/etc/ufw"),
+)
+
+
+def start_result(module, changes, published, backend):
+    result = dict(changed=any(c.changed for c in changes), files=[], reloaded=False,
+                  docker_ports=dict((str(k), v) for k, v in published.items() if k in module.params["ports"]))
+    if backend:
+        result["docker_firewall_backend"] = backend
+    if module._diff:
+        result["diff"] = [{"before_header": c.path, "after_header": c.path, "before": c.old or "",
+                           "after": c.new or ""} for c in changes if c.changed]
+    return result
+
+
+def write_and_reload(module, changes, families, result):
+    """The files, then ufw's reload; a reload that fails puts everything back."""
+    reload = module.params["reload"] and ufw_enabled(module.params["rules_dir"])
+    saved = snapshot(module, families) if reload else {}
+    write_all(module, changes, module.params["backup"])
+    if reload:
+        reload_or_roll_back(module, changes, families, saved, result)
+        time.sleep(0.2)
+
+
+def check_live(module, families, docker_ports, result):
+    """The rules as the kernel has them (reading changes nothing: check mode reports it too)."""
+    p = module.params
+    input_ports = [x for x in p["ports"] if x not in docker_ports]
+    result["live"], docker_user, missing = verify_live(module, families, input_ports, docker_ports)
+    if docker_user:
+        result["docker_user"] = docker_user
+    if missing and not module.check_mode and (result["changed"] or p["reload"]):
+        module.fail_json(msg="the connlimit rules are not live for %s (for Docker ports, the jump to %s must be "
+                             "the first rule of DOCKER-USER)" % (", ".join(missing), uc.DOCKER_CHAIN), **result)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            ports=dict(type="list", elements="int", default=[80, 443]),
-            limit=dict(type="int", default=100),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            ipv6=dict(type="bool", default=True),
-            backup=dict(type="bool", default=False),
-            reload=dict(type="bool", default=True),
-            docker_published=dict(type="str", choices=["fail", "docker_user", "ignore"], default="fail"),
-            rules_dir=dict(type="path", default="/etc/ufw"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     present = p["state"] == "present"
     problems = uc.validate(p["ports"], p["limit"]) if present else []
@@ -413,33 +446,13 @@ def main():
     docker_ports = docker_ports_to_limit(module, published, backend)
     changes = plan(module, docker_ports)
     validate(module, changes)
-
     families = [4, 6] if p["ipv6"] else [4]
-    changed = any(c.changed for c in changes)
-    result = dict(changed=changed, files=[], reloaded=False,
-                  docker_ports=dict((str(k), v) for k, v in published.items() if k in p["ports"]))
-    if backend:
-        result["docker_firewall_backend"] = backend
-    if module._diff:
-        result["diff"] = [{"before_header": c.path, "after_header": c.path, "before": c.old or "",
-                           "after": c.new or ""} for c in changes if c.changed]
-    enabled = ufw_enabled(p["rules_dir"])
-    if not module.check_mode and changed:
-        saved = snapshot(module, families) if enabled and p["reload"] else {}
-        write_all(module, changes, p["backup"])
-        if enabled and p["reload"]:
-            reload_or_roll_back(module, changes, families, saved, result)
-            time.sleep(0.2)
+    result = start_result(module, changes, published, backend)
+    if result["changed"] and not module.check_mode:
+        write_and_reload(module, changes, families, result)
     result["files"] = [{"path": c.path, "changed": c.changed, "backup": c.backup} for c in changes]
-    if present and enabled:
-        # reading the ruleset changes nothing: check mode reports it too
-        input_ports = [x for x in p["ports"] if x not in docker_ports]
-        result["live"], docker_user, missing = verify_live(module, families, input_ports, docker_ports)
-        if docker_user:
-            result["docker_user"] = docker_user
-        if missing and not module.check_mode and (changed or p["reload"]):
-            module.fail_json(msg="the connlimit rules are not live for %s (for Docker ports, the jump to %s must be "
-                                 "the first rule of DOCKER-USER)" % (", ".join(missing), uc.DOCKER_CHAIN), **result)
+    if present and ufw_enabled(p["rules_dir"]):
+        check_live(module, families, docker_ports, result)
     module.exit_json(**result)
 
 

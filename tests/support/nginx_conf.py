@@ -43,6 +43,7 @@ def summary(text):
             limit = _find(server["block"], "limit_conn")
             entry = {"proxy_responses": _arg(server["block"], "proxy_responses"),
                      "proxy_timeout": _arg(server["block"], "proxy_timeout"),
+                     "proxy_protocol": _arg(server["block"], "proxy_protocol"),
                      "limit_conn": int(limit[0]["args"][1]) if limit else None}
             out["udp" if "udp" in listen[1:] else "tcp"][listen[0]] = entry
     return out

@@ -160,7 +160,7 @@ def test_node_create_and_delete_keep_the_fix_whole(client):
     c = lb_container(client)
     assert values_connections(c) == 1024 + 5 * 2  # k3d's own number: 5 ports (api included), 2 servers
     assert lb_check.shortfalls(c, WANT) == []
-    assert lb_check.nginx_conf.summary(lb_check.read(c, lb.NGINX_CONF))["worker_connections"] == 4096
+    assert lb_check.nginx_conf.summary(lb_check.read(c, lb.NGINX_CONF))["worker_connections"] == WANT["worker_connections"]
     k3d.node_delete(node)
     assert values_connections(c) == 1024 + 5  # the seed's 1029
     assert wait_fixed(client, seconds=10) is not None

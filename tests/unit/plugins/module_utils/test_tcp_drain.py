@@ -34,3 +34,10 @@ def test_classify_error(stderr, reason):
 def test_explain_says_what_to_do():
     assert "nf_conntrack" in td.explain("net.netfilter.nf_conntrack_tcp_timeout_time_wait", "missing", "the host")
     assert "compose 'sysctls:'" in td.explain("net.ipv4.tcp_fin_timeout", "read-only", "container x")
+
+
+def test_a_refused_write_as_a_plain_user_says_become():
+    err = "sysctl: permission denied on key \"net.ipv4.tcp_fin_timeout\""
+    assert td.classify_error(err, root=False) == "not-root"
+    assert td.classify_error(err, root=True) == "read-only"
+    assert "become: true" in td.explain("net.ipv4.tcp_fin_timeout", "not-root", "the host")

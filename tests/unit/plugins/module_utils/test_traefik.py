@@ -271,3 +271,14 @@ def test_version():
     assert traefik.parse_version("Version:      2.11.30\nCodename: cheddar\n") == (2, "2.11.30")
     with pytest.raises(traefik.TraefikConfigError):
         traefik.parse_version("nope")
+
+
+ACCESS_LOG = ['{"ClientHost": "10.8.0.1", "DownstreamStatus": 200}', '{"ClientHost": "10.8.0.1", "DownstreamStatus": 429}',
+              'time="..." level=info msg="Configuration loaded"', '{"ClientHost": "192.168.176.3", "DownstreamStatus": 429}',
+              '{"broken"', '{"ClientHost": "10.8.0.1", "DownstreamStatus": 200}']
+
+
+def test_access_log_status_counts_and_client_share():
+    assert traefik.status_counts(ACCESS_LOG) == {"200": 2, "429": 2}
+    assert traefik.client_share(ACCESS_LOG) == ("10.8.0.1", 0.75, 4)
+    assert traefik.client_share(["no json here"]) == (None, 0.0, 0)

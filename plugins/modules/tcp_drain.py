@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: netns_sysctl
+module: tcp_drain
 short_description: Set and verify the TCP drain sysctls in a network namespace (host or container)
 version_added: "0.1.0"
 description:
@@ -42,6 +42,12 @@ options:
 extends_documentation_fragment:
   - homelab.edge.attributes
 attributes:
+  check_mode:
+    support: full
+    details: Each key is read; nothing is written.
+  diff_mode:
+    support: full
+    details: The live values before and after, per key.
   platform:
     platforms: linux
 requirements:
@@ -50,13 +56,13 @@ requirements:
 
 EXAMPLES = r"""
 - name: Shorter FIN_WAIT_2 and reset on a full accept queue, on the host
-  homelab.edge.netns_sysctl:
+  homelab.edge.tcp_drain:
     values:
       net.ipv4.tcp_fin_timeout: 15
       net.ipv4.tcp_abort_on_overflow: 1
 
 - name: The same inside Traefik's network namespace (bridge network)
-  homelab.edge.netns_sysctl:
+  homelab.edge.tcp_drain:
     container: traefik
     values:
       net.ipv4.tcp_fin_timeout: 15
@@ -79,6 +85,8 @@ namespace:
   type: str
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
@@ -92,6 +100,7 @@ class Namespace(object):
         self.sysctl = module.get_bin_path("sysctl", required=True)
         self.prefix = []
         self.where = "the host"
+        self.root = os.geteuid() == 0
         if container:
             docker = module.get_bin_path("docker", required=True)
             nsenter = module.get_bin_path("nsenter", required=True)
@@ -108,13 +117,43 @@ class Namespace(object):
     def read(self, key):
         rc, out, err = self.module.run_command(self.prefix + [self.sysctl, "-n", key], environ_update=C_ENV)
         if rc != 0:
-            return None, td.classify_error(err or out)
+            return None, td.classify_error(err or out, self.root)
         return int(out.strip().split()[0]), None
 
     def write(self, key, value):
         rc, out, err = self.module.run_command(self.prefix + [self.sysctl, "-w", "%s=%d" % (key, value)],
                                                environ_update=C_ENV)
-        return None if rc == 0 else td.classify_error(err or out)
+        return None if rc == 0 else td.classify_error(err or out, self.root)
+
+
+def set_key(module, ns, key, want):
+    """One key: read, write when it differs (not in check mode), read back.
+    Returns (entry, problem, mismatch)."""
+    have, why = ns.read(key)
+    entry = {"before": have, "after": have, "status": "ok"}
+    mismatch = None
+    if why is None and have != want:
+        entry["status"] = "changed"
+        if module.check_mode:
+            entry["after"] = want
+        else:
+            why = ns.write(key, want)
+            if why is None:
+                entry["after"], why = ns.read(key)
+                if why is None and entry["after"] != want:
+                    mismatch = "%s: set %d but %s reads %s" % (key, want, ns.where, entry["after"])
+    if why is not None:
+        entry["status"] = why
+        return entry, td.explain(key, why, ns.where), mismatch
+    return entry, None, mismatch
+
+
+def live_diff(namespace, keys):
+    text = dict((side, "".join("%s = %s\n" % (k, e[side]) for k, e in sorted(keys.items())
+                               if e["status"] in ("ok", "changed")))
+                for side in ("before", "after"))
+    return {"before_header": "%s (live)" % namespace, "after_header": "%s (live)" % namespace,
+            "before": text["before"], "after": text["after"]}
 
 
 def main():
@@ -126,47 +165,29 @@ def main():
         ),
         supports_check_mode=True,
     )
-    problems = td.validate(module.params["values"])
+    p = module.params
+    problems = td.validate(p["values"])
     if problems:
         module.fail_json(msg="; ".join(problems))
-    values = td.normalize(module.params["values"])
-    ns = Namespace(module, module.params["container"])
+    ns = Namespace(module, p["container"])
     result = dict(changed=False, keys={}, skipped=[],
-                  namespace="container:%s" % module.params["container"] if module.params["container"] else "host")
-    before_txt, after_txt, unsupported, mismatched = [], [], [], []
-    for key in sorted(values):
-        want = values[key]
-        have, why = ns.read(key)
-        entry = {"before": have, "after": have, "status": "ok"}
-        if why is None and have != want:
-            entry["status"] = "changed"
-            if not module.check_mode:
-                why = ns.write(key, want)
-                if why is None:
-                    entry["after"], why = ns.read(key)
-                    if why is None and entry["after"] != want:
-                        mismatched.append("%s: set %d but %s reads %s" % (key, want, ns.where, entry["after"]))
-            else:
-                entry["after"] = want
-        if why is not None:
-            entry["status"] = why
-            unsupported.append(td.explain(key, why, ns.where))
-        else:
-            result["changed"] = result["changed"] or entry["status"] == "changed"
-            before_txt.append("%s = %s" % (key, have))
-            after_txt.append("%s = %s" % (key, entry["after"]))
+                  namespace="container:%s" % p["container"] if p["container"] else "host")
+    cannot, mismatched = [], []
+    for key, want in sorted(td.normalize(p["values"]).items()):
+        entry, problem, mismatch = set_key(module, ns, key, want)
         result["keys"][key] = entry
+        result["changed"] = result["changed"] or entry["status"] == "changed"
+        cannot += [problem] if problem else []
+        mismatched += [mismatch] if mismatch else []
     if module._diff:
-        result["diff"] = {"before_header": "%s (live)" % result["namespace"], "after_header": "%s (live)" % result["namespace"],
-                          "before": "\n".join(before_txt) + "\n", "after": "\n".join(after_txt) + "\n"}
+        result["diff"] = live_diff(result["namespace"], result["keys"])
     if mismatched:
         module.fail_json(msg="values did not take: %s" % "; ".join(mismatched), **result)
-    if unsupported:
-        if module.params["unsupported"] == "fail":
-            module.fail_json(msg="cannot set: %s" % "; ".join(unsupported), **result)
-        result["skipped"] = unsupported
-        for text in unsupported:
-            module.warn("skipped %s" % text)
+    if cannot and p["unsupported"] == "fail":
+        module.fail_json(msg="cannot set: %s" % "; ".join(cannot), **result)
+    result["skipped"] = cannot
+    for text in cannot:
+        module.warn("skipped %s" % text)
     module.exit_json(**result)
 
 

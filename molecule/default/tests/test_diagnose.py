@@ -125,7 +125,7 @@ def test_connections_above_the_open_file_limit(client):
 
 
 def test_a_flood_at_the_vps(client):
-    flood = probes.tcp_flood(client.containers.get("lab-client1"), hosts.address("lab-vps", "lab-wan"), 80, n=500, hold=25)
+    flood = probes.tcp_flood(client.containers.get("lab-client1"), hosts.address("lab-vps", "lab-wan"), 80, n=500, hold=45)
     time.sleep(4)
     found = diagnose(client, "--tags", "vps")
     flood.result()

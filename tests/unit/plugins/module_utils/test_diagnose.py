@@ -1,0 +1,120 @@
+"""The findings, from signals shaped as the modules return them."""
+from ansible_collections.homelab.edge.plugins.module_utils import diagnose as dg
+
+STOCK_LB = {"name": "k3d-a-serverlb", "running": True, "udp_servers": 1, "udp_servers_patched": 0, "udp_ports": ["53"],
+            "udp_timeout": 600, "worker_connections": 1024, "exhaustion_rate": 0.85, "not_enough_total": 0,
+            "not_enough": {}, "udp_session_budget": None, "open_file_limit": 1048576, "drift": []}
+FIXED_LB = dict(STOCK_LB, udp_servers_patched=1, udp_timeout=5, worker_connections=4096, udp_session_budget=1024,
+                open_file_limit=16384)
+GOOD_HOST = {"host": {"drain": {"net.ipv4.tcp_fin_timeout": 15, "net.ipv4.tcp_abort_on_overflow": 1}, "load": [0.1],
+                      "cpus": 2, "cpu": {"system": 3}}}
+
+
+def names(found):
+    return [f["finding"] for f in found]
+
+
+def vps(**signals):
+    return {"vps": {"role": "vps", "limit": 100, "ports": [80, 443],
+                    "ufw": {"changed": False, "live": {"ipv4": [80, 443]}},
+                    "signals": dict(GOOD_HOST, firewall=dict({"limited_ports": [80, 443]}, **signals))}}
+
+
+def test_a_healthy_edge_has_no_findings():
+    hosts = dict(vps(), k3d={"k3d": [FIXED_LB]},
+                 nas={"role": "nas", "traefik": "traefik", "proxy_trusted": True, "containers": ["traefik"],
+                      "signals": dict(GOOD_HOST, autoheal={"can_restart": True}, unhealthy=[],
+                                      traefik={"statuses": {"200": 40}, "requests": 40, "top_client": "a",
+                                               "top_share": 0.5})})
+    assert dg.diagnose(hosts, 300) == []
+    assert dg.table([]) == ["no findings: nothing of the two outages' signals is there"]
+
+
+def test_seed_000_is_one_cause_with_its_evidence():
+    lb = dict(STOCK_LB, not_enough_total=1525, not_enough={"udp 53": 1525})
+    found = dg.diagnose({"k3d": {"k3d": [lb]}}, 20)
+    assert names(found) == ["k3d-a-serverlb holds every UDP (DNS) session up to 600 s",
+                            "k3d-a-serverlb ran out of connections",
+                            "one cause: k3d-a-serverlb is out of connections"]
+    assert "1525 'worker_connections are not enough' in the last 20 s" in found[1]["evidence"]
+    assert "DNS sessions held open" in found[1]["cause"]
+
+
+def test_a_hung_dns_server_with_and_without_the_budget():
+    dead = [{"node": "k3d-a-server-0", "port": 53, "answer_s": None}]
+    with_budget = dg.diagnose({"k3d": {"k3d": [dict(FIXED_LB, dns_upstreams=dead)]}}, 20)
+    assert names(with_budget) == ["the DNS server behind k3d-a-serverlb does not answer"]
+    assert "keeps the rest of the connections" in with_budget[0]["fix"]
+    no_budget = dict(FIXED_LB, dns_upstreams=dead, udp_session_budget=None, not_enough_total=9, not_enough={"udp 53": 9})
+    found = dg.diagnose({"k3d": {"k3d": [no_budget]}}, 20)
+    assert "one cause: k3d-a-serverlb is out of connections" in names(found)
+    assert "a hung DNS server fills every connection" in found[0]["cause"]
+
+
+def test_connections_above_the_open_file_limit():
+    lb = dict(FIXED_LB, exceed_open_file_limit={"worker_connections": 40000, "open_file_limit": 16384})
+    found = dg.diagnose({"k3d": {"k3d": [lb]}}, 20)
+    assert names(found) == ["k3d-a-serverlb has more connections than it may open files"]
+
+
+def test_a_flood_at_the_vps_names_the_address_near_the_limit():
+    found = dg.diagnose(vps(top_talkers={80: [("198.51.100.7", 100), ("203.0.113.5", 3)]},
+                            rejected_per_s={80: 20.0}), 20)
+    assert names(found) == ["one address floods port 80"]
+    assert found[0]["evidence"] == "ss: 198.51.100.7 has 100 connections; connlimit rejects 20.0 new connections/s"
+    # a busy port with ordinary clients is no finding
+    assert dg.diagnose(vps(top_talkers={80: [("203.0.113.5", 3)]}, rejected_per_s={80: 0}), 20) == []
+
+
+def test_docker_ports_and_backends_outside_the_limit():
+    found = dg.diagnose(vps(published={"8443": ["stray"]}, docker_firewall_backend="nftables"), 20)
+    assert names(found) == ["port 8443 is published by Docker outside the limit", "Docker runs its nftables firewall backend"]
+
+
+def test_rules_not_as_asked():
+    hosts = vps()
+    hosts["vps"]["ufw"] = {"changed": True, "live": {"ipv4": [80]}}
+    found = dg.diagnose(hosts, 20)
+    assert names(found) == ["the connlimit rules are not what the inventory asks"]
+    assert found[0]["evidence"] == "live IPv4 80, asked 80,443; the rules files would change"
+
+
+def nas(**signals):
+    return {"nas": {"role": "nas", "traefik": "traefik", "proxy_trusted": False, "containers": ["traefik"],
+                    "signals": dict(GOOD_HOST, **signals)}}
+
+
+def test_wedged_traefik_and_an_autoheal_that_cannot_restart_are_one_cause():
+    wedged = [{"name": "traefik", "since_s": 40.0, "failing_streak": 4, "last_output": "context deadline exceeded"}]
+    found = dg.diagnose(nas(unhealthy=wedged, autoheal={"can_restart": False, "why": "ALLOW_RESTARTS=0"}), 300)
+    assert names(found) == ["traefik is unhealthy", "autoheal cannot restart anything",
+                            "one cause: traefik is wedged and nothing restarts it"]
+    assert "docker restart traefik now" in found[0]["fix"]
+    found = dg.diagnose(nas(unhealthy=wedged, autoheal={"can_restart": True}), 300)
+    assert names(found) == ["traefik is unhealthy"] and found[0]["fix"] == "autoheal restarts it"
+
+
+def test_a_blind_per_ip_limit_behind_the_vps():
+    t = {"statuses": {"200": 50, "429": 50}, "requests": 100, "top_client": "10.8.0.1", "top_share": 1.0}
+    found = dg.diagnose(nas(traefik=t), 300)
+    assert names(found) == ["traefik turned away 50 requests (429)", "traefik's per-IP limit is blind"]
+    assert "traefik_inflight_proxy_protocol_trusted_ips" in found[1]["fix"]
+    few = dict(t, requests=19, statuses={"200": 19})
+    assert dg.diagnose(nas(traefik=few), 300) == []
+
+
+def test_drain_values_at_kernel_defaults_and_a_busy_kernel():
+    sig = {"host": {"drain": {"net.ipv4.tcp_fin_timeout": 60, "net.ipv4.tcp_abort_on_overflow": 0}, "load": [5.0],
+                    "cpus": 2, "cpu": {"system": 80}, "conntrack": 30000, "sockets": {"TIME-WAIT": 20000}},
+           "containers": {"traefik": {"running": True, "drain": {"net.ipv4.tcp_fin_timeout": 60}},
+                          "other": {"running": True, "drain": {"net.ipv4.tcp_fin_timeout": 60}}}}
+    found = dg.diagnose({"nas": {"role": "nas", "traefik": "traefik", "containers": ["traefik"], "signals": sig}}, 300)
+    assert names(found) == ["drain sysctls at kernel defaults in nas's own namespace",
+                            "drain sysctls at kernel defaults in traefik's namespace", "nas's kernel is busy"]
+    assert found[0]["evidence"] == "net.ipv4.tcp_abort_on_overflow=0, net.ipv4.tcp_fin_timeout=60"
+
+
+def test_the_table_reads_in_four_lines_a_finding():
+    rows = dg.table(dg.diagnose(vps(published={"8443": ["stray"]}), 20))
+    assert rows[0] == "1. [vps] port 8443 is published by Docker outside the limit"
+    assert [r.split(":")[0].strip() for r in rows[1:]] == ["evidence", "cause", "fix"]
