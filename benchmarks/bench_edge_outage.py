@@ -35,7 +35,6 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab")]
 import edge  # noqa: E402
-import hosts  # noqa: E402
 import outage  # noqa: E402
 
 GOALS = {"probes_answered_pct": 99.0, "healthy_after_flood_s": 30}

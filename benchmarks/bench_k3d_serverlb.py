@@ -27,7 +27,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import docker

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import docker
@@ -84,7 +83,9 @@ def edge_measure(client, lab):
 def wedge(client, seconds):
     """Traefik stopped (SIGSTOP): still running, answering nothing."""
     nas = hosts.address("lab-nas", "lab-lan")
-    sh = lambda *a: subprocess.run(["docker", "exec", "lab-nas"] + list(a), capture_output=True, text=True, check=False)  # noqa: E731
+
+    def sh(*a):
+        return subprocess.run(["docker", "exec", "lab-nas"] + list(a), capture_output=True, text=True, check=False)
     started = sh("docker", "inspect", "-f", "{{.State.StartedAt}}", "traefik").stdout
     t0 = time.time()
     sh("docker", "kill", "-s", "STOP", "traefik")

@@ -18,7 +18,6 @@ sudo (inventories/lab/hosts.yml).
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,8 +62,8 @@ def wireguard(n):
         "vps": "[Interface]\nAddress = %s/24\nListenPort = %d\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\n"
                "AllowedIPs = %s/32\n" % (TUNNEL["vps"], TUNNEL["port"], keys["vps"][0], keys["nas"][1], TUNNEL["nas"]),
         "nas": "[Interface]\nAddress = %s/24\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nEndpoint = %s:%d\n"
-               "AllowedIPs = %s/32\nPersistentKeepalive = 15\n" % (TUNNEL["nas"], keys["nas"][0], keys["vps"][1],
-                                                                 vps_underlay, TUNNEL["port"], TUNNEL["vps"]),
+               "AllowedIPs = %s/32\nPersistentKeepalive = 15\n" % (
+                   TUNNEL["nas"], keys["nas"][0], keys["vps"][1], vps_underlay, TUNNEL["port"], TUNNEL["vps"]),
     }
     for side in ("vps", "nas"):
         sh("docker", "exec", "-i", n[side], "sh", "-c", "umask 077; mkdir -p /etc/wireguard; cat > /etc/wireguard/wg0.conf",

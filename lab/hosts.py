@@ -33,7 +33,8 @@ SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/
 
 def sh(*argv, **kw):
     kw.setdefault("check", True)
-    out = subprocess.run(list(argv), capture_output=True, text=kw.pop("text", True), **kw)
+    check = kw.pop("check")
+    out = subprocess.run(list(argv), capture_output=True, text=kw.pop("text", True), check=check, **kw)
     return out
 
 

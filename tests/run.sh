@@ -51,9 +51,10 @@ sanity() {
 build() {
   local out rc=0 f m; out=$(mktemp -d)
   ansible-galaxy collection build --force --output-path "$out" >/dev/null || rc=1
+  tar -tzf "$out"/homelab-edge-*.tar.gz >"$out/files.txt" || rc=1
   # what an execution environment needs travels in the tarball
   for f in meta/execution-environment.yml meta/ee-requirements.txt meta/ee-bindep.txt meta/runtime.yml; do
-    tar -tzf "$out"/homelab-edge-*.tar.gz | grep -qx "$f" || { echo "the tarball lacks $f"; rc=1; }
+    grep -qx "$f" "$out/files.txt" || { echo "the tarball lacks $f"; rc=1; }
   done
   ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-galaxy collection install --offline --no-deps \
     -p "$out/installed" "$out"/homelab-edge-*.tar.gz >/dev/null || rc=1

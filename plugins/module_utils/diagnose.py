@@ -101,9 +101,9 @@ def vps(host, ufw, sig, limit, ports):
                                "run the vps tag", "firewall"))
         elif ufw.get("changed") or live != sorted(ports):
             out.append(finding(host, "the connlimit rules are not what the inventory asks",
-                               "live IPv4 %s, asked %s%s" % (",".join(map(str, live)) or "none",
-                                                            ",".join(map(str, ports)),
-                                                            "; the rules files would change" if ufw.get("changed") else ""),
+                               "live IPv4 %s, asked %s%s" % (
+                                   ",".join(map(str, live)) or "none", ",".join(map(str, ports)),
+                                   "; the rules files would change" if ufw.get("changed") else ""),
                                "rules files edited by hand or ufw reloaded without them", "run the vps tag", "firewall"))
     fw = (sig or {}).get("firewall") or {}
     for port, peers in sorted((fw.get("top_talkers") or {}).items()):

@@ -451,8 +451,8 @@ class YamlText(object):
                 del self.lines[j]
                 continue
             if key in add:
-                self.lines[j] = "%s%s--%s=%s%s%s%s" % (m.group(1), m.group(2), m.group(3), add[key], m.group(5),
-                                                      m.group(6), _nl(self.lines))
+                self.lines[j] = "%s%s--%s=%s%s%s%s" % (
+                    m.group(1), m.group(2), m.group(3), add[key], m.group(5), m.group(6), _nl(self.lines))
                 done.add(key)
             j += 1
         for key in sorted(k for k in add if k not in done):

@@ -83,7 +83,7 @@ load_balancers:
   contains:
     not_enough: {description: '"not enough" alerts in the window by "<protocol> <port>".', type: dict}
     not_enough_total: {description: All of them., type: int}
-    exceed_open_file_limit: {description: nginx's warning that the connections exceed the open-file limit, or null., type: dict}
+    exceed_open_file_limit: {description: "nginx's warning that the connections exceed the open-file limit, or null.", type: dict}
     open_files: {description: Files the nginx workers hold open now., type: int}
     drift: {description: What the load balancer lacks of the fix., type: list, elements: str}
     dns_upstreams: {description: "Each DNS server behind a UDP port and how fast it answered (null: not in 2 s).", type: list}

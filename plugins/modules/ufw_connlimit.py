@@ -168,8 +168,8 @@ class Change(object):
     @property
     def changed(self):
         """New content, or a script of ours that ufw-init would skip (not executable)."""
-        return self.old != self.new or (self.new is not None and self.mode & 0o100 and
-                                         not os.access(self.path, os.X_OK))
+        return self.old != self.new or (self.new is not None and self.mode & 0o100
+                                        and not os.access(self.path, os.X_OK))
 
 
 def run(module, argv, data=None, check_rc=True):

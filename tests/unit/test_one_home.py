@@ -81,5 +81,5 @@ def test_the_example_inventory_shows_the_defaults(path):
     for key, value, example in shown:
         assert key in defaults, "%s: no role has %s" % (os.path.basename(path), key)
         if not templated(defaults[key]) and not example:
-            assert value == defaults[key], "%s: %s is %r, shown as %r" % (os.path.basename(path), key,
-                                                                           defaults[key], value)
+            assert value == defaults[key], "%s: %s is %r, shown as %r" % (
+                os.path.basename(path), key, defaults[key], value)

@@ -5,14 +5,12 @@ real wedge. The NAS is read from outside (its console: docker exec)."""
 import difflib
 import json
 import os
-import subprocess
 import sys
 import time
 
 import docker
 import pytest
 import testinfra
-import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab")]
@@ -27,7 +25,7 @@ INVENTORY = adhoc.molecule_inventory()
 # inventory host, container, port on the NAS, the user's files (repo path, path on the NAS)
 VARIANTS = {
     "nas-a": ("traefik-a", 443, [("filename/config/traefik.yml", "/srv/traefik-a/config/traefik.yml"),
-                                  ("filename/config/dynamic.yml", "/srv/traefik-a/config/dynamic/dynamic.yml")]),
+                                 ("filename/config/dynamic.yml", "/srv/traefik-a/config/dynamic/dynamic.yml")]),
     "nas-b": ("traefik-b", 9443, [("directory/config/traefik.yml", "/srv/traefik-b/config/traefik.yml"),
                                   ("directory/config/dynamic/routes.yml", "/srv/traefik-b/config/dynamic/routes.yml"),
                                   ("directory/config/dynamic/middlewares.yml",

@@ -3,7 +3,6 @@ and per network namespace. Read from outside (the console: docker exec)."""
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import testinfra

@@ -207,7 +207,9 @@ def test_validate_options():
     problems = lb.validate_options(udp_timeout=0, worker_connections=10, worker_rlimit_nofile=100, udp_share=95,
                                    budget_log_level="info")
     assert len(problems) == 4
-    assert lb.validate_options(**dict(WANT, budget_log_level="debug")) == [
+    debug = dict(WANT)
+    debug["budget_log_level"] = "debug"
+    assert lb.validate_options(**debug) == [
         "budget_log_level must be one of info, notice, warn, error, got 'debug'"]
 
 

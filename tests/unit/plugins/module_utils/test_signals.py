@@ -9,7 +9,7 @@ SS = """0 0 192.168.176.2:80 192.168.176.3:40001
 IPTABLES = """Chain ufw-before-input (1 references)
     pkts      bytes target     prot opt in     out     source               destination
      900    54000 REJECT     6    --  *      *       0.0.0.0/0            0.0.0.0/0            tcp dpt:80 ctstate NEW #conn src/32 > 100 reject-with tcp-reset
-       7      420 REJECT     tcp  --  *      *       0.0.0.0/0            0.0.0.0/0            ctorigdstport 443 ctstate NEW #conn src/32 > 100 reject-with tcp-reset
+       7      420 REJECT     tcp  --  *      *       0.0.0.0/0            0.0.0.0/0       ctorigdstport 443 ctstate NEW #conn src/32 > 100 reject-with tcp-reset
      123     4000 ACCEPT     6    --  *      *       0.0.0.0/0            0.0.0.0/0            tcp dpt:22
 """
 

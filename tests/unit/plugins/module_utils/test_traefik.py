@@ -116,7 +116,7 @@ def test_flow_lists_get_the_item_inline():
 def test_keys_are_matched_case_insensitively_as_traefik_does():
     text = STATIC.replace("entryPoints:", "entrypoints:")
     new = edit(text)
-    assert "entryPoints" not in new.split("# mine")[0]
+    assert "entryPoints" not in new.split("# mine", maxsplit=1)[0]
     assert yaml.safe_load(new)["entrypoints"]["websecure"]["http"]["middlewares"][-1] == "inflight-limit@file"
 
 
@@ -221,8 +221,8 @@ def test_host_paths_through_the_longest_mount():
     assert traefik.host_path("/other", MOUNTS) is None
 
 
-def facts(args, mounts=MOUNTS, compose=None):
-    return {"name": "traefik", "version": "3.6.12", "major": 3, "args": args, "mounts": mounts,
+def facts(args, mounts=None, compose=None):
+    return {"name": "traefik", "version": "3.6.12", "major": 3, "args": args, "mounts": MOUNTS if mounts is None else mounts,
             "source": traefik.static_source(args), "compose": compose}
 
 
