@@ -48,7 +48,9 @@ cmd_engine() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
   fi
   log "starting dockerd"
-  nohup dockerd >"$CACHE/dockerd.log" 2>&1 &
+  # as docker.service does (LimitNOFILE=infinity): containers inherit the
+  # engine's open-file limit, and k3d's nginx raises its workers' up to it
+  (ulimit -n 1048576 2>/dev/null || true; exec nohup dockerd >"$CACHE/dockerd.log" 2>&1) &
   for _ in $(seq 1 60); do
     docker info >/dev/null 2>&1 && return 0
     sleep 1

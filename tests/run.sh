@@ -10,6 +10,8 @@ export HOMELAB_EDGE_CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
 eval "$(lab/lab.sh env)"   # tools, venv, and this checkout as the collection homelab.edge
 export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 ANSIBLE_NOCOLOR=1
 export MOLECULE_GLOB="molecule/*/molecule.yml"
+# load tests hold thousands of sockets; a CI shell often starts at a soft limit of 1024
+ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 mkdir -p tests/output
 
 passed=0 failed=0 failures=()

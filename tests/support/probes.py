@@ -8,6 +8,7 @@ import io
 import json
 import os
 import random
+import resource
 import selectors
 import shlex
 import socket
@@ -18,6 +19,21 @@ import threading
 import time
 
 QNAME = "auth.core.home.lab"
+
+
+def _open_file_room():
+    """Raise this process's soft open-file limit to its hard limit (a CI
+    shell often starts at 1024) and return how many sockets dns_load may
+    hold open at once: the limit less room for everything else."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        soft = want
+    return max(64, min(soft, 65536) - 512)
+
+
+MAX_PENDING = _open_file_room()
 
 
 def dns_query_packet(qid, name=QNAME):
@@ -54,9 +70,22 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
         if now >= hard_stop or (stop is not None and stop.is_set()):
             break
         while sent < count and now >= next_send:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.setblocking(False)
+            if len(pending) >= MAX_PENDING:
+                # out of sockets here: the oldest unanswered query counts as failed
+                oldest = next(iter(pending))  # dicts keep the order queries were sent
+                pending.pop(oldest)
+                sel.unregister(oldest)
+                oldest.close()
+                failed += 1
             qid = random.randint(0, 65535)
+            try:
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            except OSError:
+                failed += 1
+                sent += 1
+                next_send += interval
+                continue
+            s.setblocking(False)
             try:
                 s.sendto(dns_query_packet(qid), (host, ports[sent % len(ports)]))
                 sel.register(s, selectors.EVENT_READ)
