@@ -46,12 +46,14 @@ def molecule_inventory():
 
 
 def playbook(inventory, text, *args, timeout=600):
-    """ansible-playbook of a playbook given as text; the CompletedProcess."""
+    """ansible-playbook of a playbook given as text; the CompletedProcess, its
+    stdout holding stderr too: where a failure's message goes depends on the
+    callback (Molecule sets its own config)."""
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         f.write(text)
     try:
-        return subprocess.run(["ansible-playbook", "-i", inventory, f.name] + list(args), capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        return subprocess.run(["ansible-playbook", "-i", inventory, f.name] + list(args), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
     finally:
         os.unlink(f.name)
 

@@ -1,6 +1,7 @@
 """playbooks/diagnose.yml on the whole lab: it names nothing on the healthy
 lab, names each failure injected into it with its evidence, cause and fix,
 and never changes a file or a ruleset anywhere."""
+import contextlib
 import json
 import os
 import subprocess
@@ -132,12 +133,20 @@ def test_a_flood_at_the_vps(client):
     assert floods and "%s has 100 connections" % hosts.address("lab-client1", "lab-wan") in floods[0]["evidence"]
 
 
-def test_a_docker_published_port_outside_the_limit(client):
-    VPS.check_output("docker run -d --name stray -p 8443:8443 homelab-edge/client:lab python3 -m http.server 8443")
+@contextlib.contextmanager
+def injected(host, do, undo):
+    """A failure put in place on `host` for the block, and taken away after."""
+    host.check_output(do)
     try:
-        found = diagnose(client, "--tags", "vps")
+        yield
     finally:
-        VPS.check_output("docker rm -f stray")
+        host.check_output(undo)
+
+
+def test_a_docker_published_port_outside_the_limit(client):
+    with injected(VPS, "docker run -d --name stray -p 8443:8443 homelab-edge/client:lab python3 -m http.server 8443",
+                  "docker rm -f stray"):
+        found = diagnose(client, "--tags", "vps")
     assert "port 8443 is published by Docker outside the limit" in names(found)
 
 
@@ -150,26 +159,22 @@ def wait_unhealthy(name, seconds=60):
 
 
 def test_traefik_wedged_and_autoheal_not_running(client):
-    NAS.check_output("docker stop autoheal && docker kill -s STOP traefik")
-    try:
+    with injected(NAS, "docker stop autoheal && docker kill -s STOP traefik",
+                  "docker kill -s CONT traefik; docker start autoheal"):
         wait_unhealthy("traefik")
         found = diagnose(client, "--tags", "nas")
-    finally:
-        NAS.check_output("docker kill -s CONT traefik; docker start autoheal")
     assert "traefik is unhealthy" in names(found)
     assert "autoheal cannot restart anything" in names(found)
     assert "one cause: traefik is wedged and nothing restarts it" in names(found)
 
 
 def test_autoheal_behind_a_proxy_that_refuses_restarts(client):
-    NAS.check_output("docker rm -f autoheal-socket-proxy && docker run -d --name autoheal-socket-proxy "
-                     "--network homelab-edge-autoheal_proxy --network-alias socket-proxy -e CONTAINERS=1 "
-                     "-e ALLOW_RESTARTS=1 -e DISABLE_IPV6=1 -v /var/run/docker.sock:/var/run/docker.sock:ro "
-                     "homelab-edge/socket-proxy:lab")
-    try:
+    refusing = ("docker rm -f autoheal-socket-proxy && docker run -d --name autoheal-socket-proxy "
+                "--network homelab-edge-autoheal_proxy --network-alias socket-proxy -e CONTAINERS=1 "
+                "-e ALLOW_RESTARTS=1 -e DISABLE_IPV6=1 -v /var/run/docker.sock:/var/run/docker.sock:ro "
+                "homelab-edge/socket-proxy:lab")
+    with injected(NAS, refusing, "docker rm -f autoheal-socket-proxy && cd /srv/autoheal && docker compose up -d"):
         found = diagnose(client, "--tags", "nas")
-    finally:
-        NAS.check_output("docker rm -f autoheal-socket-proxy && cd /srv/autoheal && docker compose up -d")
     refused = [f for f in found if f["finding"] == "autoheal cannot restart anything"]
     assert refused and "POST=0" in refused[0]["evidence"]
 
@@ -191,10 +196,7 @@ def test_the_per_ip_limit_blind_behind_the_vps(client):
 
 
 def test_drain_sysctls_at_defaults(client):
-    NAS.check_output("sysctl -w net.ipv4.tcp_fin_timeout=60")
-    try:
+    with injected(NAS, "sysctl -w net.ipv4.tcp_fin_timeout=60", "sysctl -w net.ipv4.tcp_fin_timeout=15"):
         found = diagnose(client, "--tags", "nas")
-    finally:
-        NAS.check_output("sysctl -w net.ipv4.tcp_fin_timeout=15")
     drain = [f for f in found if f["finding"] == "drain sysctls at kernel defaults in lab-nas's own namespace"]
     assert drain and "net.ipv4.tcp_fin_timeout=60" in drain[0]["evidence"] and "tcp_drain tag" in drain[0]["fix"]

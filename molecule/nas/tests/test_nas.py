@@ -67,7 +67,7 @@ def role(host, extra=None, check=False, diff=False):
 
 
 def text(out):
-    return " ".join((out.stdout + out.stderr).split())  # folded lines joined
+    return " ".join(out.stdout.split())  # folded lines joined
 
 
 def nas_files():
