@@ -12,8 +12,8 @@ the same run twice, in the same session:
 
 Each run: Traefik's CPU capped (the seed's Traefik sat near a full share of a
 small CPU, beside CrowdSec's log parsing), probes like monitoring (a request
-to each backend and a "scrape" every second, from another client), 10 s
-quiet, then a flood from one LAN address through the published port (wrk,
+to each backend and a "scrape" every second, from a LAN client), 10 s
+quiet, then a flood from one internet client through the VPS and the tunnel (wrk,
 250 connections holding a 2-second page, 250 opening a new TLS connection per
 request to the fast page), then quiet again while it drains. Recorded per
 second: probe success and latency per backend, Traefik's CPU, the NAS's
@@ -64,9 +64,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     result = {"machine": machine(), "conditions": {
         "flood_s": a.flood, "connections": a.connections, "traefik_cpus": a.cpus,
-        "flood": "wrk from one LAN address to the NAS's published 443: half on /slow (held 2 s), half on / with "
-                 "Connection: close (a TLS handshake per request)",
-        "probes": "site, auth and a scrape (site /status) every second from another client, 5 s timeout"}}
+        "flood": "wrk from one internet client through the VPS (443) and the tunnel: half on /slow (held 2 s), "
+                 "half on / with Connection: close (a TLS handshake per request)",
+        "probes": "site, auth and a scrape (site /status) every second from a LAN client to the NAS, 5 s timeout"}}
     runs = []
     try:
         lab = edge.up()
@@ -76,7 +76,8 @@ def main(argv=None):
                 time.sleep(10)  # Traefik restarted, first health checks
             outage.cap_cpu(a.cpus)
             print("%s: flood %d s, then %d s to drain" % (name, a.flood, a.after), flush=True)
-            run = outage.run(lab["nas_lan"], flood_s=a.flood, after_s=a.after, connections=a.connections, label=name)
+            run = outage.run(lab["vps_wan"], lab["nas_lan"], flood_s=a.flood, after_s=a.after, connections=a.connections,
+                             label=name)
             print("  %s" % json.dumps(run["summary"]), flush=True)
             runs.append((name, run))
             result[name] = run

@@ -105,9 +105,13 @@ def wedge(client, seconds):
 
 def ladder(lab):
     outage.cap_cpu(0.5)
-    run = outage.run(lab["nas_lan"], flood_s=30, after_s=30, label="demo")["summary"]
-    return {"seed 001's flood (30 s, Traefik at 0.5 CPU): probes answered": "%s%%" % run["probes_answered_pct"],
-            "seed 001's flood: healthy again after it": "%s s" % run["healthy_after_flood_s"]
+    run = outage.run(lab["vps_wan"], lab["nas_lan"], flood_s=30, after_s=30, label="demo")["summary"]
+    flood = "seed 001's flood via the VPS (30 s, Traefik at 0.5 CPU)"
+    return {"%s: LAN probes answered" % flood: "%s%%" % run["probes_answered_pct"],
+            "%s: worst probe latency" % flood: "%s s" % run["worst_probe_latency_s"],
+            "%s: peak conntrack entries on the NAS" % flood: run["peak_conntrack"],
+            "%s: peak TIME_WAIT sockets in Traefik's namespace" % flood: run["peak_time_wait"],
+            "%s: healthy again after it" % flood: "%s s" % run["healthy_after_flood_s"]
             if run["healthy_after_flood_s"] is not None else "not in 30 s"}
 
 

@@ -1,11 +1,11 @@
-"""Seed 001's ladder, measured: a flood from one address against the NAS's
-Traefik (wrk, many TLS connections, slow and fast pages) while
-monitoring-like probes run, with the NAS sampled every second (Traefik's CPU,
+"""Seed 001's ladder, measured: a flood from one internet client through the
+VPS and the tunnel against the NAS's Traefik (wrk, many TLS connections, slow
+and fast pages) while monitoring-like probes run from the LAN, with the NAS sampled every second (Traefik's CPU,
 conntrack entries, TIME_WAIT/FIN_WAIT sockets). Used by
 benchmarks/bench_edge_outage.py and the demo.
 
-Traffic goes only to the lab's own NAS container (lab/edge.py); every loop
-is bounded by its duration.
+Traffic goes only to the lab's own VPS and NAS containers (lab/edge.py);
+every loop is bounded by its duration.
 """
 import json
 import os
@@ -15,7 +15,7 @@ import time
 import probes
 
 NAS, TRAEFIK = "lab-nas", "traefik"
-FLOODER, PROBER = "lab-lan-client", "lab-client2"
+FLOODER, PROBER = "lab-client1", "lab-lan-client"  # the internet client; the LAN's monitoring
 
 
 def sh(*argv, check=True, **kw):
@@ -47,8 +47,9 @@ def read_lines(container, path):
     return [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
 
 
-def run(nas_address, flood_s=60, before_s=10, after_s=60, connections=500, interval=1.0, label="run"):
-    """One ladder. Returns dict(seconds=[per-second rows], summary={...})."""
+def run(flood_address, nas_address, flood_s=60, before_s=10, after_s=60, connections=500, interval=1.0, label="run"):
+    """One ladder: the flood to `flood_address` (the VPS), the probes to
+    `nas_address`. Returns dict(seconds=[per-second rows], summary={...})."""
     total = before_s + flood_s + after_s
     tag = "%s-%d" % (label, int(time.time()))
     pid = traefik_pid()
@@ -63,7 +64,7 @@ def run(nas_address, flood_s=60, before_s=10, after_s=60, connections=500, inter
     for path, extra in (("/slow", []), ("/", ["-H", "Connection: close"])):  # held requests; a new TLS handshake each
         flood.append(subprocess.Popen(
             ["docker", "exec", FLOODER, "wrk", "-t1", "-c%d" % half, "-d%ds" % flood_s, "--timeout", "10s",
-             "-H", "Host: site.nas.lab"] + extra + ["https://%s%s" % (nas_address, path)],
+             "-H", "Host: site.nas.lab"] + extra + ["https://%s%s" % (flood_address, path)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     flood_start = time.time()
     outputs = [p.communicate(timeout=flood_s + 60)[0] for p in flood]
