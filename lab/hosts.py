@@ -31,11 +31,8 @@ SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/
                "-o", "ConnectTimeout=3", "-o", "LogLevel=ERROR"]
 
 
-def sh(*argv, **kw):
-    kw.setdefault("check", True)
-    check = kw.pop("check")
-    out = subprocess.run(list(argv), capture_output=True, text=kw.pop("text", True), check=check, **kw)
-    return out
+def sh(*argv, check=True, text=True, **kw):
+    return subprocess.run(list(argv), capture_output=True, text=text, check=check, **kw)
 
 
 def key():

@@ -1,7 +1,8 @@
 """Seed 001's ladder, measured: a flood from one internet client through the
 VPS and the tunnel against the NAS's Traefik (wrk, many TLS connections, slow
-and fast pages) while monitoring-like probes run from the LAN, with the NAS sampled every second (Traefik's CPU,
-conntrack entries, TIME_WAIT/FIN_WAIT sockets). Used by
+and fast pages) while monitoring-like probes run from the LAN, with the NAS
+sampled every second (Traefik's CPU, conntrack entries, TIME_WAIT/FIN_WAIT
+sockets). Used by
 benchmarks/bench_edge_outage.py and the demo.
 
 Traffic goes only to the lab's own VPS and NAS containers (lab/edge.py);
