@@ -3,7 +3,7 @@
 CACHE ?= /var/cache/homelab-edge
 export HOMELAB_EDGE_CACHE := $(CACHE)
 
-.PHONY: setup demo test unit lint sanity molecule bench clean-lab build
+.PHONY: setup demo test unit lint sanity molecule bench clean-lab build docs publish
 
 setup:            ## engine + venv + confd/Traefik + lab images
 	lab/lab.sh setup
@@ -22,3 +22,9 @@ bench: setup      ## benchmarks (results in benchmarks/results/)
 
 build: setup      ## collection tarball
 	tests/run.sh build
+
+docs: setup       ## the docs site, offline (docs/build/build/html/index.html)
+	tests/run.sh docs
+
+publish: setup    ## what Galaxy and AWX check: importer, tarball contents, ansible-builder, changelog
+	tests/run.sh publish

@@ -95,7 +95,8 @@ def up(prefix="lab"):
     for net in ("wan", "underlay", "lan"):
         hosts.network(n[net])
     # the VPS runs Docker's engine too (nothing published by default), as many do
-    hosts.up(n["vps"], n["wan"], ports["vps"], docker=True, load=["homelab-edge/client:lab"],
+    # sshd on 2222 inside, as on many VPSes: the firewall must keep what sshd really uses
+    hosts.up(n["vps"], n["wan"], ports["vps"], docker=True, load=["homelab-edge/client:lab"], sshd_port=2222,
              nginx_conf=os.path.join(USER, "vps", "nginx-tunnel.conf"))
     connect(n["vps"], n["underlay"])
     hosts.up(n["nas"], n["lan"], ports["nas"], docker=True, load=NAS_IMAGES)

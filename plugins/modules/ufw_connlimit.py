@@ -154,8 +154,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
-
-C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
+from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, require_root
 
 
 class Change(object):
@@ -184,12 +183,6 @@ def read(path):
         return None
     with open(path, "rb") as f:
         return f.read().decode("utf-8")
-
-
-def require_root(module):
-    if os.geteuid() != 0:
-        module.fail_json(msg="ufw_connlimit must run as root: it writes %s and reloads ufw. Run it with "
-                             "become: true (the homelab.edge site playbook does)." % module.params["rules_dir"])
 
 
 def docker_facts(module):
@@ -441,7 +434,7 @@ def main():
     problems = uc.validate(p["ports"], p["limit"]) if present else []
     if problems:
         module.fail_json(msg="; ".join(problems))
-    require_root(module)
+    require_root(module, "writes %s and reloads ufw" % p["rules_dir"])
     published, backend = docker_facts(module) if present else ({}, None)
     docker_ports = docker_ports_to_limit(module, published, backend)
     changes = plan(module, docker_ports)

@@ -222,3 +222,22 @@ def test_when_the_vps_fails_after_the_nas_the_path_keeps_working():
         VPS.check_output("cat > /etc/nginx/nginx.conf <<'EOF'\n%sEOF" % conf)
         site("--tags", "vps_proxy_protocol")
     assert get("lab-client1", vps_ip()) == "200"
+
+
+def test_the_tunnel_comes_back_through_the_vps_firewall_on_a_new_flow():
+    """ufw was inactive on the lab's VPS (sshd on 2222, WireGuard on
+    51820/udp) before site.yml. The tunnel's running flow is ESTABLISHED
+    traffic that any firewall lets through; a NEW flow is what a NAS that
+    restarts (or whose address changes) sends: the NAS's wg0 comes up again
+    from a new source port, and its handshake must get through the VPS's ufw."""
+    assert VPS.check_output("ufw status").startswith("Status: active")
+    assert "51820/udp" in VPS.check_output("ufw status")
+    env = "WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go"
+    NAS.check_output("wg-quick down wg0 >/dev/null 2>&1; %s wg-quick up wg0 >/dev/null 2>&1" % env)
+    deadline = time.time() + 30
+    while time.time() < deadline and NAS.run("ping -c 1 -W 1 10.8.0.1").rc != 0:
+        time.sleep(1)
+    assert NAS.run("ping -c 1 -W 1 10.8.0.1").rc == 0, "no new handshake through the VPS's firewall"
+    assert get("lab-client1", vps_ip()) == "200"
+    # a new SSH login on the VPS's own port (sshd on 2222 inside)
+    assert hosts.ssh(2224, "true", check=False).returncode == 0

@@ -200,7 +200,7 @@ def test_broken_rules_file_fails_and_firewall_is_untouched(mangle, words):
 def test_not_root_says_so():
     res = run_module({}, become=False)
     assert res.get("failed") and "must run as root" in res["msg"] and "become: true" in res["msg"]
-    out = adhoc.playbook(INVENTORY, "- hosts: vps\n  gather_facts: false\n  roles: [homelab.edge.vps_connlimit]\n")
+    out = adhoc.playbook(INVENTORY, "- hosts: vps-lab\n  gather_facts: false\n  roles: [homelab.edge.vps_connlimit]\n")
     assert out.returncode != 0
     assert "must run as root" in " ".join(out.stdout.split()), out.stdout[-2000:]
 
@@ -214,7 +214,7 @@ def test_docker_nftables_backend_is_refused_with_what_to_do():
                      "  echo '{\"ServerVersion\":\"29.0.0\",\"FirewallBackend\":{\"Driver\":\"nftables\"}}'; exit 0\n"
                      "fi\nexec /usr/bin/docker \"$@\"\nEOF\nchmod 755 /opt/fake/docker")
     before = firewall_state()
-    out = adhoc.playbook(INVENTORY, "- hosts: vps\n  gather_facts: false\n  become: true\n  tasks:\n"
+    out = adhoc.playbook(INVENTORY, "- hosts: vps-lab\n  gather_facts: false\n  become: true\n  tasks:\n"
                                     "    - homelab.edge.ufw_connlimit: {docker_published: docker_user}\n"
                                     "      environment: {PATH: '/opt/fake:/usr/sbin:/usr/bin:/sbin:/bin'}\n")
     text = " ".join(out.stdout.split())

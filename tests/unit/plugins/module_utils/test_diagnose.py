@@ -118,3 +118,23 @@ def test_the_table_reads_in_four_lines_a_finding():
     rows = dg.table(dg.diagnose(vps(published={"8443": ["stray"]}), 20))
     assert rows[0] == "1. [vps] port 8443 is published by Docker outside the limit"
     assert [r.split(":")[0].strip() for r in rows[1:]] == ["evidence", "cause", "fix"]
+
+
+def test_way_in_names_blocked_listeners_but_not_those_closed_on_purpose():
+    from ansible_collections.homelab.edge.plugins.module_utils import diagnose as dg
+    access = {"enabled_before": True, "policy": "DROP", "blocked": ["80/tcp", "5432/tcp", "51820/udp"],
+              "denied_by_rule": ["5432/tcp"],
+              "listening": [{"spec": "51820/udp", "processes": ["wireguard-go"]}, {"spec": "80/tcp", "processes": []}]}
+    found = dg.way_in("vps", access, None, closed=["80/tcp"])
+    assert [f["about"] for f in found] == ["51820/udp"]
+    assert "wireguard-go" in found[0]["evidence"] and "ufw allow 51820/udp" in found[0]["fix"]
+    assert dg.way_in("vps", dict(access, enabled_before=False), None) == []
+
+
+def test_way_in_names_a_pending_and_a_missed_revert():
+    from ansible_collections.homelab.edge.plugins.module_utils import diagnose as dg
+    reverts = {"pending": [{"id": "1-1", "state": "missed", "armed_at": 1, "fires_at": 121}]}
+    f = dg.way_in("vps", None, reverts)[0]
+    assert "never confirmed" in f["finding"] and "state=reverted id=1-1" in f["fix"]
+    f = dg.way_in("vps", None, {"pending": [{"id": "2-2", "state": "armed"}]})[0]
+    assert "waits for its confirmation" in f["finding"]

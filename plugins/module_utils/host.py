@@ -1,0 +1,22 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What every module that changes a host shares: commands run in the C
+locale (their output is parsed), and one way to say "run me as root"."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
+
+
+def require_root(module, what):
+    """Fail with what to do when the module does not run as root. `what`
+    says what it needs root for."""
+    if os.geteuid() != 0:
+        module.fail_json(msg="%s must run as root: it %s. Run it with become: true (the homelab.edge site "
+                             "playbook does; give the sudo password with --ask-become-pass or "
+                             "ansible_become_password)." % (module._name.split(".")[-1], what))

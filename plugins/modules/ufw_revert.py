@@ -1,0 +1,381 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: ufw_revert
+short_description: Commit-confirmed for the firewall - the host restores ufw by itself unless a new login confirms the change
+version_added: "0.1.0"
+description:
+  - Like Debian's C(iptables-apply) or Junos C(commit confirmed), for ufw. O(state=armed) keeps a copy of the files
+    that make the firewall (C(/etc/ufw), C(/etc/default/ufw)), whether ufw is active, and the live ruleset, and starts a
+    timer on the host. Make the change, open a NEW connection (in a play, run the meta task C(reset_connection)
+    first, because the multiplexed SSH connection is ESTABLISHED traffic that any firewall lets through), and run
+    O(state=confirmed) over it. Confirmed in time, the timer is cancelled. Not confirmed within O(timeout) seconds - the controller lost
+    its way in, or went away - the host puts every file back, removes the files added since, and brings ufw back to
+    the state it had (reloaded, or disabled again); if ufw does not start, the ruleset that was live is restored.
+  - The timer is a transient systemd timer (C(systemd-run)) where systemd runs, otherwise a detached process in a
+    session of its own; either way it does not depend on the SSH session or the controller.
+  - O(state=confirmed) also checks, with the rules as they now are, that every port in O(must_stay) still lets a new
+    client in (for example the WireGuard port the NAS's tunnel uses); when one does not, it reverts at once and fails
+    naming it.
+  - O(state=reverted) reverts at once (a change that failed before its confirmation). O(state=query) only reads -
+    pending reverts and the recent ones.
+  - A revert still pending, or one that never ran (the host restarted within O(timeout)), blocks a new O(state=armed) -
+    its copy is of the firewall before an unconfirmed change, and the message says how to settle it.
+author:
+  - homelab.edge contributors (@homelab-edge)
+options:
+  state:
+    description: What to do with the revert.
+    type: str
+    choices: [armed, confirmed, reverted, query]
+    default: query
+  id:
+    description: The revert to confirm or revert, as returned by O(state=armed).
+    type: str
+  timeout:
+    description: Seconds the change has to be confirmed, with O(state=armed) (10 to 3600).
+    type: int
+    default: 120
+  must_stay:
+    description: With O(state=confirmed), ports (C(PORT/tcp), C(PORT/udp)) that must still let a new client in.
+    type: list
+    elements: str
+    default: []
+  state_dir:
+    description: Where the reverts are kept on the host.
+    type: path
+    default: /var/lib/homelab-edge/ufw-revert
+extends_documentation_fragment:
+  - homelab.edge.attributes
+attributes:
+  check_mode:
+    support: full
+    details: O(state=armed) reports what it would keep and changes nothing; O(state=query) only reads.
+  diff_mode:
+    support: none
+  platform:
+    platforms: debian
+requirements:
+  - ufw, tar, sh, and systemd-run or setsid on the target; root (C(become))
+notes:
+  - A host that restarts before the timer fires comes back with the unconfirmed change; O(state=query) reports such a
+    revert as C(missed), and the next O(state=armed) refuses until it is settled.
+seealso:
+  - module: homelab.edge.ufw_access
+  - module: homelab.edge.ufw_connlimit
+"""
+
+EXAMPLES = r"""
+- name: Arm the revert
+  homelab.edge.ufw_revert:
+    state: armed
+    timeout: 120
+  register: revert
+
+- name: The change
+  community.general.ufw:
+    state: enabled
+
+- name: Drop the multiplexed connection, so the next task logs in anew
+  ansible.builtin.meta: reset_connection
+
+- name: Confirm over the new connection (unreachable - the host restores itself)
+  homelab.edge.ufw_revert:
+    state: confirmed
+    id: "{{ revert.id }}"
+  ignore_unreachable: true
+"""
+
+RETURN = r"""
+id:
+  description: The revert's id (O(state=armed)), or the one acted on.
+  returned: when a revert was armed, confirmed or reverted
+  type: str
+fires_at:
+  description: When the revert fires unless confirmed (Unix time).
+  returned: with O(state=armed)
+  type: int
+timer:
+  description: What runs the revert (C(systemd-run) or C(detached)).
+  returned: with O(state=armed)
+  type: str
+outcome:
+  description: C(confirmed), or C(reverted) (C(state=reverted), or a port in O(must_stay) cut).
+  returned: with O(state=confirmed) and O(state=reverted)
+  type: str
+cut:
+  description: Ports of O(must_stay) that no longer let a new client in.
+  returned: with O(state=confirmed)
+  type: list
+  elements: str
+reverts:
+  description: Every revert kept on the host, newest first - id, state (armed, missed, confirmed, reverting, reverted), armed_at, fires_at, reverted_at, ok.
+  returned: always
+  type: list
+  elements: dict
+pending:
+  description: The reverts still armed or missed.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import json
+import os
+import shutil
+import signal
+import tarfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
+from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, require_root
+
+KEEP = 10  # reverts kept for query, newest first
+
+
+def read(path, default=None):
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError):
+        return default
+
+
+def write(path, text, mode=0o600):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    stat = read("/proc/%d/stat" % pid, "")
+    return ") Z " not in stat  # a zombie is gone
+
+
+class Reverts(object):
+    def __init__(self, module):
+        self.module = module
+        self.dir = module.params["state_dir"]
+
+    def path(self, rid, *names):
+        return os.path.join(self.dir, rid, *names)
+
+    def ids(self):
+        if not os.path.isdir(self.dir):
+            return []
+        found = [d for d in os.listdir(self.dir) if os.path.isfile(self.path(d, "meta.json"))]
+        return sorted(found, key=lambda d: json.loads(read(self.path(d, "meta.json"), "{}")).get("armed_at", 0),
+                      reverse=True)
+
+    def describe(self, rid):
+        meta = json.loads(read(self.path(rid, "meta.json"), "{}"))
+        where = ur.marker(os.listdir(self.path(rid)))
+        pid_alive = alive(meta["pid"]) if meta.get("pid") else None
+        at, rc = read(self.path(rid, "reverted_at")), read(self.path(rid, "revert_rc"))
+        return ur.describe(meta, where, int(time.time()), pid_alive, int(at) if at else None,
+                           int(rc) if rc and rc.strip().isdigit() else None)
+
+    def all(self):
+        return [self.describe(r) for r in self.ids()]
+
+    def exit(self, **kw):
+        reverts = self.all()
+        self.module.exit_json(reverts=reverts, pending=[r for r in reverts if r["state"] in ("armed", "missed")], **kw)
+
+    def fail(self, msg, **kw):
+        reverts = self.all()
+        self.module.fail_json(msg=msg, reverts=reverts,
+                              pending=[r for r in reverts if r["state"] in ("armed", "missed")], **kw)
+
+    # ---------------------------------------------------------------- armed
+    def arm(self):
+        p = self.module.params
+        problems = ur.check_timeout(p["timeout"])
+        if problems:
+            self.module.fail_json(msg="; ".join(problems) + "; nothing was changed")
+        for r in self.all():
+            if r["state"] in ("armed", "missed", "reverting"):
+                self.fail("a revert armed at %s is %s (id %s%s): its copy is the firewall before a change that was "
+                          "never confirmed. %s; nothing was changed"
+                          % (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["armed_at"] or 0)),
+                             "still pending" if r["state"] != "missed" else "past its time and never ran",
+                             r["id"], ", it fires at %s" % time.strftime("%H:%M:%S", time.localtime(r["fires_at"]))
+                             if r["state"] == "armed" else "",
+                             "Wait for it" if r["state"] != "missed" else
+                             "Put that firewall back with homelab.edge.ufw_revert state=reverted id=%s, or keep the "
+                             "firewall as it is with state=confirmed id=%s" % (r["id"], r["id"])))
+        was_enabled = any(ln.strip() == "ENABLED=yes" for ln in (read("/etc/ufw/ufw.conf", "")).splitlines())
+        if self.module.check_mode:
+            self.exit(changed=True, was_enabled=was_enabled, timeout=p["timeout"])
+        now = int(time.time())
+        rid = "%d-%d" % (now, os.getpid())
+        d = self.path(rid)
+        os.makedirs(d, 0o700)
+        names = []
+        with tarfile.open(self.path(rid, "files.tar"), "w") as tar:
+            for root in ur.ROOTS:
+                if os.path.lexists(root):
+                    tar.add(root, arcname=root.lstrip("/"))
+                    names += self.files_under(root)
+        write(self.path(rid, "files.list"), "".join(n + "\n" for n in names))
+        for fam, tool in (("iptables", "iptables-save"), ("ip6tables", "ip6tables-save")):
+            binary = self.module.get_bin_path(tool)
+            write(self.path(rid, fam + ".save"),
+                  self.module.run_command([binary], environ_update=C_ENV)[1] if binary else "")
+        script = self.path(rid, "revert.sh")
+        write(script, ur.script(d, p["timeout"], was_enabled), 0o700)
+        meta = {"id": rid, "armed_at": now, "fires_at": now + p["timeout"], "timeout": p["timeout"],
+                "was_enabled": was_enabled}
+        write(self.path(rid, "armed"), "")
+        meta.update(self.start_timer(rid, script, p["timeout"]))
+        write(self.path(rid, "meta.json"), json.dumps(meta))
+        self.prune()
+        self.exit(changed=True, id=rid, fires_at=meta["fires_at"], timer=meta["timer"], was_enabled=was_enabled)
+
+    @staticmethod
+    def files_under(root):
+        if not os.path.isdir(root) or os.path.islink(root):
+            return [root]
+        out = []
+        for base, dirs, files in os.walk(root):
+            out += [os.path.join(base, f) for f in files]
+            out += [os.path.join(base, x) for x in dirs if os.path.islink(os.path.join(base, x))]
+        return sorted(out)
+
+    def start_timer(self, rid, script, timeout):
+        sh = self.module.get_bin_path("sh", required=True)
+        systemd_run = self.module.get_bin_path("systemd-run")
+        if systemd_run and os.path.isdir("/run/systemd/system"):
+            unit = ur.UNIT_PREFIX + rid
+            rc, out, err = self.module.run_command(ur.systemd_run_argv(systemd_run, unit, timeout, sh, script),
+                                                   environ_update=C_ENV)
+            if rc == 0:
+                return {"timer": "systemd-run", "unit": unit}
+            self.module.warn("systemd-run failed (%s): the revert runs as a detached process instead" % err.strip())
+        # a session of its own (no SIGHUP when SSH goes), nothing of ours held open
+        pidfile = self.path(rid, "pid")
+        setsid = self.module.get_bin_path("setsid", required=True)
+        rc, out, err = self.module.run_command(
+            [setsid, "-f", sh, "-c", 'echo $$ >"$1"; exec "$2" "$3" </dev/null >/dev/null 2>&1', "revert",
+             pidfile, sh, script], environ_update=C_ENV, cwd="/")
+        deadline = time.time() + 5
+        while rc == 0 and not (read(pidfile) or "").strip() and time.time() < deadline:
+            time.sleep(0.05)
+        pid = (read(pidfile) or "").strip()
+        if rc != 0 or not pid.isdigit():
+            shutil.rmtree(self.path(rid), ignore_errors=True)
+            self.module.fail_json(msg="the revert's timer did not start (%s); nothing was changed" % (err or out).strip())
+        return {"timer": "detached", "pid": int(pid)}
+
+    def prune(self):
+        for rid in self.ids()[KEEP:]:
+            if ur.marker(os.listdir(self.path(rid))) in ("confirmed", "reverted"):
+                shutil.rmtree(self.path(rid), ignore_errors=True)
+
+    # ---------------------------------------------------------------- settle
+    def known(self, rid):
+        if not rid or not os.path.isfile(self.path(rid, "meta.json")):
+            self.fail("no revert with id %r in %s: arm one first (state=armed)" % (rid, self.dir))
+        return json.loads(read(self.path(rid, "meta.json")))
+
+    def stop_timer(self, meta):
+        if meta.get("unit"):
+            self.module.run_command(["systemctl", "stop", meta["unit"] + ".timer"], environ_update=C_ENV)
+        elif meta.get("pid") and alive(meta["pid"]):
+            try:
+                os.killpg(meta["pid"], signal.SIGTERM)
+            except OSError:
+                pass
+
+    def revert_now(self, rid):
+        """Run the revert at once, here; the outcome as data."""
+        meta = self.known(rid)
+        self.stop_timer(meta)
+        self.module.run_command([self.module.get_bin_path("sh", required=True), self.path(rid, "revert.sh"), "now"],
+                                environ_update=C_ENV)
+        return self.describe(rid)
+
+    def confirm(self):
+        p = self.module.params
+        rid = p["id"]
+        meta = self.known(rid)
+        where = self.describe(rid)["state"]
+        if where in ("reverting", "reverted"):
+            self.fail("too late: the revert %s already ran (its %d s were up), so the firewall is as it was before the "
+                      "change; raise the timeout if a new login takes longer" % (rid, meta["timeout"]), id=rid)
+        if where == "confirmed":
+            self.exit(changed=False, id=rid, outcome="confirmed", cut=[])
+        cut = self.cut(p["must_stay"])
+        if cut:
+            done = self.revert_now(rid)
+            self.fail("the change cut %s, which let new clients in before it: the firewall was put back as it was "
+                      "(%s)" % (", ".join(cut), "ufw %s" % ("reloaded" if meta["was_enabled"] else "disabled again")
+                                if done.get("ok") else "see %s" % self.path(rid, "revert.log")),
+                      id=rid, outcome="reverted", cut=cut)
+        try:
+            os.rename(self.path(rid, "armed"), self.path(rid, "confirmed"))
+        except OSError:
+            self.fail("too late: the revert %s started while confirming; the firewall is as it was before the change"
+                      % rid, id=rid)
+        self.stop_timer(meta)
+        for name in ("files.tar", "iptables.save", "ip6tables.save"):
+            if os.path.exists(self.path(rid, name)):
+                os.remove(self.path(rid, name))
+        self.exit(changed=True, id=rid, outcome="confirmed", cut=[])
+
+    def cut(self, must_stay):
+        """Ports of must_stay that the rules as they are now let no new client into."""
+        try:
+            specs = ua.port_specs(must_stay, "must_stay")
+        except ua.AccessError as e:
+            self.fail(str(e))
+        enabled = any(ln.strip() == "ENABLED=yes" for ln in (read("/etc/ufw/ufw.conf", "")).splitlines())
+        rules = ua.user_rules(read("/etc/ufw/user.rules", ""))
+        policy = ua.default_input_policy(read("/etc/default/ufw", ""))
+        return [s for s in specs if s not in ua.reachable([s], enabled, rules, policy)]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", choices=["armed", "confirmed", "reverted", "query"], default="query"),
+            id=dict(type="str"),
+            timeout=dict(type="int", default=120),
+            must_stay=dict(type="list", elements="str", default=[]),
+            state_dir=dict(type="path", default=ur.STATE_DIR),
+        ),
+        required_if=[("state", "confirmed", ["id"]), ("state", "reverted", ["id"])],
+        supports_check_mode=True,
+    )
+    reverts = Reverts(module)
+    state = module.params["state"]
+    if state == "query":
+        reverts.exit(changed=False)
+    require_root(module, "keeps a copy of /etc/ufw and restores it")
+    if state == "armed":
+        reverts.arm()
+    if module.check_mode:
+        reverts.exit(changed=True, id=module.params["id"])
+    if state == "confirmed":
+        reverts.confirm()
+    done = reverts.revert_now(module.params["id"])
+    reverts.exit(changed=done["state"] == "reverted", id=module.params["id"], outcome=done["state"])
+
+
+if __name__ == "__main__":
+    main()
