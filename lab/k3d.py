@@ -22,6 +22,8 @@ import sys
 import time
 
 NETWORK = "homelab-edge-k3d"
+# k3d's load balancer with BusyBox's userland, as k3d's real (Alpine) image has it
+BUSYBOX_LB = "homelab-edge/k3d-proxy-busybox:lab"
 SERVER_IMAGE = "homelab-edge/k3d-server:lab"
 ENV = {"K3D_IMAGE_LOADBALANCER": "homelab-edge/k3d-proxy:lab", "K3D_IMAGE_TOOLS": "homelab-edge/k3d-tools:lab"}
 # container port -> offset from the base port (seed 000: DNS 53 udp+tcp, 1053 for other clusters' CoreDNS)
@@ -45,10 +47,13 @@ def server_name(cluster, index=0):
     return "k3d-%s-server-%d" % (cluster, index)
 
 
-def k3d(*args, timeout=300, check=True):
-    """Run the k3d CLI with the lab's images; returns the CompletedProcess."""
-    out = subprocess.run(["k3d"] + list(args), env=dict(os.environ, **ENV), capture_output=True, text=True,
-                         timeout=timeout, check=False)
+def k3d(*args, timeout=300, check=True, lb_image=None):
+    """Run the k3d CLI with the lab's images (lb_image: another load-balancer
+    image, e.g. BUSYBOX_LB); returns the CompletedProcess."""
+    env = dict(os.environ, **ENV)
+    if lb_image:
+        env["K3D_IMAGE_LOADBALANCER"] = lb_image
+    out = subprocess.run(["k3d"] + list(args), env=env, capture_output=True, text=True, timeout=timeout, check=False)
     if check and out.returncode != 0:
         raise RuntimeError("k3d %s failed (rc=%d):\n%s" % (" ".join(args), out.returncode, out.stderr[-3000:]))
     return out
@@ -68,12 +73,12 @@ def port_args(base_port):
     return args + ["--api-port", "127.0.0.1:%d" % (base_port + API_OFFSET if base_port else 0)]
 
 
-def create(cluster, base_port=None, network=NETWORK, extra=()):
+def create(cluster, base_port=None, network=NETWORK, extra=(), lb_image=None):
     """`k3d cluster create` on the shared network, DNS and HTTPS @loadbalancer."""
     _ensure_network(network)
     k3d("cluster", "create", cluster, "--image", SERVER_IMAGE, "--network", network,
         "--kubeconfig-update-default=false", "--kubeconfig-switch-context=false",
-        *(port_args(base_port) + list(extra)))
+        *(port_args(base_port) + list(extra)), lb_image=lb_image)
     return lb_name(cluster)
 
 
@@ -92,9 +97,9 @@ def node_delete(node):
     k3d("node", "delete", node)
 
 
-def port_add(cluster, spec):
+def port_add(cluster, spec, lb_image=None):
     """`k3d cluster edit --port-add`: k3d renames, recreates and deletes the load balancer."""
-    k3d("cluster", "edit", cluster, "--port-add", spec)
+    k3d("cluster", "edit", cluster, "--port-add", spec, lb_image=lb_image)
 
 
 def wait_serving(client, cluster, timeout=60):

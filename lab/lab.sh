@@ -298,7 +298,9 @@ upstream() {
 # its build context DIR (binaries from the cache, k3d's proxy files).
 extras() {
   case "$1" in
-    k3d-proxy)
+    k3d-proxy|k3d-proxy-busybox)
+      # the userland: GNU (the lab's Debian) or BusyBox, as k3d's real Alpine image has it
+      if [ "$1" = k3d-proxy-busybox ]; then echo busybox; else echo gnu; fi >"$2/userland"
       cp "$CACHE/bin/confd" "$2/confd"
       mkdir -p "$2/k3d"
       local proxy; proxy="$(go_module_dir "github.com/k3d-io/k3d/v5@$K3D_VERSION")/proxy"
@@ -314,8 +316,8 @@ extras() {
 # Lab images: one directory each under lab/images/. The tag
 # homelab-edge/<name>:lab points at the build whose label matches the hash of
 # its whole build context and the base tag.
-LAB_IMAGES="k3d-proxy k3d-server k3d-tools host nas nas-v2 autoheal socket-proxy client"
-image_dir() { case "$1" in nas-v2) echo nas ;; *) echo "$1" ;; esac; }
+LAB_IMAGES="k3d-proxy k3d-proxy-busybox k3d-server k3d-tools host nas nas-v2 autoheal socket-proxy client"
+image_dir() { case "$1" in nas-v2) echo nas ;; k3d-proxy-busybox) echo k3d-proxy ;; *) echo "$1" ;; esac; }
 
 cmd_images() {
   local base; base=$(build_base)

@@ -32,6 +32,16 @@ def k3d(host, lbs, window):
             out.append(finding(host, "%s cannot be read" % name, e["error"], "not k3d's load balancer layout",
                                "check the container", name))
             continue
+        if e.get("state") == "capped":
+            out.append(finding(host, "%s is %s" % (name, e.get("state_text")),
+                               "/proc: the workers' hard open-file limit is %s; nginx.conf: worker_connections %s, "
+                               "UDP budget %s" % (e.get("open_file_cap"), e.get("worker_connections"),
+                                                  e.get("udp_session_budget")),
+                               "the container's hard open-file limit (Docker 29 with containerd 2 starts "
+                               "containers at 1024; k3d's --runtime-ulimit) is below worker_rlimit_nofile, and "
+                               "nginx cannot raise it: DNS is fixed, TCP has fewer connections",
+                               "k3d cluster create ... --runtime-ulimit nofile=16384:16384, or dockerd's "
+                               "default-ulimits nofile and recreate the load balancer", name))
         unpatched = e["udp_servers"] - e["udp_servers_patched"]
         long_hold = e.get("udp_timeout") and e["udp_timeout"] > 10
         if unpatched or long_hold:

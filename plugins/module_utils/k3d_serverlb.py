@@ -66,6 +66,50 @@ def option_spec():
     return spec
 
 
+# The three states every part reports (module, keeper, status, diagnose):
+# the words for people, the codes for data.
+STATES = {"fixed": "fixed", "capped": "fixed with a cap", "not_fixed": "not fixed"}
+
+
+def state_text(state, cap=None):
+    """'fixed', 'fixed with a cap (1024 open files)' or 'not fixed'."""
+    text = STATES[state]
+    return "%s (%d open files)" % (text, cap) if state == "capped" and cap else text
+
+
+def capped_want(want, hard_limit):
+    """The fix that fits under an open-file limit nginx cannot raise.
+
+    nginx's master has no CAP_SYS_RESOURCE in the container: its workers get
+    at most the container's hard limit, whatever worker_rlimit_nofile asks.
+    The UDP parts (proxy_responses 1, the short timeout, the budget) need no
+    open files and stay whole; worker_rlimit_nofile is the hard limit and
+    worker_connections fits under it (nginx warns above). Returns (want, cap):
+    cap is None when the limit is high enough (or unknown)."""
+    if not hard_limit or hard_limit >= want["worker_rlimit_nofile"]:
+        return want, None
+    fitted = dict(want, worker_rlimit_nofile=hard_limit,
+                  worker_connections=min(want["worker_connections"], hard_limit), cap=hard_limit)
+    return fitted, hard_limit
+
+
+def cap_remedy(name, cluster, want, cap):
+    """What a capped load balancer costs and how to lift the cap, for people."""
+    budget = udp_budget(cap, want["udp_share"])
+    return ("%s: fixed with a cap (%d open files): the container's hard open-file limit is %d, which nginx cannot "
+            "raise to %d (no CAP_SYS_RESOURCE), so worker_connections is %d instead of %d. DNS is fixed "
+            "(proxy_responses 1, %d s timeout, a budget of %d sessions); TCP (HTTPS, the API) keeps %d connections "
+            "beside it. To lift the cap, give the load balancer more open files: create the cluster with "
+            "`k3d cluster create %s --runtime-ulimit nofile=%d:%d`, or set dockerd's \"default-ulimits\": "
+            "{\"nofile\": {\"Name\": \"nofile\", \"Soft\": %d, \"Hard\": %d}} in /etc/docker/daemon.json, "
+            "restart dockerd and recreate the load balancer (for example `k3d cluster edit %s --port-add ...`)."
+            % (name, cap, cap, want["worker_rlimit_nofile"], min(want["worker_connections"], cap),
+               want["worker_connections"], want["udp_timeout"], budget,
+               max(0, min(want["worker_connections"], cap) - 2 * budget), cluster or "<cluster>",
+               want["worker_rlimit_nofile"], want["worker_rlimit_nofile"], want["worker_rlimit_nofile"],
+               want["worker_rlimit_nofile"], cluster or "<cluster>"))
+
+
 class ShapeError(ValueError):
     """The template or values file is not of the shape k3d writes."""
 
@@ -87,6 +131,9 @@ def validate_options(udp_timeout, worker_connections, worker_rlimit_nofile, udp_
         problems.append("worker_rlimit_nofile must be between 1024 and 1048576, got %r" % (worker_rlimit_nofile,))
     if not 1 <= udp_share <= 90:
         problems.append("udp_share must be a percentage between 1 and 90, got %r" % (udp_share,))
+    if worker_connections > worker_rlimit_nofile:
+        problems.append("worker_connections (%r) must not exceed worker_rlimit_nofile (%r): each connection needs "
+                        "an open file, and nginx only warns about it" % (worker_connections, worker_rlimit_nofile))
     return problems
 
 
@@ -135,13 +182,16 @@ def _indented(indent, lines):
     return "".join(indent + line + "\n" for line in lines)
 
 
-def _floor_block(indent, worker_connections):
-    """worker_connections = max(k3d's values.yaml setting, the floor), kept in
-    a template variable that the UDP budget reads too."""
+def _floor_block(indent, worker_connections, cap=None):
+    """worker_connections = max(k3d's values.yaml setting, the floor) - and
+    no more than the open-file cap, where there is one - kept in a template
+    variable that the UDP budget reads too."""
+    ceiling = ["{{- if gt %s %d }}{{ %s = %d }}{{ end }}" % (CONNECTIONS, cap, CONNECTIONS, cap)] if cap else []
     return _indented(indent, [
         FLOOR_BEGIN,
         '{{- %s := atoi (getv "/settings/workerConnections") }}' % CONNECTIONS,
         "{{- if lt %s %d }}{{ %s = %d }}{{ end }}" % (CONNECTIONS, worker_connections, CONNECTIONS, worker_connections),
+    ] + ceiling + [
         "worker_connections {{ %s }};" % CONNECTIONS,
         FLOOR_END,
     ])
@@ -186,7 +236,7 @@ def patch_template(text, want):
     # 1. The connection floor instead of k3d's worker_connections line.
     floors = list(_RE_FLOOR.finditer(text))
     text = _replace_one(text, [floors] if floors else [list(_RE_WORKER_CONNECTIONS.finditer(text))],
-                        lambda indent: _floor_block(indent, want["worker_connections"]),
+                        lambda indent: _floor_block(indent, want["worker_connections"], want.get("cap")),
                         "worker_connections line reading \"/settings/workerConnections\"")
 
     # 2. UDP servers: a protocol conditional instead of the shared timeout line.
@@ -332,6 +382,8 @@ def shortfalls(facts, want):
     out = []
     if wc is None or wc < want["worker_connections"]:
         out.append("worker_connections %s below %d" % (wc, want["worker_connections"]))
+    elif want.get("cap") and wc > want["cap"]:
+        out.append("worker_connections %s above the open-file cap %d" % (wc, want["cap"]))
     if facts["worker_rlimit_nofile"] != want["worker_rlimit_nofile"]:
         out.append("worker_rlimit_nofile %s, not %d" % (facts["worker_rlimit_nofile"], want["worker_rlimit_nofile"]))
     budget = udp_budget(max(wc or 0, want["worker_connections"]), want["udp_share"])
@@ -450,21 +502,26 @@ def read_file(container, path):
 _WORKERS = ("for p in $(pgrep -f 'nginx: worker process'); do "
             "grep -q 'shutting down' /proc/$p/cmdline 2>/dev/null && continue; "
             "awk '/Max open files/ {print $4; exit}' /proc/$p/limits 2>/dev/null || true; done")
+# the hard open-file limit of nginx's master: what its workers can get at most
+_MASTER_HARD = ("for p in $(pgrep -f 'nginx: master process'); do "
+                "awk '/Max open files/ {print $5; exit}' /proc/$p/limits 2>/dev/null || true; done")
 _SPLIT = "\x1fhomelab-edge\x1f"
 
 
 def read_state(container):
     """Template, values, the rendered nginx.conf and the open-file limits of
     nginx's current workers, in one exec: a no-change run is one round trip."""
-    script = "set -e; " + "; ".join(
-        ["cat %s; printf '%s'" % (path, _SPLIT.replace("\x1f", "\\037"))
-         for path in (TEMPLATE_PATH, VALUES_PATH, NGINX_CONF)] + [_WORKERS])
+    sep = "; printf '%s'; " % _SPLIT.replace("\x1f", "\\037")
+    script = "set -e; " + sep.join(["cat %s" % path for path in (TEMPLATE_PATH, VALUES_PATH, NGINX_CONF)]
+                                   + [_WORKERS, _MASTER_HARD])
     rc, out, err = _exec(container, ["sh", "-c", script])
     parts = out.split(_SPLIT)
-    if rc != 0 or len(parts) != 4:
+    if rc != 0 or len(parts) != 5:
         raise ApplyError("cannot read the load balancer's files: %s" % (err or out).strip()[-300:])
     limits = sorted(set(int(x) for x in parts[3].split() if x.isdigit()))
-    return {"template": parts[0], "values": parts[1], "conf": parts[2], "worker_limits": limits}
+    hard = [int(x) for x in parts[4].split() if x.isdigit()]
+    return {"template": parts[0], "values": parts[1], "conf": parts[2], "worker_limits": limits,
+            "hard_limit": min(hard) if hard else None}
 
 
 def _tar(name, content, mode):
@@ -546,22 +603,25 @@ def plan(state, want):
 
 
 def apply(container, want, check_mode=False, render_timeout=30):
-    """Bring one running load balancer to `want`.
+    """Bring one running load balancer to `want`, or to as much of it as fits
+    under an open-file limit nginx cannot raise (capped_want).
 
     Decides from the files and from what nginx runs: a patched template whose
     render never went live is rendered again. Returns dict(changed, reasons,
-    template=(before, after), facts, open_file_limit). A render confd or nginx
-    rejects puts the template back, renders the old one and raises ApplyError."""
+    template=(before, after), facts, open_file_limit, cap, want). A render
+    confd or nginx rejects puts the template back, renders the old one and
+    raises ApplyError."""
     container.reload()
     if container.status != "running":
         raise ApplyError("container is %s, not running" % container.status)
     if not wait_for_nginx(container, render_timeout):
         raise ApplyError("nginx is not running in the container (waited %ds)" % render_timeout)
     state = read_state(container)
+    want, cap = capped_want(want, state["hard_limit"])
     new_template, facts, reasons = plan(state, want)
     result = {"changed": bool(reasons), "reasons": reasons, "template": (state["template"], new_template),
               "facts": facts, "open_file_limit": max(state["worker_limits"] or [0]) or None,
-              "udp_ports": udp_ports(parse_values(state["values"]))}
+              "udp_ports": udp_ports(parse_values(state["values"])), "cap": cap, "want": want}
     if check_mode or not reasons:
         return result
     if new_template != state["template"]:
@@ -587,11 +647,21 @@ def _roll_back(container, template, new_template, render_timeout):
         return "template rolled back; rendering it failed too: %s" % e
 
 
+def created_hard_limit(container):
+    """The hard open-file limit a created container will run with, where its
+    HostConfig says (k3d's --runtime-ulimit); None when it is the engine's."""
+    for u in ((container.attrs.get("HostConfig") or {}).get("Ulimits") or []):
+        if u.get("Name") == "nofile" and u.get("Hard"):
+            return int(u["Hard"])
+    return None
+
+
 def patch_created(container, want):
     """Patch the template of a load balancer that is created but not started
     yet (k3d creates, copies values.yaml in, then starts): its first render is
-    then already fixed. Uses the archive API, which works on stopped containers.
-    Returns True when it wrote."""
+    then already fixed (capped where the container's ulimit says so). Uses the
+    archive API, which works on stopped containers. Returns True when it wrote."""
+    want = capped_want(want, created_hard_limit(container))[0]
     stream, stat = container.get_archive(TEMPLATE_PATH)
     with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
         member = tar.getmembers()[0]
@@ -614,11 +684,13 @@ def render_is_stale(container):
     return wanted_upstreams != parse_live(state["conf"])["upstreams"]
 
 
-def handle(container, name, explicit, want, check_mode=False, render_timeout=30):
-    """One load balancer, as the module and the keeper report it. Never
-    raises: one failing load balancer cannot stop the others."""
+def handle(container, name, explicit, want, check_mode=False, render_timeout=30, require_full_fix=False):
+    """One load balancer, as the module and the keeper report it: its state
+    (fixed, capped, not_fixed; STATES has the words). Never raises: one
+    failing load balancer cannot stop the others. A capped one is a failure
+    only with require_full_fix."""
     entry = {"name": name, "cluster": None, "changed": False, "failed": False, "msg": "", "reasons": [],
-             "diff": []}
+             "diff": [], "state": "not_fixed", "state_text": STATES["not_fixed"], "open_file_cap": None}
     if container is None:
         entry.update(failed=True, msg="no container named %s" % name)
         return entry
@@ -635,13 +707,20 @@ def handle(container, name, explicit, want, check_mode=False, render_timeout=30)
         entry.update(failed=True, msg="%s: %s: %s" % (name, type(e).__name__, e))
         return entry
     entry.update(report(name, entry["cluster"], res["facts"], res["open_file_limit"]))
-    entry.update(changed=res["changed"], reasons=res["reasons"])
+    entry.update(changed=res["changed"], reasons=res["reasons"], open_file_cap=res["cap"])
     before, after = res["template"]
     if before != after:
         header = "%s:%s" % (name, TEMPLATE_PATH)
         entry["diff"] = [{"before_header": header, "after_header": header, "before": before, "after": after}]
     if check_mode and res["changed"]:
         entry["msg"] = "would fix: %s" % "; ".join(res["reasons"])
+        return entry
+    entry["state"] = "capped" if res["cap"] else "fixed"
+    entry["state_text"] = state_text(entry["state"], res["cap"])
+    if res["cap"]:
+        entry["warnings"].append(cap_remedy(name, entry["cluster"], want, res["cap"]))
+        if require_full_fix:
+            entry.update(failed=True, msg="%s (require_full_fix)" % entry["warnings"][-1])
     return entry
 
 
@@ -678,10 +757,12 @@ def signals(container, want, since, dns_probe=None):
     workers hold open, and (dns_probe(address, port) -> seconds or None)
     whether each UDP upstream answers."""
     state = read_state(container)
-    facts = parse_live(state["conf"])
+    want, cap = capped_want(want, state["hard_limit"])
     new_template, facts, reasons = plan(state, want)
     entry = report(container.name, (container.labels or {}).get(CLUSTER_LABEL), facts,
                    max(state["worker_limits"] or [0]) or None)
+    code = "not_fixed" if reasons else "capped" if cap else "fixed"
+    entry.update(state=code, state_text=state_text(code, cap), open_file_cap=cap)
     raw = container.logs(since=int(since)).decode("utf-8", "replace")
     entry.update(log_signals(raw), drift=reasons, template_patched=new_template == state["template"])
     rc, out = _exec(container, ["sh", "-c", _FDS])[:2]

@@ -92,6 +92,16 @@ options:
     type: int
     default: 30
     aliases: [timeout]
+  require_full_fix:
+    description:
+      - A load balancer whose container caps open files below O(worker_rlimit_nofile) (nginx cannot raise its
+        hard limit; Docker 29 with containerd 2 starts containers at 1024) still gets the whole DNS fix -
+        C(proxy_responses 1), the short timeout and the session budget - with C(worker_connections) fitted under
+        the cap. It is reported as C(fixed with a cap), with a warning naming the limit, what it costs and the
+        remedy.
+      - C(true) makes such a load balancer a failure (for example in CI), after it was fixed as far as it can be.
+    type: bool
+    default: false
   docker_host:
     description: Docker API address. Defaults to the environment (C(DOCKER_HOST)) or the local socket.
     type: str
@@ -157,6 +167,13 @@ load_balancers:
       type: float
       sample: 409.6
     summary: {description: The seed's --check line., type: str}
+    state:
+      description: C(fixed), C(capped) (fixed with a cap on open files) or C(not_fixed) (also what check mode reports
+        for a load balancer it would change).
+      type: str
+      sample: capped
+    state_text: {description: The state in words (status and diagnose use the same)., type: str, sample: fixed with a cap (1024 open files)}
+    open_file_cap: {description: The open-file limit nginx could not raise (null when none)., type: int, sample: 1024}
     warnings: {description: Capacity warnings., type: list, elements: str}
 failed_load_balancers:
   description: Names of the load balancers that failed.
@@ -178,6 +195,7 @@ def argument_spec():
                 clusters=dict(type="list", elements="str", default=[], aliases=["cluster"]),
                 names=dict(type="list", elements="str", default=[]),
                 render_timeout=dict(type="int", default=30, aliases=["timeout"]),
+                require_full_fix=dict(type="bool", default=False),
                 docker_host=dict(type="str"))
 
 
@@ -197,7 +215,8 @@ def fix_all(module, client, want):
                                    not_found=docker.errors.NotFound)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(found)))) as pool:
         return list(pool.map(lambda item: lb.handle(item[1], item[0], item[2], want, module.check_mode,
-                                                    module.params["render_timeout"]), found))
+                                                    module.params["render_timeout"],
+                                                    module.params["require_full_fix"]), found))
 
 
 def finish(module, results):

@@ -85,7 +85,10 @@ load_balancers:
     not_enough_total: {description: All of them., type: int}
     exceed_open_file_limit: {description: "nginx's warning that the connections exceed the open-file limit, or null.", type: dict}
     open_files: {description: Files the nginx workers hold open now., type: int}
-    drift: {description: What the load balancer lacks of the fix., type: list, elements: str}
+    drift: {description: What the load balancer lacks of the fix (of the capped fix where its open files are capped)., type: list, elements: str}
+    state: {description: "C(fixed), C(capped) (fixed with a cap on open files) or C(not_fixed), as M(homelab.edge.k3d_serverlb) says.", type: str}
+    state_text: {description: The state in words., type: str, sample: fixed with a cap (1024 open files)}
+    open_file_cap: {description: The open-file limit nginx cannot raise (null when none)., type: int}
     dns_upstreams: {description: "Each DNS server behind a UDP port and how fast it answered (null: not in 2 s).", type: list}
 """
 

@@ -52,7 +52,14 @@ def log(msg):
 
 
 class Keeper(object):
-    def __init__(self, cfg):
+    def __init__(self, cfg, path="the configuration"):
+        missing = [k for k in lb.DEFAULTS if k not in cfg]
+        if missing:
+            raise SystemExit("%s lacks %s: it is written by the homelab.edge.k3d_serverlb role (run it again), and "
+                             "names every option of the fix" % (path, ", ".join(missing)))
+        problems = lb.validate_options(**dict((k, cfg[k]) for k in lb.DEFAULTS))
+        if problems:
+            raise SystemExit("%s: %s" % (path, "; ".join(problems)))
         self.names = cfg.get("names") or []
         self.clusters = cfg.get("clusters") or []
         self.want = dict((k, cfg[k]) for k in lb.DEFAULTS)
@@ -65,8 +72,10 @@ class Keeper(object):
             entry = lb.handle(container, container.name, bool(self.names), self.want,
                               render_timeout=self.render_timeout)
             if not entry["failed"]:
-                log("%s: %s" % (container.name, "fixed: " + "; ".join(entry["reasons"]) if entry["changed"]
-                                else "already fixed"))
+                log("%s: %s%s" % (container.name, entry["state_text"],
+                                  (" now: " + "; ".join(entry["reasons"])) if entry["changed"] else " already"))
+                for warning in entry.get("warnings", []):
+                    log(warning)
                 return True
             log("%s: attempt %d: %s" % (container.name, attempt, entry["msg"].splitlines()[0]))
             time.sleep(5)
@@ -199,10 +208,7 @@ def main():
     load_library()
     with open(a.config) as f:
         cfg = json.load(f)
-    problems = lb.validate_options(**dict((k, cfg.get(k)) for k in lb.DEFAULTS))
-    if problems:
-        sys.exit("; ".join(problems))
-    keeper = Keeper(cfg)
+    keeper = Keeper(cfg, a.config)  # refuses a file with missing or bad options, saying which
     if a.restart:
         stop(pidfile)
     if a.restart or a.daemon:

@@ -138,3 +138,13 @@ def test_way_in_names_a_pending_and_a_missed_revert():
     assert "never confirmed" in f["finding"] and "state=reverted id=1-1" in f["fix"]
     f = dg.way_in("vps", None, {"pending": [{"id": "2-2", "state": "armed"}]})[0]
     assert "waits for its confirmation" in f["finding"]
+
+
+def test_a_capped_load_balancer_is_named_with_its_remedy():
+    from ansible_collections.homelab.edge.plugins.module_utils import diagnose as dg
+    e = {"name": "k3d-a-serverlb", "running": True, "state": "capped", "state_text": "fixed with a cap (1024 open files)",
+         "open_file_cap": 1024, "worker_connections": 1024, "udp_session_budget": 256, "udp_servers": 2,
+         "udp_servers_patched": 2, "udp_timeout": 5, "udp_ports": ["53", "1053"], "exhaustion_rate": 102.4,
+         "not_enough_total": 0, "not_enough": {}, "drift": [], "dns_upstreams": []}
+    found = [f for f in dg.k3d("h", [e], 300) if "with a cap" in f["finding"]]
+    assert found and "--runtime-ulimit nofile=16384:16384" in found[0]["fix"]

@@ -273,9 +273,10 @@ class Fake(object):
     """A load balancer container: a file system, nginx's workers and a confd
     whose render is given by the test (no Go template engine here)."""
 
-    def __init__(self, template=K3D, conf=STOCK, limits=(20000,), render=None, status="running"):
+    def __init__(self, template=K3D, conf=STOCK, limits=(20000,), render=None, status="running", hard="1048576"):
         self.fs = {lb.TEMPLATE_PATH: template, lb.VALUES_PATH: VALUES_K3D, lb.NGINX_CONF: conf}
         self.limits = list(limits)
+        self.hard = hard  # the master's hard open-file limit, as /proc/<pid>/limits prints it
         self.status = status
         self.renders = []
         self.on_render = render or self.render_fixed
@@ -315,7 +316,7 @@ class Fake(object):
             return self.on_render(self.fs[lb.TEMPLATE_PATH])
         if argv[:2] == ["sh", "-c"] and argv[2].startswith("set -e; cat"):
             parts = [self.fs[p] for p in (lb.TEMPLATE_PATH, lb.VALUES_PATH, lb.NGINX_CONF)]
-            return 0, lb._SPLIT.join(parts + ["\n".join(map(str, self.limits)) + "\n"]), ""
+            return 0, lb._SPLIT.join(parts + ["\n".join(map(str, self.limits)) + "\n", self.hard + "\n"]), ""
         raise AssertionError("unexpected exec %r" % (argv,))
 
 
@@ -400,3 +401,118 @@ def test_render_is_stale_when_k3d_values_were_not_rendered():
     c.fs[lb.VALUES_PATH] = ("ports:\n  1053.udp:\n  - k3d-core-server-0\n  443.tcp:\n  - k3d-core-server-0\n"
                             "  53.udp:\n  - k3d-core-server-0\nsettings:\n  workerConnections: 1029\n")
     assert not lb.render_is_stale(c)
+
+
+# ------------------------------------------------- an open-file cap (issue 22)
+
+# what nginx renders from the capped template under a hard limit of 1024
+CAPPED = (FIXED.replace("worker_rlimit_nofile 16384;", "worker_rlimit_nofile 1024;")
+          .replace("worker_connections 4096;", "worker_connections 1024;")
+          .replace("limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp 256;"))
+
+
+def render_capped(c):
+    def render(template):
+        if lb.BEGIN in template and "{{ $homelabEdgeConnections = 1024 }}" in template:
+            c.fs[lb.NGINX_CONF], c.limits = CAPPED, [1024]
+        elif lb.BEGIN in template:  # the whole fix asked for: the workers stay at the hard limit
+            c.fs[lb.NGINX_CONF], c.limits = FIXED, [1024]
+        return 0, "", ""
+    return render
+
+
+def capped_fake():
+    c = Fake(limits=[1024], hard="1024")
+    c.on_render = render_capped(c)
+    return c
+
+
+@pytest.mark.parametrize("hard, cap", [(None, None), (16384, None), (65536, None), (1024, 1024), (4000, 4000)])
+def test_capped_want_fits_under_the_hard_limit(hard, cap):
+    want, got = lb.capped_want(WANT, hard)
+    assert got == cap
+    if cap:
+        assert want["worker_rlimit_nofile"] == cap and want["worker_connections"] == min(4096, cap)
+        assert (want["udp_timeout"], want["udp_share"]) == (WANT["udp_timeout"], WANT["udp_share"])
+    else:
+        assert want == WANT
+
+
+def test_the_capped_template_keeps_every_udp_part_and_clamps_connections():
+    want = lb.capped_want(WANT, 1024)[0]
+    text = lb.patch_template(K3D, want)
+    assert "proxy_responses 1;" in text and "proxy_timeout 5s;" in text and "limit_conn homelab_edge_udp" in text
+    assert "worker_rlimit_nofile 1024;" in text
+    assert "{{- if gt $homelabEdgeConnections 1024 }}{{ $homelabEdgeConnections = 1024 }}{{ end }}" in text
+    assert lb.patch_template(text, want) == text  # idempotent
+    assert "if gt" not in lb.patch_template(text, WANT)  # the cap lifted: the ceiling goes
+
+
+def test_apply_under_a_cap_fixes_dns_and_reports_fixed_with_a_cap():
+    c = capped_fake()
+    entry = lb.handle(c, "k3d-core-serverlb", False, WANT)
+    assert not entry["failed"] and entry["changed"], entry["msg"]
+    assert entry["state"] == "capped" and entry["state_text"] == "fixed with a cap (1024 open files)"
+    assert entry["open_file_cap"] == 1024 and entry["udp_session_budget"] == 256
+    assert entry["worker_connections"] == 1024 and entry["udp_servers_patched"] == entry["udp_servers"]
+    warning = [w for w in entry["warnings"] if "fixed with a cap" in w][0]
+    assert "--runtime-ulimit nofile=16384:16384" in warning and "default-ulimits" in warning
+    assert "TCP (HTTPS, the API) keeps 512 connections" in warning
+    again = lb.handle(c, "k3d-core-serverlb", False, WANT)
+    assert not again["changed"] and again["state"] == "capped"  # idempotent
+
+
+def test_without_the_capped_path_the_whole_fix_is_rolled_back():
+    """The net removed (the whole fix asked for, as before): the render cannot
+    take, and the load balancer keeps k3d's 600 s UDP hold."""
+    c = capped_fake()
+    clock = iter(range(1000))
+    original = lb.capped_want
+    try:
+        lb.capped_want = lambda want, hard: (want, None)
+        with pytest.raises(lb.ApplyError, match="workers run with open-file limit 1024.*rolled back"):
+            lb.apply(c, WANT, render_timeout=2)
+    finally:
+        lb.capped_want = original
+    assert c.fs[lb.TEMPLATE_PATH] == K3D
+    del clock
+
+
+def test_require_full_fix_makes_a_capped_load_balancer_a_failure():
+    entry = lb.handle(capped_fake(), "k3d-core-serverlb", False, WANT, require_full_fix=True)
+    assert entry["failed"] and entry["state"] == "capped" and "require_full_fix" in entry["msg"]
+
+
+def test_check_mode_under_a_cap_says_not_fixed_and_plans_the_capped_fix():
+    c = capped_fake()
+    entry = lb.handle(c, "k3d-core-serverlb", False, WANT, check_mode=True)
+    assert entry["changed"] and entry["state"] == "not_fixed" and entry["open_file_cap"] == 1024
+    assert "worker_rlimit_nofile 1024;" in entry["diff"][0]["after"] and c.renders == []
+
+
+def test_worker_connections_above_the_rlimit_is_refused():
+    problems = lb.validate_options(**dict(WANT, worker_connections=65536, worker_rlimit_nofile=1024))
+    assert any("must not exceed worker_rlimit_nofile" in p for p in problems)
+
+
+def test_state_words():
+    assert lb.state_text("fixed") == "fixed" and lb.state_text("not_fixed") == "not fixed"
+    assert lb.state_text("capped", 1024) == "fixed with a cap (1024 open files)"
+
+
+def test_the_keeper_refuses_a_config_with_a_missing_key(tmp_path):
+    """As the role installs it: the keeper beside the module's library."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
+    shutil.copy(os.path.join(root, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py"), str(tmp_path))
+    shutil.copy(os.path.join(root, "plugins", "module_utils", "k3d_serverlb.py"), str(tmp_path))
+    cfg = dict(WANT)
+    del cfg["udp_share"]
+    (tmp_path / "k.json").write_text(json.dumps(cfg))
+    out = subprocess.run([sys.executable, str(tmp_path / "k3d-serverlb-keeper.py"), "--config", str(tmp_path / "k.json")],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode != 0 and "lacks udp_share" in out.stderr and "Traceback" not in out.stderr, out.stderr
