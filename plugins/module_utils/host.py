@@ -2,7 +2,8 @@
 # Copyright: (c) 2026, homelab.edge contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What every module that changes a host shares: commands run in the C
-locale (their output is parsed), and one way to say "run me as root"."""
+locale (their output is parsed), one way to say "run me as root", and one
+way to read a file of the host that may be missing."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -20,3 +21,11 @@ def require_root(module, what):
         module.fail_json(msg="%s must run as root: it %s. Run it with become: true (the homelab.edge site "
                              "playbook does; give the sudo password with --ask-become-pass or "
                              "ansible_become_password)." % (module._name.split(".")[-1], what))
+
+
+def read_text(path):
+    """A file's text (UTF-8), or None when it does not exist."""
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8")

@@ -129,6 +129,11 @@ def session(ssh_connection):
 
 # ------------------------------------------------------------ what ufw lets in
 
+def enabled(ufw_conf_text):
+    """Whether ufw is enabled, from ufw.conf (ENABLED=yes)."""
+    return any(line.strip() == "ENABLED=yes" for line in (ufw_conf_text or "").splitlines())
+
+
 def default_input_policy(default_ufw_text):
     """ACCEPT, DROP or REJECT from /etc/default/ufw (ufw ships DROP)."""
     m = re.search(r'^\s*DEFAULT_INPUT_POLICY\s*=\s*"?(\w+)"?', default_ufw_text or "", re.M)

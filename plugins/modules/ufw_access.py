@@ -158,18 +158,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
-from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, require_root
-
-
-def read(path):
-    if not os.path.exists(path):
-        return None
-    with open(path, "rb") as f:
-        return f.read().decode("utf-8")
-
-
-def ufw_enabled(rules_dir):
-    return any(line.strip() == "ENABLED=yes" for line in (read(os.path.join(rules_dir, "ufw.conf")) or "").splitlines())
+from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
 
 def ancestors_ssh_connection(pid=None):
@@ -204,7 +193,7 @@ class Access(object):
             module.fail_json(msg="%s; nothing was changed" % e)
         self.files = dict((name, read(os.path.join(p["rules_dir"], name)))
                           for name in ("user.rules", "user6.rules", "ufw.conf"))
-        self.enabled_before = ufw_enabled(p["rules_dir"])
+        self.enabled_before = ua.enabled(self.files["ufw.conf"])
         self.policy = ua.default_input_policy(read(p["defaults_file"]))
         self.rules = ua.user_rules(self.files["user.rules"])
         self.listen = ua.listening(self.run(["ss", "-H", "-tulpn"]))

@@ -154,7 +154,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
-from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, require_root
+from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
 
 class Change(object):
@@ -176,13 +177,6 @@ def run(module, argv, data=None, check_rc=True):
     if check_rc and rc != 0:
         module.fail_json(msg="%s failed (rc=%d): %s" % (" ".join(argv[:2]), rc, (err or out).strip()))
     return rc, out, err
-
-
-def read(path):
-    if not os.path.exists(path):
-        return None
-    with open(path, "rb") as f:
-        return f.read().decode("utf-8")
 
 
 def docker_facts(module):
@@ -305,8 +299,7 @@ def write_all(module, changes, backup):
 
 
 def ufw_enabled(rules_dir):
-    text = read(os.path.join(rules_dir, "ufw.conf")) or ""
-    return any(line.strip() == "ENABLED=yes" for line in text.splitlines())
+    return ua.enabled(read(os.path.join(rules_dir, "ufw.conf")))
 
 
 def snapshot(module, families):

@@ -219,7 +219,7 @@ class Reverts(object):
                              "Wait for it" if r["state"] != "missed" else
                              "Put that firewall back with homelab.edge.ufw_revert state=reverted id=%s, or keep the "
                              "firewall as it is with state=confirmed id=%s" % (r["id"], r["id"])))
-        was_enabled = any(ln.strip() == "ENABLED=yes" for ln in (read("/etc/ufw/ufw.conf", "")).splitlines())
+        was_enabled = ua.enabled(read("/etc/ufw/ufw.conf"))
         if self.module.check_mode:
             self.exit(changed=True, was_enabled=was_enabled, timeout=p["timeout"])
         now = int(time.time())
@@ -344,7 +344,7 @@ class Reverts(object):
             specs = ua.port_specs(must_stay, "must_stay")
         except ua.AccessError as e:
             self.fail(str(e))
-        enabled = any(ln.strip() == "ENABLED=yes" for ln in (read("/etc/ufw/ufw.conf", "")).splitlines())
+        enabled = ua.enabled(read("/etc/ufw/ufw.conf"))
         rules = ua.user_rules(read("/etc/ufw/user.rules", ""))
         policy = ua.default_input_policy(read("/etc/default/ufw", ""))
         return [s for s in specs if s not in ua.reachable([s], enabled, rules, policy)]

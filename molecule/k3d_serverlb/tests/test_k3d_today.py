@@ -99,8 +99,13 @@ def test_capped_load_balancer_holds_the_seeds_load_and_a_hung_dns_server(client,
 def test_without_the_capped_path_the_capped_load_balancer_keeps_the_600_s_hold(client, capped):
     """The net removed (the whole fix or nothing, as before): on a fresh
     capped load balancer the render cannot take and everything is rolled back."""
-    k3d.port_add(CAPPED, "127.0.0.1:%d:853/udp@loadbalancer" % (CAPPED_BASE + 85))  # a stock one again
-    c = k3d.wait_serving(client, CAPPED)
+    c = client.containers.get(k3d.lb_name(CAPPED))
+    # k3d's own template again (k3d cluster edit would recreate the load balancer without the ulimit)
+    stock = subprocess.run(["docker", "run", "--rm", "--entrypoint", "cat", k3d.ENV["K3D_IMAGE_LOADBALANCER"],
+                            lb.TEMPLATE_PATH], capture_output=True, text=True, check=True).stdout
+    lb.replace_file(c, lb.TEMPLATE_PATH, stock)
+    lb.render(c, 30)
+    time.sleep(2)
     original = lb.capped_want
     lb.capped_want = lambda want, hard: (want, None)
     try:

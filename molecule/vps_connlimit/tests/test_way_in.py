@@ -266,3 +266,35 @@ def test_status_and_diagnose_report_a_blocked_listener_and_a_missed_revert():
     refused = run_role()
     assert refused.returncode != 0 and "past its time and never ran" in " ".join(refused.stdout.split())
     make_fresh()
+
+
+def test_confirm_reverts_when_a_port_that_let_clients_in_is_cut():
+    """The tunnel's port: a change that closes 51820/udp (a deny rule first in
+    ufw's list) is caught by the confirmation, which reverts at once; with the
+    check left out (must_stay empty) the same change is confirmed - the net
+    is what catches it."""
+    def armed():
+        res = adhoc.run_module("ufw_revert", {"state": "armed", "timeout": 60}, target="vps-fresh",
+                               inventory=INVENTORY, become=True)
+        assert res.get("id"), res
+        return res["id"]
+
+    def confirm(rid, must_stay):
+        return adhoc.run_module("ufw_revert", {"state": "confirmed", "id": rid, "must_stay": must_stay},
+                                target="vps-fresh", inventory=INVENTORY, become=True)
+
+    make_fresh()
+    FRESH.check_output("ufw allow 2222/tcp >/dev/null && ufw allow 51820/udp >/dev/null && ufw --force enable >/dev/null")
+    before = firewall()
+    rid = armed()
+    FRESH.check_output("ufw insert 1 deny 51820/udp >/dev/null")
+    assert not udp_answers()
+    res = confirm(rid, ["51820/udp"])
+    assert res.get("failed") and "the change cut 51820/udp" in res["msg"] and res["outcome"] == "reverted", res
+    assert firewall() == before and udp_answers()
+    rid = armed()
+    FRESH.check_output("ufw insert 1 deny 51820/udp >/dev/null")
+    res = confirm(rid, [])
+    assert not res.get("failed") and res["outcome"] == "confirmed"
+    assert not udp_answers()  # confirmed: the cut stays
+    make_fresh()
