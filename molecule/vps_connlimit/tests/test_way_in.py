@@ -269,8 +269,9 @@ def test_status_and_diagnose_report_a_blocked_listener_and_a_missed_revert():
 
 
 def test_confirm_reverts_when_a_port_that_let_clients_in_is_cut():
-    """The tunnel's port: a change that closes 51820/udp (a deny rule first in
-    ufw's list) is caught by the confirmation, which reverts at once; with the
+    """The tunnel's port: a change that closes 51820/udp (its allow rule
+    deleted; ufw refuses a deny rule for a port it already allows as "existing")
+    is caught by the confirmation, which reverts at once; with the
     check left out (must_stay empty) the same change is confirmed - the net
     is what catches it."""
     def armed():
@@ -287,13 +288,13 @@ def test_confirm_reverts_when_a_port_that_let_clients_in_is_cut():
     FRESH.check_output("ufw allow 2222/tcp >/dev/null && ufw allow 51820/udp >/dev/null && ufw --force enable >/dev/null")
     before = firewall()
     rid = armed()
-    FRESH.check_output("ufw insert 1 deny 51820/udp >/dev/null")
+    FRESH.check_output("ufw delete allow 51820/udp >/dev/null")
     assert not udp_answers()
     res = confirm(rid, ["51820/udp"])
     assert res.get("failed") and "the change cut 51820/udp" in res["msg"] and res["outcome"] == "reverted", res
     assert firewall() == before and udp_answers()
     rid = armed()
-    FRESH.check_output("ufw insert 1 deny 51820/udp >/dev/null")
+    FRESH.check_output("ufw delete allow 51820/udp >/dev/null")
     res = confirm(rid, [])
     assert not res.get("failed") and res["outcome"] == "confirmed"
     assert not udp_answers()  # confirmed: the cut stays

@@ -491,7 +491,9 @@ def test_check_mode_under_a_cap_says_not_fixed_and_plans_the_capped_fix():
 
 
 def test_worker_connections_above_the_rlimit_is_refused():
-    problems = lb.validate_options(**dict(WANT, worker_connections=65536, worker_rlimit_nofile=1024))
+    options = dict(WANT)
+    options.update(worker_connections=65536, worker_rlimit_nofile=1024)
+    problems = lb.validate_options(**options)
     assert any("must not exceed worker_rlimit_nofile" in p for p in problems)
 
 
