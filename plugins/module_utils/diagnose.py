@@ -231,22 +231,21 @@ def shared_causes(found):
     return out
 
 
-def way_in(host, access, reverts, closed=()):
-    """Listening ports that ufw blocks for new connections (other than those
-    closed on purpose), and firewall reverts still pending or never run.
-    access: what ufw_access returned in check mode; reverts: ufw_revert's query."""
+def way_in(host, access, reverts):
+    """Listening ports that ufw blocks for new connections and nobody closed
+    on purpose (ufw_access's blocked_unasked), and firewall reverts still
+    pending or never run. access: what ufw_access returned in check mode;
+    reverts: ufw_revert's query."""
     out = []
     if access and not access.get("failed") and access.get("enabled_before"):
         names = dict((e["spec"], "/".join(e.get("processes") or []) or "?") for e in access.get("listening") or [])
-        on_purpose = set(closed) | set(access.get("denied_by_rule") or [])
-        for spec in access.get("blocked") or []:
-            if spec not in on_purpose:
-                out.append(finding(host, "%s listens but ufw blocks new connections to it" % spec,
-                                   "ss: %s listens on %s; ufw: default incoming %s, no rule lets it in"
-                                   % (names.get(spec, "?"), spec, access.get("policy")),
-                                   "ufw was enabled without an allow rule for it (by hand, or by an older run)",
-                                   "ufw allow %s if new clients should reach it; or list it in "
-                                   "vps_connlimit_closed_ports to say it is closed on purpose" % spec, spec))
+        for spec in access.get("blocked_unasked") or []:
+            out.append(finding(host, "%s listens but ufw blocks new connections to it" % spec,
+                               "ss: %s listens on %s; ufw: default incoming %s, no rule lets it in"
+                               % (names.get(spec, "?"), spec, access.get("policy")),
+                               "ufw was enabled without an allow rule for it (by hand, or by an older run)",
+                               "ufw allow %s if new clients should reach it; or list it in "
+                               "vps_connlimit_closed_ports to say it is closed on purpose" % spec, spec))
     for r in (reverts or {}).get("pending") or []:
         missed = r.get("state") == "missed"
         what = "was never confirmed and its revert never ran" if missed else "waits for its confirmation"
@@ -269,7 +268,7 @@ def diagnose(hosts, window):
             found += k3d(host, s["k3d"], window)
         if s.get("role") == "vps":
             found += vps(host, s.get("ufw"), s.get("signals"), s["limit"], s.get("ports") or [])
-            found += way_in(host, s.get("access"), s.get("reverts"), s.get("closed") or [])
+            found += way_in(host, s.get("access"), s.get("reverts"))
         if s.get("role") == "nas":
             found += nas(host, s.get("signals"), s.get("traefik"), s.get("proxy_trusted"))
         if s.get("role") in ("vps", "nas"):

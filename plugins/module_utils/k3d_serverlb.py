@@ -608,7 +608,7 @@ def apply(container, want, check_mode=False, render_timeout=30):
 
     Decides from the files and from what nginx runs: a patched template whose
     render never went live is rendered again. Returns dict(changed, reasons,
-    template=(before, after), facts, open_file_limit, cap, want). A render
+    template=(before, after), facts, open_file_limit, cap). A render
     confd or nginx rejects puts the template back, renders the old one and
     raises ApplyError."""
     container.reload()
@@ -621,7 +621,7 @@ def apply(container, want, check_mode=False, render_timeout=30):
     new_template, facts, reasons = plan(state, want)
     result = {"changed": bool(reasons), "reasons": reasons, "template": (state["template"], new_template),
               "facts": facts, "open_file_limit": max(state["worker_limits"] or [0]) or None,
-              "udp_ports": udp_ports(parse_values(state["values"])), "cap": cap, "want": want}
+              "udp_ports": udp_ports(parse_values(state["values"])), "cap": cap}
     if check_mode or not reasons:
         return result
     if new_template != state["template"]:

@@ -228,7 +228,7 @@ def plan(listen, ssh_ports, session_, front_door, closed, enabled, rules, policy
     denied_by_rule (cut by a deny rule of the user's: left as asked),
     ssh_denied (SSH cut by a rule of the user's: a refusal), would_cut (cut
     by the default policy and not asked for: a refusal unless keep_listening),
-    blocked (listening ports ufw blocks for new connections now)."""
+    blocked and blocked_unasked (see blocked())."""
     ufw_filtered = [e["spec"] for e in listen if not e["docker"]]
     ssh = set(ssh_ports) | ({session_["spec"]} if session_ else set())
     candidates = sorted(set(ufw_filtered) | ssh, key=sort_key)
@@ -238,9 +238,21 @@ def plan(listen, ssh_ports, session_, front_door, closed, enabled, rules, policy
     by_default = [s for s in cut if s not in by_rule]
     keep = [s for s in by_default if s in ssh or (keep_listening and s not in closed)]
     allow = set(keep) | set(s for s in front_door if not allows(rules, policy, s))
-    return {"must_stay": _ordered(s for s in now if s not in ssh and s not in closed and s not in by_rule),
-            "allow": _ordered(allow),
-            "denied_by_rule": _ordered(s for s in by_rule if s not in ssh),
-            "ssh_denied": _ordered(s for s in by_rule if s in ssh),
-            "would_cut": _ordered(s for s in by_default if s not in keep and s not in closed and s not in allow),
-            "blocked": _ordered(s for s in ufw_filtered if s not in now)}
+    denied_by_rule = _ordered(s for s in by_rule if s not in ssh)
+    out = {"must_stay": _ordered(s for s in now if s not in ssh and s not in closed and s not in by_rule),
+           "allow": _ordered(allow),
+           "denied_by_rule": denied_by_rule,
+           "ssh_denied": _ordered(s for s in by_rule if s in ssh),
+           "would_cut": _ordered(s for s in by_default if s not in keep and s not in closed and s not in allow)}
+    out.update(blocked(listen, enabled, rules, policy, closed, denied_by_rule, session_))
+    return out
+
+
+def blocked(listen, enabled, rules, policy, closed, denied_by_rule, session_=None):
+    """Listening ports ufw blocks for new connections (blocked), and those of
+    them nobody closed on purpose - neither named in closed nor cut by a deny
+    rule of the user's (blocked_unasked: what status and diagnose report)."""
+    ufw_filtered = [e["spec"] for e in listen if not e["docker"]]
+    now = reachable(ufw_filtered, enabled, rules, policy, session_)
+    out = _ordered(s for s in ufw_filtered if s not in now)
+    return {"blocked": out, "blocked_unasked": [s for s in out if s not in closed and s not in denied_by_rule]}

@@ -141,6 +141,11 @@ blocked:
   returned: always
   type: list
   elements: str
+blocked_unasked:
+  description: The ports of RV(blocked) that nobody closed on purpose (not in O(closed), not cut by a deny rule of yours) - what status and diagnose report.
+  returned: always
+  type: list
+  elements: str
 closed:
   description: O(closed), written C(PORT/PROTO).
   returned: always
@@ -289,7 +294,8 @@ def main():
     enabled = access.enabled_before or p["enable"]
     result = dict(changed=bool(plan["allow"]) or enable, enabled_before=access.enabled_before, enabled=enabled,
                   policy=access.policy, listening=access.listen, added=plan["allow"], must_stay=plan["must_stay"],
-                  blocked=plan["blocked"], denied_by_rule=plan["denied_by_rule"], closed=access.closed,
+                  blocked=plan["blocked"], blocked_unasked=plan["blocked_unasked"],
+                  denied_by_rule=plan["denied_by_rule"], closed=access.closed,
                   ssh={"session": access.session, "sshd": access.sshd})
     if module._diff:
         result["diff"] = {"before_header": "ufw", "after_header": "ufw",
@@ -303,8 +309,7 @@ def main():
             access.undo()
             module.fail_json(msg="after the change ufw would still cut %s; your ufw files are back as they were"
                                  % ", ".join(lost), **result)
-        result["blocked"] = [e["spec"] for e in access.listen if not e["docker"] and e["spec"] not in
-                             ua.reachable([e["spec"]], enabled, after, access.policy)]
+        result.update(ua.blocked(access.listen, enabled, after, access.policy, access.closed, plan["denied_by_rule"]))
     module.exit_json(**result)
 
 

@@ -123,9 +123,10 @@ def test_the_table_reads_in_four_lines_a_finding():
 def test_way_in_names_blocked_listeners_but_not_those_closed_on_purpose():
     from ansible_collections.homelab.edge.plugins.module_utils import diagnose as dg
     access = {"enabled_before": True, "policy": "DROP", "blocked": ["80/tcp", "5432/tcp", "51820/udp"],
+              "blocked_unasked": ["51820/udp"],  # 80 closed by name, 5432 by a deny rule (ufw_access says so)
               "denied_by_rule": ["5432/tcp"],
               "listening": [{"spec": "51820/udp", "processes": ["wireguard-go"]}, {"spec": "80/tcp", "processes": []}]}
-    found = dg.way_in("vps", access, None, closed=["80/tcp"])
+    found = dg.way_in("vps", access, None)
     assert [f["about"] for f in found] == ["51820/udp"]
     assert "wireguard-go" in found[0]["evidence"] and "ufw allow 51820/udp" in found[0]["fix"]
     assert dg.way_in("vps", dict(access, enabled_before=False), None) == []

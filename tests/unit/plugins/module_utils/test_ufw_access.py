@@ -135,6 +135,8 @@ def test_active_ufw_with_the_users_rules_adds_nothing():
     p = plan(enabled=True, lines=lines)
     assert p["allow"] == [] and p["would_cut"] == []
     assert p["blocked"] == ["9100/tcp"]  # the user's choice: left as it is, reported
+    assert p["blocked_unasked"] == ["9100/tcp"]
+    assert plan(enabled=True, lines=lines, closed=["9100/tcp"])["blocked_unasked"] == []
     assert p["must_stay"] == ["80/tcp", "51820/udp"]
 
 
