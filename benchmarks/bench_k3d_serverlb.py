@@ -1,17 +1,28 @@
 #!/usr/bin/env python
 """Benchmark the k3d load balancer fix on real k3d (lab/k3d.py).
 
-1. dns: one run, three configurations of the same real k3d load balancer,
-   each a cluster of its own made by `k3d cluster create`:
+1. dns: three configurations of the same real k3d load balancer, each a
+   cluster of its own made by `k3d cluster create`, and the DNS server alone:
+     direct        the cluster's DNS server (dnsmasq in the server node), by
+                   its container address: the physical reference
      stock         k3d's own template and values
      seed's fix    seed 000's template edit (proxy_responses 1, 10 s on UDP),
                    worker_rlimit_nofile 16384, 4096 connections, no budget
      homelab.edge  the role (homelab.edge.k3d_serverlb)
-   under (1) the seed's 9,000 queries at 300 q/s, (2) the highest rate held
-   60 s with every query answered, (3) the DNS server hung (SIGSTOP) under
-   1,500 q/s, a rate that fills every connection without a budget. Each
-   reports queries answered, "not enough" alerts, HTTPS/API probes through
-   the same load balancer, and the machine's CPU time per answered query.
+   all at the same offered loads (RATES, STEP_S each), each step from a
+   freshly restarted load balancer (no sessions left from the step before),
+   two paths: the port published on 127.0.0.1 (what a host resolver pays,
+   Docker's userland proxy included) and the load balancer's container
+   address (nginx alone). Per step: queries planned, sent and answered
+   (tests/support/dnsgen.py, a fresh source port per query; a step where
+   the generator fell short is marked invalid, not reported), "not enough"
+   alerts, HTTPS/API probes through the same load balancer, and CPU per
+   answered query per component: the load balancer's cgroup, the DNS
+   server's cgroup, docker-proxy's processes, the generator's own. Then the
+   DNS server hung (SIGSTOP) at HUNG_RATES. The generator (and the HTTPS/API
+   probes) and the system under test (the containers, docker-proxy and the
+   Docker engine, which carries their logs) are pinned to different CPUs
+   where the machine has two; the engine is unpinned again at the end.
 2. role: the role's wall time over 1, 4 and 16 load balancers, its
    no-change rerun, and homelab.edge.diagnose over 1 and 16.
 3. capped: a load balancer whose container caps open files at 1,024
@@ -23,10 +34,9 @@
 Prints and saves JSON with machine info to benchmarks/results/. Traffic goes
 only to 127.0.0.1 and the lab's own containers.
 
-  bench_k3d_serverlb.py [dns] [role] [capped]
+  bench_k3d_serverlb.py [dns] [capped] [role]     (all three without arguments)
 """
 import json
-import multiprocessing
 import os
 import platform
 import subprocess
@@ -40,90 +50,169 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path[:0] = [os.path.join(ROOT, "lab"), os.path.join(ROOT, "tests", "support"),
                 os.path.join(ROOT, "plugins", "module_utils")]
 import k3d  # noqa: E402
+import dnsgen  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
 import lb_check  # noqa: E402
 import probes  # noqa: E402
 
 CONFIGS = (("stock", "bstock", 41000), ("seed's fix", "bseed", 41100), ("homelab.edge", "bfix", 41200))
-CLIENTS = 2  # client processes; each sends rate/CLIENTS
-HOLD_S = 60
-HUNG_RATE, HUNG_S = 1500, 30
+RATES = (100, 300, 1000, 3000)
+STEP_S = 15
+HUNG_RATES = (300, 1000, 1500)
+PATHS = ("published", "container")
+CGROUP = "/sys/fs/cgroup/cpuacct/docker/%s/cpuacct.usage"  # cgroup v1, as here; v2 below
+CGROUP2 = "/sys/fs/cgroup/system.slice/docker-%s.scope/cpu.stat"
 
 
-def _worker(args):
-    host, ports, rate, seconds = args
-    return probes.dns_load(host, ports, rate=rate, count=int(rate * seconds), timeout=2.0)
+def pinning():
+    """Generator on the last CPU, the system under test on the others, when
+    there are at least two; None (nothing pinned) otherwise."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return {"generator": {cpus[-1]}, "system": set(cpus[:-1])}
 
 
-def cpu_ticks():
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:8]]
-    return sum(v) - v[3] - v[4], sum(v)
+def container_cpu_s(container):
+    """CPU seconds a container's cgroup has used (every process in it)."""
+    for path, read in ((CGROUP % container.id, lambda t: int(t) / 1e9),
+                       (CGROUP2 % container.id, lambda t: int(t.split()[1]) / 1e6)):
+        if os.path.exists(path):
+            with open(path) as f:
+                return read(f.read())
+    return None
 
 
-def load(ports, rate, seconds, tcp=None):
-    """Fresh-socket queries at `rate`/s for `seconds` from CLIENTS processes,
-    TCP probes of the same load balancer meanwhile. Held: every query sent on
-    schedule and answered."""
-    busy0, total0 = cpu_ticks()
+def proxy_pids(ports):
+    """docker-proxy processes relaying the given host ports."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = f.read().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith("docker-proxy") and "-host-port" in argv:
+            if int(argv[argv.index("-host-port") + 1]) in ports:
+                pids.append(int(pid))
+    return pids
+
+
+def pids_cpu_s(pids):
+    total = 0
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass
+    return total / float(os.sysconf("SC_CLK_TCK"))
+
+
+ENGINE = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2")
+
+
+def engine_pids():
+    """The Docker engine's processes: they carry the load balancer's logs
+    (a line per refused session under a hung DNS server), so they belong to
+    the system under test, not beside the generator."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/comm" % pid) as f:
+                if f.read().strip() in ENGINE:
+                    pids.append(int(pid))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def set_affinity(pids, cpus):
+    """Every thread of each process."""
+    for pid in pids:
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except OSError:
+                pass
+
+
+def pin_system(client, containers, pids, cpus):
+    if not cpus:
+        return
+    spec = ",".join(str(c) for c in sorted(cpus))
+    for c in containers:
+        c.update(cpuset_cpus=spec)
+    set_affinity(pids, cpus)
+
+
+def step(client, target, rate, seconds, pin, tcp=None, lb_container=None):
+    """One offered load: `target` says where the queries go and whose CPU
+    counts. Returns the generator's record, alerts, probes and CPU."""
+    parts = {"load balancer": target.get("lb"), "DNS server": target["dns_server"]}
+    # docker-proxy starts anew with its container: find and pin this step's
+    proxies = proxy_pids(target["proxy_ports"])
+    pin_system(client, [], proxies, pin["system"] if pin else None)
+    before = dict((k, container_cpu_s(c)) for k, c in parts.items() if c is not None)
+    proxy0 = pids_cpu_s(proxies)
     prober = probes.Prober(tcp) if tcp else None
     if prober:
         prober.start()
-    per = max(1.0, rate / float(CLIENTS))
-    with multiprocessing.Pool(CLIENTS) as pool:
-        parts = pool.map(_worker, [("127.0.0.1", ports, per, seconds)] * CLIENTS)
-    tcp_result = prober.stop() if prober else None
-    busy1, total1 = cpu_ticks()
-    sent, answered = sum(p["sent"] for p in parts), sum(p["answered"] for p in parts)
-    took = max(p["seconds"] for p in parts)
-    wanted = CLIENTS * int(per * seconds)
-    return {"rate": rate, "seconds": seconds, "sent": sent, "answered": answered, "wall_s": took,
-            "cpu_us_per_query": round((busy1 - busy0) * 1e6 / os.sysconf("SC_CLK_TCK") / answered, 1) if answered else None,
-            "cpu_busy_pct": round(100.0 * (busy1 - busy0) / max(1, total1 - total0), 1),
-            "tcp_ok": tcp_result["ok"] if tcp_result else None, "tcp_failed": tcp_result["failed"] if tcp_result else None,
-            "all_answered": sent == wanted and answered == sent and took <= seconds + 2.5}
-
-
-def highest_rate(ports, label):
-    """10-s steps up from 2,000 q/s by 2,000 (or down, by halves, when 2,000
-    already fails), then 60 s at the best; on a miss 10 % lower, again."""
-    steps = [2000 * i for i in range(1, 16)]
-    best = None
-    for rate in steps:
-        r = load(ports, rate, 10)
-        print("  %s: %5d q/s for 10 s: %d/%d" % (label, rate, r["answered"], r["sent"]), flush=True)
-        if not r["all_answered"]:
-            break
-        best = rate
-    if best is None:
-        rate = 1000
-        while rate >= 1 and best is None:
-            r = load(ports, rate, 10)
-            print("  %s: %5d q/s for 10 s: %d/%d" % (label, rate, r["answered"], r["sent"]), flush=True)
-            if r["all_answered"]:
-                best = rate
-            rate = rate // 2
-    runs = []
-    while best and best >= 1:
-        r = load(ports, best, HOLD_S)
-        runs.append(r)
-        print("  %s: hold %d q/s for %d s: %d/%d" % (label, best, HOLD_S, r["answered"], r["sent"]), flush=True)
-        if r["all_answered"]:
-            return {"held_rate": best, "cpu_us_per_query": r["cpu_us_per_query"], "runs": runs}
-        best = int(best * 0.9)
-    return {"held_rate": 0, "cpu_us_per_query": None, "runs": runs}
-
-
-def hung(client, cluster, ports, tcp):
-    server = client.containers.get(k3d.server_name(cluster))
-    server.exec_run(["pkill", "-STOP", "-x", "dnsmasq"])
     t0 = time.time()
-    try:
-        r = load(ports, HUNG_RATE, HUNG_S, tcp)
-    finally:
-        server.exec_run(["pkill", "-CONT", "-x", "dnsmasq"])
-    r["alerts"] = probes.count_in_logs(client.containers.get(k3d.lb_name(cluster)), probes.NOT_ENOUGH, t0)
+    r = dnsgen.run(target["host"], target["ports"], rate, seconds, cpus=pin["generator"] if pin else None)
+    probed = prober.stop() if prober else None
+    after = dict((k, container_cpu_s(c)) for k, c in parts.items() if c is not None)
+    used = dict((k, after[k] - before[k]) for k in before if before[k] is not None and after[k] is not None)
+    used["docker-proxy"] = pids_cpu_s(proxies) - proxy0
+    used["generator"] = r["generator_cpu_s"]
+    r["cpu_s"] = dict((k, round(v, 3)) for k, v in used.items())
+    r["cpu_us_per_answered"] = dict((k, round(v * 1e6 / r["answered"], 1) if r["answered"] else None)
+                                    for k, v in used.items())
+    r["tcp_probes"] = probed
+    r["alerts"] = probes.count_in_logs(lb_container, probes.NOT_ENOUGH, t0) if lb_container else None
     return r
+
+
+def fresh(client, cluster):
+    """Restart the load balancer: no sessions left from the step before (a
+    stock one keeps them 600 s)."""
+    client.containers.get(k3d.lb_name(cluster)).restart(timeout=2)
+    c = k3d.wait_serving(client, cluster)
+    time.sleep(1)
+    return client.containers.get(c.name)
+
+
+def address(container):
+    container.reload()
+    return next(iter(container.attrs["NetworkSettings"]["Networks"].values()))["IPAddress"]
+
+
+def targets(client, cluster, base):
+    """Where the queries go on each path, and whose CPU counts there."""
+    lbc = client.containers.get(k3d.lb_name(cluster))
+    server = client.containers.get(k3d.server_name(cluster))
+    ep = k3d.endpoints(base)
+    lb_ip = address(lbc)
+    return {"published": {"host": "127.0.0.1", "ports": ep["dns"], "lb": lbc, "dns_server": server,
+                          "proxy_ports": ep["dns"], "tcp": [ep["https"], ep["api"]]},
+            "container": {"host": lb_ip, "ports": [53, 1053], "lb": lbc, "dns_server": server, "proxy_ports": [],
+                          "tcp": [(lb_ip, 443), (lb_ip, 6443)]},
+            "direct": {"host": address(server), "ports": [53], "dns_server": server, "proxy_ports": [], "tcp": None}}
+
+
+def say_step(label, path, r):
+    tcp = r["tcp_probes"]
+    print("  %-12s %-9s %5d q/s: %s%5d/%5d answered, %s alerts, probes %s, CPU us/answered %s" % (
+        label, path, r["rate"], "" if r["valid"] else "INVALID (%s) " % r["invalid_because"], r["answered"], r["sent"],
+        r["alerts"], "%d/%d" % (tcp["ok"], tcp["ok"] + tcp["failed"]) if tcp else "-",
+        json.dumps(r["cpu_us_per_answered"], sort_keys=True)), flush=True)
 
 
 def configure(client, name, cluster):
@@ -168,45 +257,104 @@ def diagnose_time(clusters):
 
 
 def dns_part(client, result):
+    pin = pinning()
     for name, cluster, base in CONFIGS:
         k3d.create(cluster, base)
-    table = {}
+    steps, hung_steps = [], []
     try:
         for name, cluster, base in CONFIGS:
             k3d.wait_serving(client, cluster)
-            c = configure(client, name, cluster)
-            ep = k3d.endpoints(base)
-            tcp = [ep["https"], ep["api"]]
-            print("%s (%s)" % (name, c.name), flush=True)
-            t0 = time.time()
-            seed = load(ep["dns"], 300, 30, tcp)
-            seed["alerts"] = probes.count_in_logs(c, probes.NOT_ENOUGH, t0)
-            print("  the seed's 9,000 at 300 q/s: %d/%d, %d alerts, TCP %s/%s" % (
-                seed["answered"], seed["sent"], seed["alerts"], seed["tcp_ok"], seed["tcp_ok"] + seed["tcp_failed"]),
-                flush=True)
-            time.sleep(12)  # the seed's fix keeps UDP sessions 10 s
-            held = highest_rate(ep["dns"], name)
-            time.sleep(12)
-            stuck = hung(client, cluster, ep["dns"], tcp)
-            print("  DNS hung at %d q/s: %d alerts, TCP %s ok / %s failed" % (
-                HUNG_RATE, stuck["alerts"], stuck["tcp_ok"], stuck["tcp_failed"]), flush=True)
-            facts = lb.parse_live(lb_check.read(c, lb.NGINX_CONF))
-            rep = lb.report(c.name, cluster, facts, None)
-            table[name] = {"seed_9000_at_300": seed, "highest_rate_held_60s": held, "dns_hung": stuck,
-                           "worker_connections": facts["worker_connections"], "udp_timeout_s": rep["udp_timeout"],
-                           "udp_session_budget": rep["udp_session_budget"],
-                           # a 60-s hold cannot show a 600-s hold time: the steady state can
-                           "steady_state_exhaustion_rate": rep["exhaustion_rate"]}
+            configure(client, name, cluster)
+        where = {}
+        for name, cluster, base in CONFIGS:
+            where[name] = targets(client, cluster, base)
+            t = where[name]
+            pin_system(client, [t["published"]["lb"], t["published"]["dns_server"]], [],
+                       pin["system"] if pin else None)
+        if pin:  # this process probes HTTPS and the API: on the generator's side too
+            os.sched_setaffinity(0, pin["generator"])
+            set_affinity(engine_pids(), pin["system"])
+        direct = where["stock"]["direct"]  # the stock cluster's DNS server, no load balancer
+        for rate in RATES:
+            r = step(client, direct, rate, STEP_S, pin)
+            r.update(config="direct", path="container")
+            steps.append(r)
+            say_step("direct", "container", r)
+            for name, cluster, base in CONFIGS:
+                for path in PATHS:
+                    lbc = fresh(client, cluster)
+                    t = dict(where[name][path], lb=lbc)
+                    r = step(client, t, rate, STEP_S, pin, tcp=t["tcp"], lb_container=lbc)
+                    r.update(config=name, path=path)
+                    steps.append(r)
+                    say_step(name, path, r)
+        for rate in HUNG_RATES:
+            for name, cluster, base in CONFIGS:
+                lbc = fresh(client, cluster)
+                t = dict(where[name]["published"], lb=lbc)
+                server = client.containers.get(k3d.server_name(cluster))
+                server.exec_run(["pkill", "-STOP", "-x", "dnsmasq"])
+                try:
+                    r = step(client, t, rate, STEP_S, pin, tcp=t["tcp"], lb_container=lbc)
+                finally:
+                    server.exec_run(["pkill", "-CONT", "-x", "dnsmasq"])
+                r.update(config=name, path="published", dns_server="hung (SIGSTOP)")
+                hung_steps.append(r)
+                say_step(name + " hung", "published", r)
+        live = {}
+        for name, cluster, base in CONFIGS:
+            c = client.containers.get(k3d.lb_name(cluster))
+            rep = lb.report(c.name, cluster, lb.parse_live(lb_check.read(c, lb.NGINX_CONF)), None)
+            live[name] = {"worker_connections": rep["worker_connections"], "udp_timeout_s": rep["udp_timeout"],
+                          "udp_session_budget": rep["udp_session_budget"]}
     finally:
+        os.sched_setaffinity(0, set(range(os.cpu_count())))
+        set_affinity(engine_pids(), set(range(os.cpu_count())))
         k3d.delete(*[c for n, c, b in CONFIGS])
-    result["dns"] = table
-    result["dns_table"] = [
-        "%-13s | 9000@300: %5d answered, %5d alerts, TCP %3s/%3s | held 60 s: %5s q/s (%s us CPU/query) | hung DNS: "
-        "%5d alerts, TCP %3s ok %3s failed | exhausted by %s q/s steady" % (
-            n, t["seed_9000_at_300"]["answered"], t["seed_9000_at_300"]["alerts"], t["seed_9000_at_300"]["tcp_ok"],
-            t["seed_9000_at_300"]["tcp_ok"] + t["seed_9000_at_300"]["tcp_failed"], t["highest_rate_held_60s"]["held_rate"],
-            t["highest_rate_held_60s"]["cpu_us_per_query"], t["dns_hung"]["alerts"], t["dns_hung"]["tcp_ok"],
-            t["dns_hung"]["tcp_failed"], t["steady_state_exhaustion_rate"]) for n, t in table.items()]
+    result["dns"] = {"rates": list(RATES), "step_s": STEP_S, "hung_rates": list(HUNG_RATES),
+                     "pinning": dict((k, sorted(v)) for k, v in pin.items()) if pin else "not pinned (one CPU)",
+                     "generator": {"module": "tests/support/dnsgen.py", "min_sent_share": dnsgen.MIN_SENT_SHARE,
+                                   "max_overrun": dnsgen.MAX_OVERRUN},
+                     "live_settings": live, "steps": steps, "hung_steps": hung_steps}
+    result["dns_tables"] = dns_tables(steps, hung_steps)
+
+
+def _cell(r, what):
+    if r is None:
+        return "-"
+    if not r["valid"]:
+        return "invalid"
+    return what(r)
+
+
+def dns_tables(steps, hung_steps):
+    """One table per question, every configuration at the same offered loads."""
+    def find(rows, config, path, rate):
+        return next((r for r in rows if r["config"] == config and r["path"] == path and r["rate"] == rate), None)
+
+    names = ["direct"] + [n for n, c, b in CONFIGS]
+    out = []
+
+    def table(title, rows_, columns, cell, source=steps):
+        out.append(title)
+        out.append("  %-26s | %s" % ("", " | ".join("%15s" % ("%d q/s" % c) for c in columns)))
+        for label, config, path in rows_:
+            cells = [_cell(find(source, config, path, c), cell) for c in columns]
+            out.append("  %-26s | %s" % (label, " | ".join("%15s" % c for c in cells)))
+    both = [("direct (container)", "direct", "container")] + [
+        ("%s (%s)" % (n, p), n, p) for n in names[1:] for p in PATHS]
+    table("DNS answered of sent, %d s at each rate (invalid: the generator fell short, not reported)" % STEP_S,
+          both, RATES, lambda r: "%d/%d" % (r["answered"], r["sent"]))
+    table("'worker_connections are not enough' lines", both[1:], RATES, lambda r: str(r["alerts"]))
+    table("HTTPS+API probes through the same load balancer meanwhile (ok/sent)", both[1:], RATES,
+          lambda r: "%d/%d" % (r["tcp_probes"]["ok"], r["tcp_probes"]["ok"] + r["tcp_probes"]["failed"]))
+    table("DNS server hung: alerts; probes ok/sent (published port)", [(n, n, "published") for n in names[1:]],
+          HUNG_RATES, lambda r: "%d; %d/%d" % (r["alerts"], r["tcp_probes"]["ok"],
+                                               r["tcp_probes"]["ok"] + r["tcp_probes"]["failed"]), source=hung_steps)
+    for comp in ("load balancer", "DNS server", "docker-proxy", "generator"):
+        table("CPU us per answered query: %s" % comp, both if comp != "load balancer" else both[1:], RATES,
+              lambda r, comp=comp: "%s" % r["cpu_us_per_answered"].get(comp) if r["answered"] else "no answers")
+    return out
 
 
 def capped_part(client, result, cap=1024):
@@ -217,13 +365,15 @@ def capped_part(client, result, cap=1024):
         apply_role([cluster], keeper=False)
         c = client.containers.get(k3d.lb_name(cluster))
         state = lb.handle(c, c.name, True, dict(lb.DEFAULTS), check_mode=True)
-        ep = k3d.endpoints(base)
-        tcp = [ep["https"], ep["api"]]
-        t0 = time.time()
-        seed = load(ep["dns"], 300, 30, tcp)
-        seed["alerts"] = probes.count_in_logs(c, probes.NOT_ENOUGH, t0)
-        time.sleep(6)
-        stuck = hung(client, cluster, ep["dns"], tcp)
+        t = targets(client, cluster, base)["published"]
+        seed = step(client, t, 300, 30, pinning(), tcp=t["tcp"], lb_container=c)
+        c = fresh(client, cluster)
+        server = client.containers.get(k3d.server_name(cluster))
+        server.exec_run(["pkill", "-STOP", "-x", "dnsmasq"])
+        try:
+            stuck = step(client, dict(t, lb=c), 1500, 30, pinning(), tcp=t["tcp"], lb_container=c)
+        finally:
+            server.exec_run(["pkill", "-CONT", "-x", "dnsmasq"])
         exceed = [ln for ln in c.logs().decode("utf-8", "replace").splitlines() if "exceed open file" in ln]
     finally:
         k3d.delete(cluster)
@@ -233,10 +383,8 @@ def capped_part(client, result, cap=1024):
                         "seed_9000_at_300": seed, "dns_hung": stuck}
     print("capped at %d open files: %s, worker_connections %s, UDP budget %s" % (
         cap, state["state_text"], state["worker_connections"], state["udp_session_budget"]))
-    print("  the seed's 9,000 at 300 q/s: %d/%d answered, %d alerts, TCP %s ok / %s failed" % (
-        seed["answered"], seed["sent"], seed["alerts"], seed["tcp_ok"], seed["tcp_failed"]))
-    print("  DNS hung at %d q/s: %d alerts, TCP %s ok / %s failed" % (
-        HUNG_RATE, stuck["alerts"], stuck["tcp_ok"], stuck["tcp_failed"]), flush=True)
+    say_step("capped", "published", seed)
+    say_step("capped hung", "published", stuck)
 
 
 def role_part(client, result):
@@ -263,11 +411,17 @@ def role_part(client, result):
     result["diagnose_16_over_diagnose_1"] = round(timing[16]["diagnose_after"] / timing[1]["diagnose_after"], 2)
 
 
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.machine())
+
+
 def main():
-    parts = sys.argv[1:] or ["dns", "role"]
+    parts = sys.argv[1:] or ["dns", "capped", "role"]
     client = docker.from_env()
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                           "docker": client.version()["Version"], "k3d": k3d.k3d("version").stdout.split("\n")[0],
+                          "kernel": platform.release(), "cpu_model": cpu_model(),
                           "date": time.strftime("%FT%T%z")}}
     if "dns" in parts:
         dns_part(client, result)
@@ -279,9 +433,9 @@ def main():
     path = os.path.join(ROOT, "benchmarks", "results", "k3d_serverlb-%s.json" % time.strftime("%Y%m%dT%H%M%S"))
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
-    for line in result.get("dns_table", []):
+    for line in result.get("dns_tables", []):
         print(line)
-    print(json.dumps(dict((k, v) for k, v in result.items() if k not in ("machine", "dns")), indent=1))
+    print(json.dumps(dict((k, v) for k, v in result.items() if k not in ("machine", "dns", "dns_tables")), indent=1))
     print("saved %s" % path)
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite. `tests/run.sh all` (what `make test` runs) = unit, lint,
+# The test suite. `tests/run.sh all` (what `make test` runs) = unit, mutations, lint,
 # sanity, build, publish (Galaxy's importer, ansible-builder, the changelog,
 # the oldest target Python), compat (the oldest and newest ansible-core) and
 # every Molecule scenario. Each step's result is counted;
@@ -31,6 +31,11 @@ step() { # name, command...
 unit() {
   # exit code 5 (no tests collected) is a failure here, as any other non-zero
   python -m pytest -q -p no:cacheprovider tests/unit
+}
+
+mutations() {
+  # plausible bugs, each applied to a copy: the test that must catch it fails
+  python tests/mutations.py
 }
 
 lint() {
@@ -192,6 +197,7 @@ bench() {
 what=${1:-all}
 case "$what" in
   unit) step unit unit ;;
+  mutations) step mutations mutations ;;
   lint) step lint lint ;;
   sanity) step sanity sanity ;;
   build) step build build ;;
@@ -202,7 +208,7 @@ case "$what" in
   bench) step bench bench ;;
   molecule|all)
     if [ "$what" = all ]; then
-      step unit unit; step lint lint; step sanity sanity; step build build; step publish publish; step docs docs
+      step unit unit; step mutations mutations; step lint lint; step sanity sanity; step build build; step publish publish; step docs docs
       step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
       step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13"
     fi
@@ -210,7 +216,7 @@ case "$what" in
       s=$(basename "$(dirname "$s")"); step "molecule $s" scenario "$s"
     done ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|unit|lint|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|unit|mutations|lint|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

@@ -10,6 +10,7 @@ every loop is bounded by its duration.
 """
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -73,14 +74,66 @@ def run(flood_address, nas_address, flood_s=60, before_s=10, after_s=60, connect
     time.sleep(max(0.0, t0 + total + 3 - time.time()))
     samples = read_lines(NAS, "/tmp/sample-%s.jsonl" % tag)
     probe_rows = read_lines(PROBER, "/tmp/probe-%s.jsonl" % tag)
-    return summarize(t0, flood_start, flood_end, samples, probe_rows, outputs)
+    result = summarize(t0, flood_start, flood_end, samples, probe_rows, outputs)
+    result["summary"]["traefik_answers_during_flood"] = traefik_statuses(flood_start, flood_end)
+    return result
 
 
-def _wrk_requests(output):
+def traefik_statuses(since, until):
+    """What Traefik's access log (JSON) says it answered between two times,
+    by status class: 2xx, 429, other codes; the flood's own view from wrk
+    cannot tell a 429 from a 502."""
+    out = sh("docker", "exec", NAS, "docker", "logs", "--since", str(int(since)), "--until", str(int(until) + 1),
+             TRAEFIK, check=False).stdout
+    counts = {"2xx": 0, "429": 0, "other": 0}
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        status = json.loads(line).get("DownstreamStatus")
+        if not status:
+            continue
+        counts["2xx" if 200 <= status < 300 else "429" if status == 429 else "other"] += 1
+    return counts
+
+
+def wrk_counts(output):
+    """wrk's summary: requests completed, non-2xx/3xx answers among them,
+    socket errors (connect, read, write) and timeouts."""
+    out = {"requests": 0, "non_2xx_3xx": 0, "connect_errors": 0, "read_errors": 0, "write_errors": 0, "timeouts": 0}
     for line in output.splitlines():
-        if "requests in" in line:
-            return int(line.split()[0])
-    return 0
+        s = line.strip()
+        m = re.match(r"(\d+) requests in", s)
+        if m:
+            out["requests"] = int(m.group(1))
+        m = re.match(r"Non-2xx or 3xx responses: (\d+)", s)
+        if m:
+            out["non_2xx_3xx"] = int(m.group(1))
+        m = re.match(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", s)
+        if m:
+            out.update(connect_errors=int(m.group(1)), read_errors=int(m.group(2)), write_errors=int(m.group(3)),
+                       timeouts=int(m.group(4)))
+    return out
+
+
+def probe_codes(probes_):
+    """Probes by outcome: 2xx, 429, other HTTP answers, timeouts, other errors."""
+    out = {"2xx": 0, "429": 0, "other_http": 0, "timeout": 0, "error": 0}
+    for p in probes_:
+        code = p.get("code")
+        if code is None:
+            out["timeout" if p.get("error") == "timeout" else "error"] += 1
+        elif 200 <= code < 300:
+            out["2xx"] += 1
+        elif code == 429:
+            out["429"] += 1
+        else:
+            out["other_http"] += 1
+    return out
+
+
+def served(p):
+    """A probe the monitoring would call up: a 2xx answer (a 429 is not)."""
+    return p.get("code") is not None and 200 <= p["code"] < 300
 
 
 def summarize(t0, flood_start, flood_end, samples, probe_rows, wrk_outputs):
@@ -97,7 +150,7 @@ def summarize(t0, flood_start, flood_end, samples, probe_rows, wrk_outputs):
         ps = row.pop("probes", [])
         for target in ("site", "auth", "scrape"):
             mine = [p for p in ps if p["target"] == target]
-            row["%s_ok" % target] = sum(1 for p in mine if p["code"] and p["code"] < 500)
+            row["%s_ok" % target] = sum(1 for p in mine if served(p))
             row["%s_sent" % target] = len(mine)
             row["%s_latency" % target] = round(max([p["seconds"] for p in mine] or [0]), 3)
         rows.append(row)
@@ -118,16 +171,58 @@ def summarize(t0, flood_start, flood_end, samples, probe_rows, wrk_outputs):
             break
     return {"seconds": rows, "flood": [start, end],
             "summary": {"probes_during_flood": len(during),
-                        "probes_answered_during_flood": sum(1 for p in during if p["code"] and p["code"] < 500),
-                        "probes_answered_pct": round(100.0 * sum(1 for p in during if p["code"] and p["code"] < 500)
-                                                     / max(1, len(during)), 1),
+                        "probes_answered_during_flood": sum(1 for p in during if served(p)),
+                        "probes_answered_pct": round(100.0 * sum(1 for p in during if served(p)) / max(1, len(during)), 1),
+                        "probe_codes": probe_codes(during),
+                        "probe_codes_after_flood": probe_codes([p for p in probe_rows if p["t"] > flood_end]),
                         "seconds_with_failed_probes_during_flood": len(outage),
                         "healthy_after_flood_s": recovered,
                         "worst_probe_latency_s": max([p["seconds"] for p in during] or [0]),
                         "peak_cpu_pct": max([r.get("cpu_pct") or 0 for r in rows] or [0]),
                         "peak_conntrack": max([r.get("conntrack") or 0 for r in rows] or [0]),
                         "peak_time_wait": max([r.get("time_wait") or 0 for r in rows] or [0]),
-                        "flood_requests": sum(_wrk_requests(o) for o in wrk_outputs)}}
+                        "flood": dict((k, sum(wrk_counts(o)[k] for o in wrk_outputs)) for k in wrk_counts(""))}}
+
+
+def lan_get(address, name="site"):
+    """HTTP status of https://<name>.nas.lab/ from the LAN client (None: no answer)."""
+    out = sh("docker", "exec", PROBER, "curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "-m", "10",
+             "--resolve", "%s.nas.lab:443:%s" % (name, address), "https://%s.nas.lab/" % name, check=False)
+    return int(out.stdout) if out.stdout.isdigit() and out.stdout != "000" else None
+
+
+def nas(*a):
+    return subprocess.run(["docker", "exec", "lab-nas"] + list(a), capture_output=True, text=True, check=False)
+
+
+def health():
+    return nas("docker", "inspect", "-f", "{{if .State.Health}}{{.State.Health.Status}}{{end}}",
+               "traefik").stdout.strip() or "none"
+
+
+def wedge(address, seconds, healthy_within=60):
+    """Traefik stopped (SIGSTOP): still running, answering nothing. Seconds
+    until it serves again (None: not within `seconds`), then its health
+    check, given `healthy_within` seconds to turn healthy. `address`: the
+    NAS on the LAN."""
+    started = nas("docker", "inspect", "-f", "{{.State.StartedAt}}", "traefik").stdout
+    t0 = time.time()
+    nas("docker", "kill", "-s", "STOP", "traefik")
+    healed = None
+    while time.time() - t0 < seconds:
+        if nas("docker", "inspect", "-f", "{{.State.StartedAt}}", "traefik").stdout != started and \
+                lan_get(address) == 200:
+            healed = round(time.time() - t0, 1)
+            break
+        time.sleep(0.5)
+    if healed is None:
+        nas("docker", "kill", "-s", "CONT", "traefik")
+    status = health()
+    t1 = time.time()
+    while status not in ("healthy", "none") and time.time() - t1 < healthy_within:
+        time.sleep(1)
+        status = health()
+    return {"served_again_s": healed, "health": status}
 
 
 def plot(runs, path, title):

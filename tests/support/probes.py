@@ -52,59 +52,53 @@ def dns_answered(reply, qid):
 
 def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
     """Send `count` queries at `rate`/s, each from a fresh UDP socket (a new
-    source port, so a new nginx session), alternating over `ports`.
+    source port, so a new nginx session), alternating over `ports`, on an
+    absolute schedule: query i is due at start + i/rate, the clock read
+    before every burst. Stops sending at limit_s (default: the planned time
+    x 1.1 + 0.5 s), or when `stop` is set; then waits `timeout` for replies.
 
-    Returns dict(sent, answered, failed, seconds). Bounded: stops at `count`
-    queries or after limit_s (default count/rate + timeout + 10) seconds.
-    """
+    Returns dict(planned, sent, answered, failed, send_errors, send_s,
+    seconds). tests/support/dnsgen.py runs it pinned and says when it fell
+    short of the plan."""
     ports = list(ports)
     sel = selectors.DefaultSelector()
-    pending = {}  # sock -> (qid, deadline)
-    sent = answered = failed = 0
-    start = time.monotonic()
-    hard_stop = start + (limit_s if limit_s else count / float(rate) + timeout + 10)
-    interval = 1.0 / rate
-    next_send = start
+    pending = {}  # sock -> (qid, deadline), in the order sent
+    sent = answered = failed = errors = 0
+    start = last_send = time.monotonic()
+    stop_sending = start + (limit_s if limit_s else 1.1 * count / float(rate) + 0.5)
     while True:
         now = time.monotonic()
-        if now >= hard_stop or (stop is not None and stop.is_set()):
-            break
-        while sent < count and now >= next_send:
-            if len(pending) >= MAX_PENDING:
-                # out of sockets here: the oldest unanswered query counts as failed
-                oldest = next(iter(pending))  # dicts keep the order queries were sent
-                pending.pop(oldest)
-                sel.unregister(oldest)
-                oldest.close()
-                failed += 1
-            qid = random.randint(0, 65535)
-            try:
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            except OSError:
-                failed += 1
+        if stop is not None and stop.is_set():
+            stop_sending = now
+        if sent < count and now < stop_sending:
+            due = min(count, int((now - start) * rate) + 1)
+            while sent < due and len(pending) < MAX_PENDING:
+                qid = random.randint(0, 65535)
+                s = None
+                try:
+                    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                    s.setblocking(False)
+                    s.sendto(dns_query_packet(qid), (host, ports[sent % len(ports)]))
+                    sel.register(s, selectors.EVENT_READ)
+                    pending[s] = (qid, time.monotonic() + timeout)
+                except OSError:
+                    errors += 1
+                    failed += 1
+                    if s is not None:
+                        if s in pending:
+                            pending.pop(s)
+                            sel.unregister(s)
+                        s.close()
                 sent += 1
-                next_send += interval
-                continue
-            s.setblocking(False)
-            try:
-                s.sendto(dns_query_packet(qid), (host, ports[sent % len(ports)]))
-                sel.register(s, selectors.EVENT_READ)
-                pending[s] = (qid, now + timeout)
-            except OSError:
-                s.close()
-                failed += 1
-            sent += 1
-            next_send += interval
-        if sent >= count and not pending:
+                last_send = time.monotonic()
+        elif not pending or now > stop_sending + timeout + 1:
             break
-        wait = max(0.0, min(next_send - now if sent < count else 0.05, 0.05))
-        for key, dummy in sel.select(wait):
+        for key, dummy in sel.select(min(1.0 / rate, 0.05) if sent < count else 0.05):
             s = key.fileobj
             qid = pending.pop(s)[0]
             sel.unregister(s)
             try:
-                reply = s.recv(512)
-                ok = dns_answered(reply, qid)
+                ok = dns_answered(s.recv(512), qid)
             except OSError:
                 ok = False
             s.close()
@@ -113,7 +107,10 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
             else:
                 failed += 1
         now = time.monotonic()
-        for s in [sock for sock, (qid, dl) in pending.items() if dl <= now]:
+        while pending:  # deadlines are in the order sent: expire from the oldest
+            s = next(iter(pending))
+            if pending[s][1] > now:
+                break
             pending.pop(s)
             sel.unregister(s)
             s.close()
@@ -122,8 +119,8 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
         sel.unregister(s)
         s.close()
         failed += 1
-    return {"sent": sent, "answered": answered, "failed": failed,
-            "seconds": round(time.monotonic() - start, 2)}
+    return {"planned": count, "sent": sent, "answered": answered, "failed": failed, "send_errors": errors,
+            "send_s": round(last_send - start, 2), "seconds": round(time.monotonic() - start, 2)}
 
 
 def dns_max_sequential(host, port, seconds, timeout=1.0):

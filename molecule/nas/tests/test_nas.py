@@ -287,7 +287,9 @@ def test_the_socket_proxy_allows_listing_and_restarting_only():
     assert proxy("POST", "/containers/site/restart") == "204"
     for method, path in (("POST", "/containers/create"), ("POST", "/containers/site/exec"), ("POST", "/exec/x/start"),
                          ("GET", "/containers/site/json"), ("DELETE", "/containers/site"), ("POST", "/containers/site/kill"),
-                         ("GET", "/images/json"), ("POST", "/containers/site/stop"), ("GET", "/info")):
+                         ("GET", "/images/json"), ("POST", "/containers/site/stop"), ("GET", "/info"),
+                         ("POST", "/containers/site/start"), ("POST", "/containers/site/update"),
+                         ("POST", "/containers/site/pause"), ("POST", "/containers/site/unpause")):
         assert proxy(method, path) == "403", (method, path)
 
 

@@ -2,7 +2,8 @@
 """Monitoring-like probes, like seed 001's: every INTERVAL seconds, one HTTPS
 request per target, each in its own thread (a slow answer never delays the
 next round), for SECONDS seconds. One JSON line per probe:
-{"t": epoch, "target": NAME, "code": 200 | null, "seconds": 0.04}
+{"t": epoch, "target": NAME, "code": 200 | null, "error": null | "timeout" | "refused" | "reset" | ...,
+ "seconds": 0.04}
 
   probe_loop.py ADDRESS PORT SECONDS INTERVAL NAME=HOSTNAME[/PATH]...
 """
@@ -17,7 +18,7 @@ import time
 
 def probe(address, port, name, hostname, path, out, lock):
     t0 = time.time()
-    code = None
+    code = error = None
     try:
         ctx = ssl._create_unverified_context()
         sock = socket.create_connection((address, port), timeout=5)
@@ -26,10 +27,16 @@ def probe(address, port, name, hostname, path, out, lock):
         conn.request("GET", path, headers={"Connection": "close"})
         code = conn.getresponse().status
         conn.close()
-    except Exception:  # deliberate: a failed probe is a null code
-        pass
+    except socket.timeout:
+        error = "timeout"
+    except ConnectionRefusedError:
+        error = "refused"
+    except ConnectionResetError:
+        error = "reset"
+    except Exception as e:  # deliberate: a failed probe is a null code and the error's kind
+        error = type(e).__name__
     with lock:
-        out.write(json.dumps({"t": round(t0, 3), "target": name, "code": code,
+        out.write(json.dumps({"t": round(t0, 3), "target": name, "code": code, "error": error,
                               "seconds": round(time.time() - t0, 3)}) + "\n")
         out.flush()
 

@@ -518,3 +518,32 @@ def test_the_keeper_refuses_a_config_with_a_missing_key(tmp_path):
     out = subprocess.run([sys.executable, str(tmp_path / "k3d-serverlb-keeper.py"), "--config", str(tmp_path / "k.json")],
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode != 0 and "lacks udp_share" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+# ------------------------------------------------- what a plausible bug breaks
+
+def test_a_live_budget_other_than_the_computed_one_is_a_shortfall():
+    """A budget is not enough: it must be the one computed from the
+    connections (a smaller one starves DNS, a larger one lets UDP take
+    what HTTPS and the API need)."""
+    for wrong in ("512", "4096"):
+        facts = lb.parse_live(FIXED.replace("limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp %s;" % wrong))
+        assert not lb.live_is_fixed(facts, WANT)
+        assert "UDP 53: session budget %s, not 1024" % wrong in lb.shortfalls(facts, WANT)
+
+
+def test_a_load_balancer_with_a_budget_on_only_some_udp_servers_is_not_budgeted():
+    head, tail = FIXED.rsplit("    limit_conn homelab_edge_udp 1024;\n", 1)
+    r = lb.report("lb", "c", lb.parse_live(head + tail), 16384)
+    assert r["udp_servers"] == 2 and r["udp_session_budget"] is None
+    assert any("no session budget" in w for w in r["warnings"])
+
+
+def test_apply_rolls_back_a_render_confd_accepts_but_nginx_never_runs():
+    """confd says yes, nginx keeps the stock config: the wait for the new
+    workers fails, and the template is put back and rendered."""
+    c = Fake(render=lambda template: (0, "", ""))
+    with pytest.raises(lb.ApplyError, match="after the render: .*template rolled back and rendered"):
+        lb.apply(c, WANT, render_timeout=1)
+    assert c.fs[lb.TEMPLATE_PATH] == K3D
+    assert [lb.BEGIN in t for t in c.renders] == [True, False]

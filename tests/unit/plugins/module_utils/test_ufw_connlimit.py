@@ -199,3 +199,16 @@ def test_docker_published_tcp_ports():
         {"Name": "/internal", "State": {"Running": True}, "NetworkSettings": {"Ports": {"8080/tcp": None}}},
     ]
     assert uc.docker_published_tcp_ports(inspect) == {443: ["traefik"]}
+
+
+@pytest.mark.parametrize("action", ["drop", "accept", "reject", "reject with icmp type port-unreachable"])
+def test_a_connlimit_rule_that_does_not_reset_is_not_ours(action):
+    """Only a reject with a TCP reset gives the client a fast, clean refusal
+    (and is what ufw_connlimit writes): a DROP leaves it hanging."""
+    for fixture_text, family, port in ((NFT_COMPAT, 4, 443), (NFT_NATIVE, 4, 443)):
+        other = fixture_text.replace("reject with tcp reset", action)
+        assert port not in uc.nft_connlimit_ports(other, family)
+    saved = ("-A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -m connlimit "
+             "--connlimit-above 100 --connlimit-mask 32 --connlimit-saddr -j %s\n")
+    for target in ("DROP", "ACCEPT", "REJECT --reject-with icmp-port-unreachable"):
+        assert uc.iptables_connlimit_rules(saved % target, "ufw-before-input") == {}

@@ -1,0 +1,134 @@
+#!/usr/bin/env python
+"""Plausible bugs that the tests must catch. Each mutation is applied to a
+copy of this checkout and the fastest test that must catch it runs there:
+the mutation is killed when that test fails. The tests also run once on the
+unchanged copy and must pass there, so a test that always fails kills
+nothing. Exit code 0 only when every mutation is killed.
+
+  tests/mutations.py [NAME...]     (tests/run.sh mutations)
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+UNIT = "tests/unit/plugins/module_utils/"
+
+# name: (file, text, mutated text, the test that must catch it)
+MUTATIONS = {
+    "k3d live budget: any budget accepted": (
+        "plugins/module_utils/k3d_serverlb.py",
+        'if s["limit_conn"] != budget:',
+        'if s["limit_conn"] is None:',
+        UNIT + "test_k3d_serverlb.py::test_a_live_budget_other_than_the_computed_one_is_a_shortfall"),
+    "k3d render confd accepts but nginx never runs: not rolled back": (
+        "plugins/module_utils/k3d_serverlb.py",
+        "        render(container, render_timeout)\n"
+        "        after = wait_settled(container, want, render_timeout)\n"
+        "    except ApplyError as e:\n"
+        '        raise ApplyError("%s; %s" % (e, _roll_back(container, state["template"], new_template, render_timeout)))\n',
+        "        render(container, render_timeout)\n"
+        "    except ApplyError as e:\n"
+        '        raise ApplyError("%s; %s" % (e, _roll_back(container, state["template"], new_template, render_timeout)))\n'
+        "    after = wait_settled(container, want, render_timeout)\n",
+        UNIT + "test_k3d_serverlb.py::test_apply_rolls_back_a_render_confd_accepts_but_nginx_never_runs"),
+    "k3d budget on only some UDP servers reported as budgeted": (
+        "plugins/module_utils/k3d_serverlb.py",
+        '"udp_session_budget": min(budgets) if len(budgets) == len(udp) and budgets else None,',
+        '"udp_session_budget": min(budgets) if budgets else None,',
+        UNIT + "test_k3d_serverlb.py::test_a_load_balancer_with_a_budget_on_only_some_udp_servers_is_not_budgeted"),
+    "nginx_proxy_protocol keeps a change whose post-reload probe failed": (
+        "plugins/modules/nginx_proxy_protocol.py",
+        "        if failed:\n            restore(module, changes)\n",
+        "        if failed:\n",
+        "tests/unit/plugins/modules/test_nginx_proxy_protocol.py"),
+    "socket proxy opens start, update and pause": (
+        "roles/autoheal/templates/socket-proxy.cfg.j2",
+        "/containers/[a-zA-Z0-9_.-]+/restart$",
+        "/containers/[a-zA-Z0-9_.-]+/(restart|start|update|pause)$",
+        "tests/unit/test_socket_proxy_policy.py"),
+    "ufw_connlimit counts an iptables connlimit rule without tcp-reset": (
+        "plugins/module_utils/ufw_connlimit.py",
+        'if port and above and "tcp-reset" in line:',
+        "if port and above:",
+        UNIT + "test_ufw_connlimit.py::test_a_connlimit_rule_that_does_not_reset_is_not_ours"),
+    "ufw_connlimit counts an nft connlimit rule without a reset": (
+        "plugins/module_utils/ufw_connlimit.py",
+        '    r"tcp dport (?P<port>\\d+)\\b.*?xt match \\"?connlimit\\"?.*?reject with tcp reset"\n'
+        '    r"|tcp dport (?P<port2>\\d+)\\b.*?ct count over (?P<count>\\d+).*?reject with tcp reset")',
+        '    r"tcp dport (?P<port>\\d+)\\b.*?xt match \\"?connlimit\\"?"\n'
+        '    r"|tcp dport (?P<port2>\\d+)\\b.*?ct count over (?P<count>\\d+)")',
+        UNIT + "test_ufw_connlimit.py::test_a_connlimit_rule_that_does_not_reset_is_not_ours"),
+    "keeper stays alive after an engine restart but never reconnects": (
+        "roles/k3d_serverlb/files/k3d-serverlb-keeper.py",
+        '                log("docker: %s: %s; reconnecting in 5 s" % (type(e).__name__, e))\n'
+        "                time.sleep(5)\n",
+        '                log("docker: %s: %s; reconnecting in 5 s" % (type(e).__name__, e))\n'
+        "                while True:\n"
+        "                    time.sleep(5)\n",
+        "tests/unit/test_k3d_serverlb_keeper.py"),
+    "demo proof: HTTPS+API probes count as clean with failures": (
+        "demo/proof.py",
+        'return m["ok"] > 0 and m["failed"] == 0',
+        'return m["ok"] > 0',
+        "tests/unit/test_demo_proof.py"),
+    "demo proof: the drain row is not checked after": (
+        "demo/proof.py",
+        'lambda m: m != DRAIN_WANT, lambda m: m == DRAIN_WANT),',
+        'lambda m: m != DRAIN_WANT, lambda m: True),',
+        "tests/unit/test_demo_proof.py"),
+}
+
+IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "output", "results", "build", "*.tar.gz")
+
+
+def pytest(copy, test):
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test],
+                          cwd=copy, capture_output=True, text=True, timeout=300, check=False)
+
+
+def main(names):
+    chosen = names or sorted(MUTATIONS)
+    unknown = [n for n in chosen if n not in MUTATIONS]
+    if unknown:
+        print("no such mutation: %s" % ", ".join(unknown))
+        return 2
+    survived = []
+    with tempfile.TemporaryDirectory(prefix="homelab-edge-mutations-") as tmp:
+        copy = os.path.join(tmp, "edge")
+        shutil.copytree(ROOT, copy, ignore=IGNORE, symlinks=True)
+        for name in chosen:
+            path, old, new, test = MUTATIONS[name]
+            target = os.path.join(copy, path)
+            with open(target) as f:
+                original = f.read()
+            if original.count(old) != 1:
+                print("STALE    %s: the text to mutate is not in %s once; update tests/mutations.py" % (name, path))
+                survived.append(name)
+                continue
+            t0 = time.time()
+            clean = pytest(copy, test)
+            with open(target, "w") as f:
+                f.write(original.replace(old, new))
+            try:
+                mutated = pytest(copy, test)
+            finally:
+                with open(target, "w") as f:
+                    f.write(original)
+            if clean.returncode != 0:
+                print("BROKEN   %s: %s fails without the mutation:\n%s" % (name, test, clean.stdout[-1500:]))
+                survived.append(name)
+            elif mutated.returncode == 0:
+                print("SURVIVED %s: %s passes with it" % (name, test))
+                survived.append(name)
+            else:
+                print("killed   %s (%s, %.1f s)" % (name, test.split("/")[-1], time.time() - t0))
+    print("%d of %d mutations killed" % (len(chosen) - len(survived), len(chosen)))
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

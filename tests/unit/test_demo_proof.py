@@ -1,0 +1,97 @@
+"""The demo's verdict (demo/proof.py): "proved" only when every row of
+"before" shows the failure it names and every row of "after" the fix. Each
+row is broken in turn, before and after, and the verdict must turn."""
+import copy
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "demo"))
+import proof  # noqa: E402
+
+WANT_OPEN_FILES = proof.K3D["k3d_serverlb_worker_rlimit_nofile"]
+FLOOR = proof.K3D["k3d_serverlb_worker_connections"]
+GOOD = {
+    "k3d": {
+        "before": {"dns": {"rate": 100, "sent": 2000, "answered": 534}, "alerts": 1520,
+                   "tcp_during_dns": {"ok": 18, "failed": 54},
+                   "hung_dns": {"rate": 1500, "alerts": 900, "tcp": {"ok": 3, "failed": 40}},
+                   "worker_connections": 1029, "worker_open_files": [1048576]},
+        "after": {"dns": {"rate": 300, "sent": 9000, "answered": 9000}, "alerts": 0,
+                  "tcp_during_dns": {"ok": 96, "failed": 0},
+                  "hung_dns": {"rate": 1500, "alerts": 0, "tcp": {"ok": 40, "failed": 0}},
+                  "worker_connections": FLOOR, "worker_open_files": [WANT_OPEN_FILES], "recreated_fixed_s": 0.1}},
+    "edge": {
+        "before": {"reset_at_vps": 0, "answered_429": 0, "answered_200": 150, "second_client": [200, 200, 200],
+                   "client_addresses": 1},
+        "after": {"reset_at_vps": proof.FLOOD_CONNECTIONS - proof.VPS_LIMIT,
+                  "answered_429": proof.VPS_LIMIT - proof.AMOUNT, "answered_200": proof.AMOUNT,
+                  "second_client": [200, 200, 200], "client_addresses": 2}},
+    "nas": {
+        "before": {"served_again_s": None, "health": "none", "drain": {"net.ipv4.tcp_abort_on_overflow": 0,
+                                                                       "net.ipv4.tcp_fin_timeout": 60},
+                   "flood_probes_pct": 100.0, "flood_healthy_after_s": 0},
+        "after": {"served_again_s": 31.7, "health": "healthy", "drain": dict(proof.DRAIN_WANT),
+                  "flood_probes_pct": 100.0, "flood_healthy_after_s": 0}},
+}
+
+# where the opposite phase's value is no break (no failure claimed before), a value that breaks the fix
+BROKEN_AFTER = {
+    "recreated_fixed_s": None, "second_client": [200, None, 200], "flood_probes_pct": 3.0,
+    "flood_healthy_after_s": None,
+}
+ROWS = [(part, measure, before is not None) for part, measure, label, before, after in proof.CLAIMS]
+
+
+def test_the_good_results_are_proved():
+    assert proof.proved(GOOD)
+
+
+@pytest.mark.parametrize("part, measure, claimed", ROWS, ids=["%s.%s" % r[:2] for r in ROWS])
+def test_a_row_whose_after_looks_like_before_or_broken_is_not_proved(part, measure, claimed):
+    bad = copy.deepcopy(GOOD)
+    bad[part]["after"][measure] = BROKEN_AFTER[measure] if measure in BROKEN_AFTER else GOOD[part]["before"][measure]
+    assert not proof.proved(bad)
+    del bad[part]["after"][measure]  # not measured is not proved either
+    assert not proof.proved(bad)
+
+
+@pytest.mark.parametrize("part, measure", [r[:2] for r in ROWS if r[2]], ids=["%s.%s" % r[:2] for r in ROWS if r[2]])
+def test_a_before_that_does_not_show_its_failure_is_not_proved(part, measure):
+    bad = copy.deepcopy(GOOD)
+    bad[part]["before"][measure] = GOOD[part]["after"][measure]
+    assert not proof.proved(bad)
+
+
+@pytest.mark.parametrize("part, measure, value", [
+    ("k3d", "tcp_during_dns", {"ok": 0, "failed": 120}),           # HTTPS+API down during the DNS load
+    ("k3d", "hung_dns", {"rate": 1500, "alerts": 0, "tcp": {"ok": 10, "failed": 5}}),
+    ("k3d", "hung_dns", {"rate": 1500, "alerts": 12, "tcp": {"ok": 40, "failed": 0}}),  # no budget
+    ("k3d", "worker_connections", 1029),                              # no floor
+    ("k3d", "worker_open_files", [1024]),                             # no worker_rlimit_nofile
+    ("k3d", "dns", {"rate": 300, "sent": 9000, "answered": 8999}),
+    ("k3d", "dns", {"rate": 300, "sent": 0, "answered": 0}),          # nothing sent proves nothing
+    ("nas", "health", "none"), ("nas", "health", "starting"),        # no health check, or never healthy
+    ("nas", "drain", {"net.ipv4.tcp_abort_on_overflow": 1, "net.ipv4.tcp_fin_timeout": 60}),  # tcp_drain broken
+    ("nas", "flood_probes_pct", 3.0),
+    ("edge", "answered_429", 0),
+])
+def test_the_failures_the_issue_names_are_not_proved(part, measure, value):
+    bad = copy.deepcopy(GOOD)
+    bad[part]["after"][measure] = value
+    assert not proof.proved(bad)
+
+
+def test_every_row_is_reported_with_its_verdict():
+    rows = proof.verdicts(GOOD)
+    assert len(rows) == len(proof.CLAIMS)
+    assert all(r["after_ok"] is True and r["before_ok"] in (True, None) for r in rows)
+
+
+def test_the_claims_read_the_lab_inventory_and_can_be_seen():
+    """Each expected count is positive: the flood exceeds the VPS's limit,
+    and what passes the VPS exceeds Traefik's amount (lab-nas sets 50)."""
+    assert 0 < proof.AMOUNT < proof.VPS_LIMIT < proof.FLOOD_CONNECTIONS
+    assert proof.DRAIN_WANT["net.ipv4.tcp_fin_timeout"] < 60  # below the kernel's default, or the row shows nothing

@@ -1,0 +1,77 @@
+"""The benchmark's DNS generator (tests/support/dnsgen.py, probes.dns_load):
+paced on an absolute schedule, a fresh source port per query, and a run that
+fell short of its plan is invalid. Against a tiny DNS responder on loopback."""
+import os
+import socket
+import struct
+import sys
+import threading
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import dnsgen  # noqa: E402
+import probes  # noqa: E402
+
+
+@pytest.fixture
+def responder():
+    """Answers every query with one A record; records the source ports."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    sources, done = [], threading.Event()
+
+    def serve():
+        while not done.is_set():
+            try:
+                data, peer = sock.recvfrom(512)
+            except socket.timeout:
+                continue
+            sources.append(peer[1])
+            answer = data[:2] + struct.pack(">HHHHH", 0x8180, 1, 1, 0, 0) + data[12:] + \
+                b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + bytes([10, 0, 0, 1])
+            sock.sendto(answer, peer)
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield sock.getsockname()[1], sources
+    done.set()
+    t.join(2)
+    sock.close()
+
+
+def test_a_paced_run_sends_its_plan_on_time_from_fresh_ports(responder):
+    port, sources = responder
+    r = dnsgen.run("127.0.0.1", [port], rate=200, seconds=1.0, timeout=1.0)
+    assert r["planned"] == r["sent"] == r["answered"] == 200 and r["valid"], r
+    assert 0.9 <= r["send_s"] <= 1.1
+    assert len(set(sources)) > 150  # a new source port (nearly) every query; the kernel may reuse a few
+
+
+def test_nobody_answering_is_a_valid_run_with_nothing_answered():
+    dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dead.bind(("127.0.0.1", 0))  # bound, never read: queries go unanswered
+    try:
+        r = dnsgen.run("127.0.0.1", [dead.getsockname()[1]], rate=100, seconds=0.5, timeout=0.3)
+    finally:
+        dead.close()
+    assert r["sent"] == 50 and r["answered"] == 0 and r["valid"]
+
+
+@pytest.mark.parametrize("planned, sent, send_s, seconds, valid", [
+    (1000, 1000, 10.0, 10, True),
+    (1000, 980, 10.0, 10, True),
+    (1000, 979, 10.0, 10, False),      # fell short of the plan
+    (1000, 1000, 11.0, 10, True),
+    (1000, 1000, 11.2, 10, False),     # overran its time
+])
+def test_validity(planned, sent, send_s, seconds, valid):
+    assert dnsgen.validity(planned, sent, send_s, seconds)[0] is valid
+
+
+def test_stop_ends_sending_early():
+    stop = threading.Event()
+    stop.set()
+    r = probes.dns_load("127.0.0.1", [9], rate=100, count=100, timeout=0.1, stop=stop)
+    assert r["sent"] == 0

@@ -1,0 +1,86 @@
+"""The keeper (roles/k3d_serverlb/files/k3d-serverlb-keeper.py) outlives the
+Docker engine: after the engine goes away it connects again, checks every
+load balancer and goes on reacting to k3d's events. A fake engine here; the
+Molecule k3d scenario restarts the real one."""
+import importlib.util
+import os
+import sys
+import types
+
+import pytest
+
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+KEEPER = os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py")
+
+
+class Stop(BaseException):
+    """Ends the keeper's endless loop in a test."""
+
+
+class Engine(object):
+    """Docker engines in the order the keeper connects to them: each lists
+    its load balancers and then either fails (the engine went away) or
+    sends its events."""
+
+    def __init__(self, sessions):
+        self.sessions = list(sessions)
+
+    def from_env(self):
+        if not self.sessions:
+            raise Stop()
+        running, events = self.sessions.pop(0)
+        client = types.SimpleNamespace(running=running)
+        client.containers = types.SimpleNamespace(get=lambda cid: types.SimpleNamespace(name=cid, status="running"))
+
+        def stream(**kw):
+            if isinstance(events, Exception):
+                raise events
+            return iter(events)
+        client.events = stream
+        return client
+
+
+@pytest.fixture
+def keeper(monkeypatch):
+    spec = importlib.util.spec_from_file_location("k3d_serverlb_keeper", KEEPER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.lb = lb
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) > 5:
+            raise Stop()
+    monkeypatch.setattr(mod.time, "sleep", sleep)
+    monkeypatch.setattr(mod, "log", lambda msg: None)
+    monkeypatch.setattr(lb, "find_load_balancers", lambda client, names, clusters, not_found: [
+        (name, types.SimpleNamespace(name=name, status="running"), False) for name in client.running])
+    monkeypatch.setattr(lb, "wanted", lambda container, names, clusters: True)
+    return mod
+
+
+def run(keeper, engine, monkeypatch):
+    fixed = []
+    k = keeper.Keeper(dict(lb.DEFAULTS))
+    monkeypatch.setattr(k, "fix", lambda container: fixed.append(container.name))
+    monkeypatch.setattr(keeper.threading, "Thread", lambda target, args, daemon: types.SimpleNamespace(
+        start=lambda: target(*args)))
+    monkeypatch.setitem(sys.modules, "docker", types.SimpleNamespace(
+        from_env=engine.from_env, errors=types.SimpleNamespace(NotFound=KeyError)))
+    with pytest.raises(Stop):
+        k.run()
+    return fixed
+
+
+def test_after_the_engine_goes_away_the_keeper_connects_again_checks_and_reacts(keeper, monkeypatch):
+    engine = Engine([
+        (["k3d-a-serverlb"], ConnectionError("engine stopped")),           # before the restart
+        (["k3d-a-serverlb", "k3d-b-serverlb"],                               # after it
+         [{"id": "k3d-b-serverlb", "Action": "start"}]),                     # k3d recreated one
+    ])
+    fixed = run(keeper, engine, monkeypatch)
+    # only a keeper that reconnected can have checked both again and reacted to the new start
+    assert fixed == ["k3d-a-serverlb", "k3d-a-serverlb", "k3d-b-serverlb", "k3d-b-serverlb"]
