@@ -88,7 +88,7 @@ build() {
 }
 
 # Development files that must never ship in the tarball (galaxy.yml's build_ignore)
-DEV_FILES='^(Makefile|ansible\.cfg|\.ansible-lint|\.config/|\.ci/|\.gitignore|requirements-[a-z]+\.txt|site\.yml|tests/run\.sh|tests/support/|tests/output/|inventories/lab/|molecule/|lab/|demo/|benchmarks/|ee/|docs/build/)'
+DEV_FILES='^(Makefile|ansible\.cfg|\.ansible-lint|\.config/|\.ci/|\.gitignore|requirements-[a-z]+\.txt|site\.yml|tests/run\.sh|tests/mutations\.py|tests/support/|tests/output/|inventories/lab/|molecule/|lab/|demo/|benchmarks/|ee/|docs/build/)'
 
 tarball() { # output dir -> builds the collection there, prints the tarball's path
   ansible-galaxy collection build --force --output-path "$1" >/dev/null && ls "$1"/homelab-edge-*.tar.gz
