@@ -83,9 +83,8 @@ def container_cpu_s(container):
     return None
 
 
-def proxy_pids(ports):
-    """docker-proxy processes relaying the given host ports."""
-    pids = []
+def processes():
+    """(pid, argv) of every process this one can read."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -94,10 +93,14 @@ def proxy_pids(ports):
                 argv = f.read().decode("utf-8", "replace").split("\0")
         except OSError:
             continue
-        if argv and argv[0].endswith("docker-proxy") and "-host-port" in argv:
-            if int(argv[argv.index("-host-port") + 1]) in ports:
-                pids.append(int(pid))
-    return pids
+        if argv[0]:
+            yield int(pid), argv
+
+
+def proxy_pids(ports):
+    """docker-proxy processes relaying the given host ports."""
+    return [pid for pid, argv in processes() if os.path.basename(argv[0]) == "docker-proxy" and "-host-port" in argv
+            and int(argv[argv.index("-host-port") + 1]) in ports]
 
 
 def pids_cpu_s(pids):
@@ -119,15 +122,7 @@ def engine_pids():
     """The Docker engine's processes: they carry the load balancer's logs
     (a line per refused session under a hung DNS server), so they belong to
     the system under test, not beside the generator."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open("/proc/%s/comm" % pid) as f:
-                if f.read().strip() in ENGINE:
-                    pids.append(int(pid))
-        except (OSError, ValueError):
-            continue
-    return pids
+    return [pid for pid, argv in processes() if os.path.basename(argv[0]) in ENGINE]
 
 
 def set_affinity(pids, cpus):
@@ -144,7 +139,7 @@ def set_affinity(pids, cpus):
                 pass
 
 
-def pin_system(client, containers, pids, cpus):
+def pin_system(containers, pids, cpus):
     if not cpus:
         return
     spec = ",".join(str(c) for c in sorted(cpus))
@@ -159,7 +154,7 @@ def step(client, target, rate, seconds, pin, tcp=None, lb_container=None):
     parts = {"load balancer": target.get("lb"), "DNS server": target["dns_server"]}
     # docker-proxy starts anew with its container: find and pin this step's
     proxies = proxy_pids(target["proxy_ports"])
-    pin_system(client, [], proxies, pin["system"] if pin else None)
+    pin_system([], proxies, pin["system"] if pin else None)
     before = dict((k, container_cpu_s(c)) for k, c in parts.items() if c is not None)
     proxy0 = pids_cpu_s(proxies)
     prober = probes.Prober(tcp) if tcp else None
@@ -183,10 +178,9 @@ def step(client, target, rate, seconds, pin, tcp=None, lb_container=None):
 def fresh(client, cluster):
     """Restart the load balancer: no sessions left from the step before (a
     stock one keeps them 600 s)."""
-    client.containers.get(k3d.lb_name(cluster)).restart(timeout=2)
-    c = k3d.wait_serving(client, cluster)
+    c = k3d.restart_lb(client, cluster)
     time.sleep(1)
-    return client.containers.get(c.name)
+    return c
 
 
 def address(container):
@@ -216,14 +210,13 @@ def say_step(label, path, r):
 
 
 def configure(client, name, cluster):
-    c = client.containers.get(k3d.lb_name(cluster))
     if name == "seed's fix":
+        c = client.containers.get(k3d.lb_name(cluster))
         lb.replace_file(c, lb.TEMPLATE_PATH, lb_check.seeds_fix(lb_check.read(c, lb.TEMPLATE_PATH)))
         lb.render(c, 30)
     elif name == "homelab.edge":
         apply_role([cluster], keeper=False)
     time.sleep(2)
-    return c
 
 
 def apply_role(clusters, keeper=False):
@@ -269,8 +262,7 @@ def dns_part(client, result):
         for name, cluster, base in CONFIGS:
             where[name] = targets(client, cluster, base)
             t = where[name]
-            pin_system(client, [t["published"]["lb"], t["published"]["dns_server"]], [],
-                       pin["system"] if pin else None)
+            pin_system([t["published"]["lb"], t["published"]["dns_server"]], [], pin["system"] if pin else None)
         if pin:  # this process probes HTTPS and the API: on the generator's side too
             os.sched_setaffinity(0, pin["generator"])
             set_affinity(engine_pids(), pin["system"])
@@ -292,12 +284,8 @@ def dns_part(client, result):
             for name, cluster, base in CONFIGS:
                 lbc = fresh(client, cluster)
                 t = dict(where[name]["published"], lb=lbc)
-                server = client.containers.get(k3d.server_name(cluster))
-                server.exec_run(["pkill", "-STOP", "-x", "dnsmasq"])
-                try:
+                with k3d.dns_server_hung(client, cluster):
                     r = step(client, t, rate, STEP_S, pin, tcp=t["tcp"], lb_container=lbc)
-                finally:
-                    server.exec_run(["pkill", "-CONT", "-x", "dnsmasq"])
                 r.update(config=name, path="published", dns_server="hung (SIGSTOP)")
                 hung_steps.append(r)
                 say_step(name + " hung", "published", r)
@@ -368,12 +356,8 @@ def capped_part(client, result, cap=1024):
         t = targets(client, cluster, base)["published"]
         seed = step(client, t, 300, 30, pinning(), tcp=t["tcp"], lb_container=c)
         c = fresh(client, cluster)
-        server = client.containers.get(k3d.server_name(cluster))
-        server.exec_run(["pkill", "-STOP", "-x", "dnsmasq"])
-        try:
+        with k3d.dns_server_hung(client, cluster):
             stuck = step(client, dict(t, lb=c), 1500, 30, pinning(), tcp=t["tcp"], lb_container=c)
-        finally:
-            server.exec_run(["pkill", "-CONT", "-x", "dnsmasq"])
         exceed = [ln for ln in c.logs().decode("utf-8", "replace").splitlines() if "exceed open file" in ln]
     finally:
         k3d.delete(cluster)

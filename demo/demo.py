@@ -49,16 +49,10 @@ def k3d_measure(client, rate, count):
 def k3d_hung(client, rate=1500, count=15000):
     """The DNS server hung (SIGSTOP) under `rate` new sessions/s, on a load
     balancer restarted first (no sessions left from the measure before)."""
-    lbc = client.containers.get(k3d.lb_name("lab"))
-    lbc.restart(timeout=2)
-    k3d.wait_serving(client, "lab")
-    server = client.containers.get(k3d.server_name("lab"))
+    lbc = k3d.restart_lb(client, "lab")
     ep = k3d.endpoints(BASE)
-    server.exec_run(["pkill", "-STOP", "-x", "dnsmasq"])
-    try:
+    with k3d.dns_server_hung(client, "lab"):
         dns, tcp, alerts = probes.dns_under_load(lbc, "127.0.0.1", ep["dns"], [ep["https"], ep["api"]], rate, count)
-    finally:
-        server.exec_run(["pkill", "-CONT", "-x", "dnsmasq"])
     return {"hung_dns": {"rate": rate, "alerts": alerts, "tcp": tcp}}
 
 
@@ -76,13 +70,6 @@ def k3d_recreate(client):
     return None
 
 
-def get(container, address, name="site"):
-    out = subprocess.run(["docker", "exec", container, "curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "-m", "10",
-                          "--resolve", "%s.nas.lab:443:%s" % (name, address), "https://%s.nas.lab/" % name],
-                         capture_output=True, text=True, check=False)
-    return int(out.stdout) if out.stdout.isdigit() else None
-
-
 def edge_measure(client, lab):
     """150 connections at once from client1 through the VPS to the NAS;
     client2 asks the same site meanwhile; what Traefik saw."""
@@ -90,7 +77,7 @@ def edge_measure(client, lab):
     flood = probes.https_flood(client.containers.get("lab-client1"), lab["vps_wan"], "/slower",
                                proof.FLOOD_CONNECTIONS, 443, "site.nas.lab")
     time.sleep(3)
-    second = [get("lab-client2", lab["vps_wan"]) for dummy in range(3)]
+    second = [probes.https_status("lab-client2", lab["vps_wan"]) for dummy in range(3)]
     counts = flood.result()
     log = subprocess.run(["docker", "exec", "lab-nas", "docker", "logs", "--since", str(since), "traefik"],
                          capture_output=True, text=True, check=False).stdout
@@ -102,7 +89,7 @@ def edge_measure(client, lab):
 
 def drain():
     """The drain sysctls as they are live in Traefik's network namespace."""
-    pid = outage.nas("docker", "inspect", "-f", "{{.State.Pid}}", "traefik").stdout.strip()
+    pid = str(outage.traefik_pid())
     out = {}
     for key in sorted(proof.DRAIN_WANT):
         value = outage.nas("nsenter", "-t", pid, "-n", "cat", "/proc/sys/" + key.replace(".", "/")).stdout.strip()

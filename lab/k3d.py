@@ -16,6 +16,7 @@ random ports on 127.0.0.1 (k3d maps the same ports on the load balancer).
 """
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -115,6 +116,31 @@ def wait_serving(client, cluster, timeout=60):
             pass
         time.sleep(0.3)
     raise RuntimeError("%s does not serve after %ss" % (lb_name(cluster), timeout))
+
+
+def restart_lb(client, cluster):
+    """Restart the cluster's load balancer (it forgets every session) and
+    return it once nginx serves again."""
+    client.containers.get(lb_name(cluster)).restart(timeout=2)
+    return wait_serving(client, cluster)
+
+
+@contextlib.contextmanager
+def dns_server_hung(client, cluster):
+    """The cluster's DNS server (dnsmasq in the server node) stopped with
+    SIGSTOP inside the block - running, answering nothing - and resumed
+    after it, also when the block fails."""
+    server = client.containers.get(server_name(cluster))
+
+    def signal(name):
+        rc, out = server.exec_run(["pkill", "-%s" % name, "-x", "dnsmasq"])
+        if rc != 0:
+            raise RuntimeError("pkill -%s dnsmasq in %s: rc=%s %s" % (name, server.name, rc, out))
+    signal("STOP")
+    try:
+        yield server
+    finally:
+        signal("CONT")
 
 
 def main(argv=None):

@@ -21,7 +21,7 @@ import resource
 import probes
 
 MIN_SENT_SHARE = 0.98
-MAX_OVERRUN = 1.10
+MAX_OVERRUN = probes.SEND_OVERRUN
 
 
 def validity(planned, sent, send_s, seconds):
@@ -37,7 +37,7 @@ def validity(planned, sent, send_s, seconds):
 def _run(host, ports, rate, seconds, timeout):
     planned = int(round(rate * seconds))
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    r = probes.dns_load(host, ports, rate, planned, timeout=timeout, limit_s=MAX_OVERRUN * seconds + 0.5)
+    r = probes.dns_load(host, ports, rate, planned, timeout=timeout)
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     valid, why = validity(planned, r["sent"], r["send_s"], seconds)
     return {"rate": rate, "seconds": seconds, "planned": planned, "sent": r["sent"], "answered": r["answered"],

@@ -160,6 +160,7 @@ def summarize(t0, flood_start, flood_end, samples, probe_rows, wrk_outputs):
         return all(row.get("%s_sent" % t, 0) == row.get("%s_ok" % t, 0) for t in ("site", "auth"))
 
     during = [p for p in probe_rows if flood_start <= p["t"] <= flood_end]
+    served_during = sum(1 for p in during if served(p))
     outage = [r["t"] for r in rows if start <= r["t"] <= end and not healthy(r)]
     recovered = None
     for r in rows:
@@ -171,8 +172,8 @@ def summarize(t0, flood_start, flood_end, samples, probe_rows, wrk_outputs):
             break
     return {"seconds": rows, "flood": [start, end],
             "summary": {"probes_during_flood": len(during),
-                        "probes_answered_during_flood": sum(1 for p in during if served(p)),
-                        "probes_answered_pct": round(100.0 * sum(1 for p in during if served(p)) / max(1, len(during)), 1),
+                        "probes_answered_during_flood": served_during,
+                        "probes_answered_pct": round(100.0 * served_during / max(1, len(during)), 1),
                         "probe_codes": probe_codes(during),
                         "probe_codes_after_flood": probe_codes([p for p in probe_rows if p["t"] > flood_end]),
                         "seconds_with_failed_probes_during_flood": len(outage),
@@ -184,20 +185,14 @@ def summarize(t0, flood_start, flood_end, samples, probe_rows, wrk_outputs):
                         "flood": dict((k, sum(wrk_counts(o)[k] for o in wrk_outputs)) for k in wrk_counts(""))}}
 
 
-def lan_get(address, name="site"):
-    """HTTP status of https://<name>.nas.lab/ from the LAN client (None: no answer)."""
-    out = sh("docker", "exec", PROBER, "curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "-m", "10",
-             "--resolve", "%s.nas.lab:443:%s" % (name, address), "https://%s.nas.lab/" % name, check=False)
-    return int(out.stdout) if out.stdout.isdigit() and out.stdout != "000" else None
-
-
-def nas(*a):
-    return subprocess.run(["docker", "exec", "lab-nas"] + list(a), capture_output=True, text=True, check=False)
+def nas(*argv):
+    """A command on the NAS's console (docker exec), never raising."""
+    return sh("docker", "exec", NAS, *argv, check=False)
 
 
 def health():
     return nas("docker", "inspect", "-f", "{{if .State.Health}}{{.State.Health.Status}}{{end}}",
-               "traefik").stdout.strip() or "none"
+               TRAEFIK).stdout.strip() or "none"
 
 
 def wedge(address, seconds, healthy_within=60):
@@ -205,18 +200,18 @@ def wedge(address, seconds, healthy_within=60):
     until it serves again (None: not within `seconds`), then its health
     check, given `healthy_within` seconds to turn healthy. `address`: the
     NAS on the LAN."""
-    started = nas("docker", "inspect", "-f", "{{.State.StartedAt}}", "traefik").stdout
+    started = nas("docker", "inspect", "-f", "{{.State.StartedAt}}", TRAEFIK).stdout
     t0 = time.time()
-    nas("docker", "kill", "-s", "STOP", "traefik")
+    nas("docker", "kill", "-s", "STOP", TRAEFIK)
     healed = None
     while time.time() - t0 < seconds:
-        if nas("docker", "inspect", "-f", "{{.State.StartedAt}}", "traefik").stdout != started and \
-                lan_get(address) == 200:
+        if nas("docker", "inspect", "-f", "{{.State.StartedAt}}", TRAEFIK).stdout != started and \
+                probes.https_status(PROBER, address) == 200:
             healed = round(time.time() - t0, 1)
             break
         time.sleep(0.5)
     if healed is None:
-        nas("docker", "kill", "-s", "CONT", "traefik")
+        nas("docker", "kill", "-s", "CONT", TRAEFIK)
     status = health()
     t1 = time.time()
     while status not in ("healthy", "none") and time.time() - t1 < healthy_within:

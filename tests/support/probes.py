@@ -14,6 +14,7 @@ import shlex
 import socket
 import ssl
 import struct
+import subprocess
 import tarfile
 import threading
 import time
@@ -34,6 +35,7 @@ def _open_file_room():
 
 
 MAX_PENDING = _open_file_room()
+SEND_OVERRUN = 1.10  # dns_load stops sending at the planned time x this (+ 0.5 s)
 
 
 def dns_query_packet(qid, name=QNAME):
@@ -55,7 +57,8 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
     source port, so a new nginx session), alternating over `ports`, on an
     absolute schedule: query i is due at start + i/rate, the clock read
     before every burst. Stops sending at limit_s (default: the planned time
-    x 1.1 + 0.5 s), or when `stop` is set; then waits `timeout` for replies.
+    x SEND_OVERRUN + 0.5 s), or when `stop` is set; then waits `timeout` for
+    replies.
 
     Returns dict(planned, sent, answered, failed, send_errors, send_s,
     seconds). tests/support/dnsgen.py runs it pinned and says when it fell
@@ -65,7 +68,7 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
     pending = {}  # sock -> (qid, deadline), in the order sent
     sent = answered = failed = errors = 0
     start = last_send = time.monotonic()
-    stop_sending = start + (limit_s if limit_s else 1.1 * count / float(rate) + 0.5)
+    stop_sending = start + (limit_s if limit_s else SEND_OVERRUN * count / float(rate) + 0.5)
     while True:
         now = time.monotonic()
         if stop is not None and stop.is_set():
@@ -81,13 +84,10 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
                     s.sendto(dns_query_packet(qid), (host, ports[sent % len(ports)]))
                     sel.register(s, selectors.EVENT_READ)
                     pending[s] = (qid, time.monotonic() + timeout)
-                except OSError:
+                except OSError:  # nothing is registered yet: pending[s] is the try's last step
                     errors += 1
                     failed += 1
                     if s is not None:
-                        if s in pending:
-                            pending.pop(s)
-                            sel.unregister(s)
                         s.close()
                 sent += 1
                 last_send = time.monotonic()
@@ -121,6 +121,15 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
         failed += 1
     return {"planned": count, "sent": sent, "answered": answered, "failed": failed, "send_errors": errors,
             "send_s": round(last_send - start, 2), "seconds": round(time.monotonic() - start, 2)}
+
+
+def https_status(container, address, name="site", port=443):
+    """HTTP status of https://<name>.nas.lab/ asked from inside `container`
+    (curl, resolved to `address`); None when nothing answered."""
+    out = subprocess.run(["docker", "exec", container, "curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "-m", "10",
+                          "--resolve", "%s.nas.lab:%d:%s" % (name, port, address),
+                          "https://%s.nas.lab:%d/" % (name, port)], capture_output=True, text=True, check=False)
+    return int(out.stdout) if out.stdout.isdigit() and int(out.stdout) else None
 
 
 def dns_max_sequential(host, port, seconds, timeout=1.0):
