@@ -45,6 +45,26 @@ MUTATIONS = {
         "        if failed:\n            restore(module, changes)\n",
         "        if failed:\n",
         "tests/unit/plugins/modules/test_nginx_proxy_protocol.py"),
+    "YAML editor: an alias shares the change meant for its anchor": (
+        "plugins/module_utils/text_edit.py",
+        "    out = unshared(doc) if doc else {}",
+        "    out = copy.deepcopy(doc) if doc else {}",
+        UNIT + "test_yaml_text.py::test_every_yaml_style_is_changed_correctly_or_refused_clearly"),
+    "YAML editor: a list at its key's indent ends at the key": (
+        "plugins/module_utils/yaml_text.py",
+        "                if not (same_indent_list and _indent(line) == indent and _is_item(line)):",
+        "                if True:",
+        UNIT + "test_yaml_text.py::test_a_list_at_the_indent_of_its_key_gets_the_item_at_that_indent"),
+    "TOML editor: a dotted-key table reopened with a header": (
+        "plugins/module_utils/toml_text.py",
+        "                    return False  # defined by dotted keys",
+        "                    pass",
+        UNIT + "test_toml_text.py::test_every_toml_style_is_changed_correctly_or_refused_clearly"),
+    "Traefik bound: counts routers that do not run the middleware": (
+        "plugins/module_utils/traefik_inflight.py",
+        "                     and middleware_ref in (r.get(\"middlewares\") or [])",
+        "                     and True",
+        UNIT + "test_traefik_inflight.py::test_the_per_client_bound_is_amount_times_the_limited_routers"),
     "socket proxy opens start, update and pause": (
         "roles/autoheal/templates/socket-proxy.cfg.j2",
         "/containers/[a-zA-Z0-9_.-]+/restart$",

@@ -11,7 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.homelab.edge.plugins.module_utils.traefik import is_blind
+from ansible_collections.homelab.edge.plugins.module_utils.traefik_inflight import bound_text, is_blind
 
 DRAIN_GOOD = {"net.ipv4.tcp_fin_timeout": 30, "net.ipv4.tcp_abort_on_overflow": 1}
 
@@ -143,8 +143,14 @@ def vps(host, ufw, sig, limit, ports):
     return out
 
 
-def nas(host, sig, traefik_name, proxy_trusted):
+def nas(host, sig, traefik_name, proxy_trusted, bound=None):
     out = []
+    if bound and bound.get("routers") and not bound.get("within", True):
+        out.append(finding(host, "one client can hold %d requests in flight on %s" % (bound["bound"], traefik_name),
+                           "Traefik's API: %s" % bound_text(dict(bound, within=True)),
+                           "inFlightReq is one limiter per router: amount x routers, above %d" % bound["max"],
+                           "lower traefik_inflight_amount, or bound HTTP/2 streams (traefik_inflight_http2_max_streams) "
+                           "behind the VPS's per-IP connection limit (nas tag)", traefik_name))
     sig = sig or {}
     unhealthy = sig.get("unhealthy") or []
     heal = sig.get("autoheal")
@@ -261,7 +267,7 @@ def way_in(host, access, reverts):
 
 def diagnose(hosts, window):
     """hosts: {name: {"k3d": [..], "ufw": {..}, "signals": {..}, "limit": n, "ports": [..],
-    "traefik": name, "proxy_trusted": bool, "containers": [..]}} -> findings."""
+    "traefik": name, "proxy_trusted": bool, "bound": {..}, "containers": [..]}} -> findings."""
     found = []
     for host, s in sorted(hosts.items()):
         if s.get("k3d") is not None:
@@ -270,7 +276,7 @@ def diagnose(hosts, window):
             found += vps(host, s.get("ufw"), s.get("signals"), s["limit"], s.get("ports") or [])
             found += way_in(host, s.get("access"), s.get("reverts"))
         if s.get("role") == "nas":
-            found += nas(host, s.get("signals"), s.get("traefik"), s.get("proxy_trusted"))
+            found += nas(host, s.get("signals"), s.get("traefik"), s.get("proxy_trusted"), s.get("bound"))
         if s.get("role") in ("vps", "nas"):
             found += host_common(host, s.get("signals"), s.get("containers") or [])
     return found + shared_causes(found)

@@ -102,7 +102,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import signals
-from ansible_collections.homelab.edge.plugins.module_utils import traefik as tr
+from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as tr
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
 
 C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")

@@ -83,3 +83,21 @@ def test_the_example_inventory_shows_the_defaults(path):
         if not templated(defaults[key]) and not example:
             assert value == defaults[key], "%s: %s is %r, shown as %r" % (
                 os.path.basename(path), key, defaults[key], value)
+
+
+# the role's variable -> the module's option, where the role passes its default through
+TRAEFIK_OPTIONS = {"name": "name", "amount": "amount", "source": "source", "ip_depth": "ip_depth",
+                   "excluded_ips": "excluded_ips", "header": "header", "entrypoints": "entrypoints",
+                   "dynamic_dir_in_container": "dynamic_dir", "http2_max_streams": "http2_max_streams",
+                   "client_bound_max": "client_bound_max", "verify": "verify", "verify_timeout": "verify_timeout"}
+
+
+def test_the_traefik_module_and_role_share_their_defaults():
+    role = load("roles", "traefik_inflight", "defaults", "main.yml")
+    options = module_options("traefik_inflight")
+    for var, option in TRAEFIK_OPTIONS.items():
+        assert role["traefik_inflight_" + var] == options[option]["default"], var
+    with open(os.path.join(ROOT, "roles", "traefik_inflight", "tasks", "main.yml")) as f:
+        tasks = f.read()
+    for var, option in TRAEFIK_OPTIONS.items():
+        assert "        %s: \"{{ traefik_inflight_%s }}\"" % (option, var) in tasks, var

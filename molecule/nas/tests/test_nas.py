@@ -1,7 +1,9 @@
-"""The NAS as its admin runs it: three hand-written Traefiks (v3 with a
-provider file, v2 with a provider directory, v3 with flags), changed in place
-by the role over SSH with sudo; the real autoheal and socket proxy against a
+"""The NAS as its admin runs it: five hand-written Traefiks (v3 with a
+provider file, v2 with a provider directory, v3 with flags, v3 with the Docker
+provider and labels and traefik.yml mounted alone and .env, v2 with TOML),
+changed in place by the role over SSH with sudo; the real autoheal and socket proxy against a
 real wedge. The NAS is read from outside (its console: docker exec)."""
+import base64
 import difflib
 import json
 import os
@@ -32,7 +34,14 @@ VARIANTS = {
                                    "/srv/traefik-b/config/dynamic/middlewares.yml")]),
     "nas-c": ("traefik-c", 10443, [("flags/compose.yml", "/srv/traefik-c/compose.yml"),
                                    ("flags/dynamic/routes.yml", "/srv/traefik-c/dynamic/routes.yml")]),
+    "nas-d": ("traefik-d", 11443, [("docker/traefik.yml", "/srv/traefik-d/traefik.yml"),
+                                   ("docker/compose.yml", "/srv/traefik-d/compose.yml"),
+                                   ("docker/.env", "/srv/traefik-d/.env")]),
+    "nas-e": ("traefik-e", 12443, [("toml/traefik.toml", "/srv/traefik-e/traefik.toml"),
+                                   ("toml/dynamic/routes.toml", "/srv/traefik-e/dynamic/routes.toml"),
+                                   ("toml/compose.yml", "/srv/traefik-e/compose.yml")]),
 }
+PROJECTS = " ".join("/srv/%s" % v[0] for v in VARIANTS.values())
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +81,8 @@ def text(out):
 
 def nas_files():
     """Every file of every user's Traefik project, as it is now (content and links)."""
-    return NAS.check_output("find /srv/traefik-a /srv/traefik-b /srv/traefik-c ! -name '*~' -type f -o -type l "
-                            "| sort | xargs -r sh -c 'for f; do echo \"== $f $(readlink $f)\"; cat $f; done' x")
+    return NAS.check_output("find %s ! -name '*~' -type f -o -type l | sort "
+                            "| xargs -r sh -c 'for f; do echo \"== $f $(readlink $f)\"; cat $f; done' x" % PROJECTS)
 
 
 @pytest.mark.parametrize("host", sorted(VARIANTS))
@@ -108,12 +117,13 @@ def test_the_single_provider_file_moved_into_the_directory_and_is_linked_back():
 def test_each_traefik_runs_the_middleware_per_client_ip_in_its_own_version():
     for host, (container, port, dummy) in VARIANTS.items():
         version = inner("exec", container, "traefik", "version")
-        assert ("Version:      2.11" in version) == (host == "nas-b")
+        assert ("Version:      2.11" in version) == (host in ("nas-b", "nas-e"))
+        provider = "docker" if host == "nas-d" else "file"
         routers = json.loads(inner("exec", container, "wget", "-q", "-O", "-", "http://127.0.0.1:9099/api/http/routers"))
         # (a router without entryPoints is split by Traefik into websecure-<name>, which gets the
         # entrypoint's middlewares, and <name> for the other entrypoints: here the role's loopback API one)
         public = [r for r in routers if "websecure" in r["using"]]
-        assert sorted(r["name"].replace("websecure-", "") for r in public) == ["auth@file", "site@file"]
+        assert sorted(r["name"].replace("websecure-", "") for r in public) == ["auth@" + provider, "site@" + provider]
         assert all(r["status"] == "enabled" and r["middlewares"][0] == "inflight-limit@file" for r in public)
     mw = json.loads(inner("exec", "traefik-b", "wget", "-q", "-O", "-",
                           "http://127.0.0.1:9099/api/http/middlewares/inflight-limit@file"))
@@ -127,7 +137,7 @@ def backend_active():
     return int(out.split("Writing:")[1].split()[0]) - 1  # the status request itself
 
 
-@pytest.mark.parametrize("host, n", [("nas-a", 500), ("nas-b", 450)])
+@pytest.mark.parametrize("host, n", [("nas-a", 500), ("nas-b", 450), ("nas-d", 450), ("nas-e", 420)])
 def test_a_flood_from_one_address_gets_429_beyond_the_amount_while_another_is_served(client, host, n):
     dummy, port, dummy2 = VARIANTS[host]
     flood = probes.https_flood(client.containers.get("nas-client1"), nas_ip(), "/slower", n, port, "site.nas.lab")
@@ -192,44 +202,168 @@ def test_a_static_config_that_does_not_parse_changes_nothing():
 
 
 def test_traefik_started_by_docker_run_with_flags_gets_the_exact_flags_to_add():
-    inner("run", "-d", "--name", "traefik-d", "--network", "web", "-v", "/srv/traefik-c/dynamic:/etc/traefik/dynamic",
+    inner("run", "-d", "--name", "traefik-run", "--network", "web", "-v", "/srv/traefik-c/dynamic:/etc/traefik/dynamic",
           "homelab-edge/nas:lab", "--entrypoints.websecure.address=:443", "--providers.file.directory=/etc/traefik/dynamic")
     try:
-        out = role("nas-c", {"traefik_inflight_container": "traefik-d"})
+        out = role("nas-c", {"traefik_inflight_container": "traefik-run"})
         t = text(out)
         assert out.returncode != 0 and "was started with docker run" in t
         assert "--entrypoints.websecure.http.middlewares=inflight-limit@file" in t and "--ping=true" in t
         assert "nothing was changed" in t
     finally:
-        inner("rm", "-f", "traefik-d")
+        inner("rm", "-f", "traefik-run")
 
 
 def test_a_dynamic_file_mounted_alone_is_refused_before_anything_changes():
-    inner("run", "-d", "--name", "traefik-e", "--network", "web",
+    inner("run", "-d", "--name", "traefik-single", "--network", "web",
           "-v", "/srv/traefik-a/config/dynamic/dynamic.yml:/etc/traefik/dynamic.yml:ro",
           "homelab-edge/nas:lab", "--entrypoints.websecure.address=:443", "--providers.file.filename=/etc/traefik/dynamic.yml")
     try:
         before = nas_files()
-        out = role("nas-c", {"traefik_inflight_container": "traefik-e"})
-        assert out.returncode != 0 and "not visible inside traefik-e" in text(out), text(out)[-1500:]
+        out = role("nas-c", {"traefik_inflight_container": "traefik-single"})
+        assert out.returncode != 0 and "not visible inside traefik-single" in text(out), text(out)[-1500:]
         assert nas_files() == before
     finally:
-        inner("rm", "-f", "traefik-e")
+        inner("rm", "-f", "traefik-single")
 
 
-def test_a_change_traefik_rejects_is_rolled_back_and_every_route_still_answers():
+@pytest.mark.parametrize("host", ["nas-a", "nas-d", "nas-e"])
+def test_a_change_traefik_rejects_is_rolled_back_and_every_route_still_answers(host):
     """A change that passes every check before it is made, but that Traefik
     does not accept (an excluded IP that is no IP): its API shows the routers
     disabled; the role puts everything back and says why."""
+    port = VARIANTS[host][1]
     before = nas_files()
-    out = role("nas-a", {"traefik_inflight_excluded_ips": ["not-an-ip"]})
+    out = role(host, {"traefik_inflight_excluded_ips": ["not-an-ip"]})
     t = text(out)
     assert out.returncode != 0 and "The change was rolled back" in t, t[-3000:]
-    assert "site@file" in t or "inflight-limit@file" in t
+    assert "site@" in t or "inflight-limit@file" in t
     assert nas_files() == before
     time.sleep(3)  # the file provider's watch
     for name in ("site", "auth"):
-        assert get(443, name)[0] == 200
+        assert get(port, name)[0] == 200
+
+
+def put_back_as_they_wrote_it(host):
+    """The user's project as prepare.yml left it (their files only), Traefik re-created on it."""
+    container, port, files = VARIANTS[host]
+    project = "/srv/" + container
+    inner("compose", "--project-directory", project, "-f", project + "/compose.yml", "down", "-t", "1")
+    NAS.check_output("rm -rf %s/dynamic" % project if host == "nas-d" else "true")
+    for repo, path in files:
+        with open(os.path.join(USER, repo), "rb") as f:
+            NAS.check_output("echo %s | base64 -d > %s" % (base64.b64encode(f.read()).decode(), path))
+    inner("compose", "--project-directory", project, "-f", project + "/compose.yml", "up", "-d")
+    t0 = time.time()
+    while time.time() - t0 < 30 and get(port, "site")[0] != 200:
+        time.sleep(1)
+
+
+def test_the_first_change_to_a_docker_provider_traefik_is_rolled_back_with_its_new_mount():
+    """The whole first change (a directory mount and a file provider added,
+    Traefik re-created from compose with its .env) rejected by Traefik: the
+    compose file, traefik.yml and the mounts are as they were, re-created
+    again, every label route answers."""
+    put_back_as_they_wrote_it("nas-d")
+    assert [get(11443, name)[0] for name in ("site", "auth")] == [200, 200]
+    before = nas_files()
+    out = role("nas-d", {"traefik_inflight_excluded_ips": ["not-an-ip"]})
+    t = text(out)
+    assert out.returncode != 0 and "The change was rolled back" in t, t[-3000:]
+    assert nas_files() == before
+    mounts = json.loads(inner("inspect", "-f", "'{{json .Mounts}}'", "traefik-d"))
+    assert "/etc/traefik/dynamic" not in [m["Destination"] for m in mounts]
+    assert [get(11443, name)[0] for name in ("site", "auth")] == [200, 200]
+    out = role("nas-d")
+    assert out.returncode == 0, text(out)[-3000:]
+
+
+def test_the_docker_provider_traefik_reads_the_middleware_from_a_new_directory_mount_and_keeps_its_env():
+    mounts = dict((m["Destination"], m["Source"]) for m in json.loads(
+        inner("inspect", "-f", "'{{json .Mounts}}'", "traefik-d")))
+    assert mounts["/etc/traefik/dynamic"] == "/srv/traefik-d/dynamic"
+    assert mounts["/etc/traefik/traefik.yml"] == "/srv/traefik-d/traefik.yml"
+    compose = NAS.file("/srv/traefik-d/compose.yml").content_string
+    assert "    image: homelab-edge/nas:${NAS_TAG}   # stands for traefik:${TRAEFIK_VERSION}\n" in compose
+    assert "      - ./dynamic:/etc/traefik/dynamic:ro\n" in compose
+    labels = json.loads(inner("inspect", "-f", "'{{json .Config.Labels}}'", "traefik-d"))
+    assert labels["com.docker.compose.project"] == "traefik-d"
+    assert inner("inspect", "-f", "{{.Config.Image}}", "traefik-d").strip() == "homelab-edge/nas:lab"
+
+
+def test_the_docker_provider_without_exposed_by_default_is_changed_too():
+    """exposedByDefault left at Traefik's default (true): every container of the
+    NAS becomes a router; the change keeps them all and limits each."""
+    path = "/srv/traefik-d/traefik.yml"
+    theirs = NAS.file(path).content_string
+    try:
+        NAS.check_output("sed -i '/exposedByDefault/d' %s && docker restart traefik-d" % path)
+        out = role("nas-d", {"traefik_inflight_amount": 300})
+        assert out.returncode == 0, text(out)[-3000:]
+        routers = json.loads(inner("exec", "traefik-d", "wget", "-q", "-O", "-", "http://127.0.0.1:9099/api/http/routers"))
+        public = [r for r in routers if "websecure" in r["using"]]
+        assert len(public) > 2 and all(r["middlewares"][0] == "inflight-limit@file" for r in public)
+        assert [get(11443, name)[0] for name in ("site", "auth")] == [200, 200]
+    finally:
+        NAS.check_output("cat > %s <<'EOF'\n%sEOF\ndocker restart traefik-d" % (path, theirs))
+        assert role("nas-d").returncode == 0
+
+
+def status_lines(host, extra=None):
+    out = adhoc.playbook(INVENTORY, "- hosts: nas\n  gather_facts: false\n  become: true\n  tasks:\n"
+                                    "    - ansible.builtin.include_role:\n        name: homelab.edge.traefik_inflight\n"
+                                    "        tasks_from: status\n"
+                                    "    - ansible.builtin.debug:\n        var: status_lines\n",
+                         "-l", host, "-e", json.dumps(extra or {}))
+    assert out.returncode == 0, out.stdout[-2000:]
+    return text(out)
+
+
+def test_one_client_holds_the_amount_on_each_router_and_status_shows_the_bound(client):
+    """inFlightReq is one limiter per router: amount 5, one client, 10 slow
+    requests to each of two routers at once -> 5 x 200 + 5 x 429 on each,
+    10 in flight in all; status says 5 x 2 routers."""
+    out = role("nas-d", {"traefik_inflight_amount": 5})
+    assert out.returncode == 0, text(out)[-3000:]
+    try:
+        c1 = client.containers.get("nas-client1")
+        floods = [probes.https_flood(c1, nas_ip(), "/slow", 10, 11443, "%s.nas.lab" % name) for name in ("site", "auth")]
+        counts = [f.result() for f in floods]
+        adhoc.record("nas", "per_router", site=counts[0], auth=counts[1])
+        assert all(c.get("200") == 5 and c.get("429") == 5 for c in counts), counts
+        t = status_lines("nas-d", {"traefik_inflight_amount": 5})
+        assert "10 in flight per client: 5 per router x 2 routers" in t
+        t = status_lines("nas-d", {"traefik_inflight_amount": 5, "traefik_inflight_client_bound_max": 5})
+        assert "above 5: inFlightReq is one limiter per router" in t
+    finally:
+        assert role("nas-d").returncode == 0
+
+
+def h2_connections(client, streams):
+    """One client, 30 slow requests at once over HTTP/2 (curl opens another
+    connection when one is full): [(http version, status, connections made)]."""
+    out = role("nas-d", {"traefik_inflight_http2_max_streams": streams})
+    assert out.returncode == 0, text(out)[-3000:]
+    urls = " ".join(["-o /dev/null https://site.nas.lab:11443/slow"] * 30)
+    c2 = client.containers.get("nas-client2")
+    rc, out = c2.exec_run(["sh", "-c", "curl -sk --http2 --parallel --parallel-max 30 --resolve site.nas.lab:11443:%s "
+                                       "-w '%%{http_version} %%{http_code} %%{num_connects}\\n' %s 2>/dev/null"
+                           % (nas_ip(), urls)])
+    return [tuple(ln.split()) for ln in out.decode().splitlines() if ln.strip()]
+
+
+def test_http2_streams_bound_what_one_connection_carries(client):
+    """streams 8: 30 requests at once need at least 4 connections (which the
+    VPS's per-IP limit counts); Traefik's own 250: one connection carries all."""
+    try:
+        capped = h2_connections(client, 8)
+        free = h2_connections(client, 250)   # Traefik's own default: the net removed
+        connections = [sum(int(r[2]) for r in rows) for rows in (capped, free)]
+        adhoc.record("nas", "http2_streams", connections_at_8=connections[0], connections_at_250=connections[1])
+        assert [r[:2] for r in capped + free] == [("2", "200")] * 60
+        assert connections[0] >= 4 and connections[1] == 1, connections
+    finally:
+        assert role("nas-d").returncode == 0
 
 
 def wait_health(container, status, seconds):

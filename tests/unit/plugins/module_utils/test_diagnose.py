@@ -103,6 +103,19 @@ def test_a_blind_per_ip_limit_behind_the_vps():
     assert dg.diagnose(nas(traefik=few), 300) == []
 
 
+def test_a_per_client_bound_above_its_max_is_a_finding_with_the_arithmetic():
+    bound = {"routers": 12, "names": ["r%d@docker" % i for i in range(12)], "amount": 400, "bound": 4800,
+             "max": 800, "within": False}
+    hosts = nas()
+    hosts["nas"]["bound"] = bound
+    found = dg.diagnose(hosts, 300)
+    assert names(found) == ["one client can hold 4800 requests in flight on traefik"]
+    assert "4800 in flight per client: 400 per router x 12 routers" in found[0]["evidence"]
+    assert "traefik_inflight_http2_max_streams" in found[0]["fix"]
+    hosts["nas"]["bound"] = dict(bound, routers=2, bound=800, within=True)
+    assert dg.diagnose(hosts, 300) == []
+
+
 def test_drain_values_at_kernel_defaults_and_a_busy_kernel():
     sig = {"host": {"drain": {"net.ipv4.tcp_fin_timeout": 60, "net.ipv4.tcp_abort_on_overflow": 0}, "load": [5.0],
                     "cpus": 2, "cpu": {"system": 80}, "conntrack": 30000, "sockets": {"TIME-WAIT": 20000}},

@@ -3,7 +3,8 @@ import difflib
 import pytest
 import yaml
 
-from ansible_collections.homelab.edge.plugins.module_utils import traefik
+from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik, yaml_text
+from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
 
 
 def test_inflight_per_ip_by_default():
@@ -71,7 +72,7 @@ OPTS = {"name": "inflight-limit", "amount": 400, "entrypoints": ["websecure"], "
 def edit(text, opts=None, **kw):
     o = dict(OPTS, **(opts or {}))
     o.update(kw)
-    return traefik.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), o))
+    return yaml_text.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), o))
 
 
 def removed_lines(old, new):
@@ -85,7 +86,7 @@ def test_static_edit_keeps_every_byte_of_theirs():
     assert removed_lines(STATIC, new) == ["    filename: /etc/traefik/dynamic.yml"]
     assert "        - security-headers@file   # mine\n        - inflight-limit@file\n" in new
     assert "    directory: /etc/traefik/dynamic\n    watch: true\n" in new
-    assert "  homelab-edge-api:\n    address: \"127.0.0.1:9099\"\n" in new
+    assert "  homelab-edge-api:\n    address: 127.0.0.1:9099\n" in new
     assert new.endswith("  level: INFO\n\nping: {}\napi: {}\n")
     doc = yaml.safe_load(new)
     assert doc["entryPoints"]["websecure"]["http"]["middlewares"] == ["security-headers@file", "inflight-limit@file"]
@@ -129,7 +130,7 @@ def test_proxy_protocol_is_trusted_from_the_tunnel_only_and_removed_again():
     new = edit(STATIC, proxy_protocol_trusted_ips=["10.8.0.1/32"])
     assert yaml.safe_load(new)["entryPoints"]["websecure"]["proxyProtocol"] == {"trustedIPs": ["10.8.0.1/32"]}
     directory = {"kind": "directory", "dir": "/etc/traefik/dynamic"}
-    off = traefik.edit_yaml(new, traefik.static_changes(yaml.safe_load(new), dict(
+    off = yaml_text.edit_yaml(new, traefik.static_changes(yaml.safe_load(new), dict(
         OPTS, provider=directory, proxy_protocol_trusted_ips=[])))
     assert "proxyProtocol" not in off
     unchanged = traefik.static_changes(yaml.safe_load(new), dict(OPTS, provider=directory, proxy_protocol_trusted_ips=None))
@@ -137,19 +138,19 @@ def test_proxy_protocol_is_trusted_from_the_tunnel_only_and_removed_again():
 
 
 @pytest.mark.parametrize("text, words", [
-    ("entryPoints: {websecure: {address: ':443'}}\n", "flow-style"),
-    ("entryPoints:\n  websecure: &ep\n    address: ':443'\n  other: *ep\n", "without rewriting it"),
+    ("entryPoints: {websecure: {address: ':443'}}\n", "flow mapping"),
+    ("entryPoints:\n  websecure: &ep\n    address: ':443'\n  other: *ep\n", "anchors and aliases"),
 ])
 def test_layouts_it_cannot_edit_line_by_line_are_refused(text, words):
-    with pytest.raises(traefik.TraefikConfigError, match=words):
+    with pytest.raises(EditError, match=words):
         edit(text, provider={"kind": "directory", "dir": "/d"}, entrypoints=["websecure"])
 
 
 def test_bad_static_input():
     with pytest.raises(traefik.TraefikConfigError, match="entrypoint\\(s\\) nosuch not defined"):
         edit(STATIC, entrypoints=["nosuch"])
-    with pytest.raises(traefik.TraefikConfigError, match="does not parse as YAML"):
-        traefik.edit_yaml("a: [b\n", [])
+    with pytest.raises(EditError, match="does not parse as YAML"):
+        yaml_text.edit_yaml("a: [b\n", [])
 
 
 COMPOSE = """services:
@@ -173,7 +174,7 @@ def test_flags_are_edited_item_by_item_in_the_compose_file():
     assert add["entrypoints.websecure.http.middlewares"] == "mine@file,inflight-limit@file"
     assert remove == ["providers.file.filename"]
     changes = traefik.compose_command_changes(compose, "traefik", args, add, remove)
-    new = traefik.edit_yaml(COMPOSE, changes)
+    new = yaml_text.edit_yaml(COMPOSE, changes)
     assert removed_lines(COMPOSE, new) == ["      - --providers.file.filename=/etc/traefik/dynamic.yml",
                                            '      - "--entrypoints.websecure.http.middlewares=mine@file"']
     assert '      - "--entrypoints.websecure.http.middlewares=mine@file,inflight-limit@file"\n' in new
@@ -194,7 +195,7 @@ def test_service_changes_add_label_health_check_and_sysctls_in_the_users_style()
     facts = {"compose": {"service": "traefik"}, "source": {"mode": "flags"}, "args": ["--ping=true"]}
     changes = traefik.service_changes(yaml.safe_load(COMPOSE), facts, {
         "autoheal_label": "autoheal", "healthcheck": {"interval": "30s"}, "sysctls": {"net.ipv4.tcp_fin_timeout": 15}})
-    new = traefik.edit_yaml(COMPOSE, changes)
+    new = yaml_text.edit_yaml(COMPOSE, changes)
     svc = yaml.safe_load(new)["services"]["traefik"]
     assert svc["labels"] == ["traefik.enable=false", "autoheal=true"]
     assert svc["healthcheck"] == {"test": ["CMD", "traefik", "healthcheck", "--ping", "--ping=true"], "interval": "30s"}
@@ -282,3 +283,104 @@ def test_access_log_status_counts_and_client_share():
     assert traefik.status_counts(ACCESS_LOG) == {"200": 2, "429": 2}
     assert traefik.client_share(ACCESS_LOG) == ("10.8.0.1", 0.75, 4)
     assert traefik.client_share(["no json here"]) == (None, 0.0, 0)
+
+
+# ---- the Docker provider with labels, traefik.yml mounted alone (the commonest compose setup)
+
+DOCKER_STATIC = """entryPoints:
+  websecure:
+    address: ":443"
+providers:
+  docker:
+    exposedByDefault: false
+"""
+ALONE = [{"Type": "bind", "Source": "/srv/d/traefik.yml", "Destination": "/etc/traefik/traefik.yml", "RW": False},
+         {"Type": "bind", "Source": "/var/run/docker.sock", "Destination": "/var/run/docker.sock", "RW": False}]
+COMPOSE_D = {"project": "d", "service": "traefik", "working_dir": "/srv/d", "files": ["/srv/d/compose.yml"],
+             "env_files": ["/srv/d/.env"]}
+COMPOSE_D_TEXT = """# mine
+services:
+  traefik:
+    image: traefik:${TRAEFIK_VERSION}   # from .env
+    volumes:
+      - /var/run/docker.sock:/var/run/docker.sock:ro
+      - ./traefik.yml:/etc/traefik/traefik.yml:ro
+"""
+
+
+def test_a_docker_provider_traefik_with_its_static_file_mounted_alone_gets_a_directory_mount_and_a_file_provider():
+    f = facts(["--configFile=/etc/traefik/traefik.yml"], ALONE, COMPOSE_D)
+    where = traefik.locate(f, DOCKER_STATIC, {})
+    assert where["provider"]["mount"] == {"host": "/srv/d/dynamic", "container": "/etc/traefik/dynamic",
+                                          "spec": "./dynamic:/etc/traefik/dynamic:ro"}
+    assert where["docker"] == {"exposed_by_default": False, "constrained": False}
+    labels = [{"traefik.enable": "true", "traefik.http.routers.site.rule": "Host(`site`)"},
+              {"traefik.http.routers.hidden.rule": "Host(`x`)"},
+              {"traefik.enable": "false", "traefik.http.routers.off.rule": "Host(`y`)"}]
+    plan = traefik.plan(f, where, DOCKER_STATIC, COMPOSE_D_TEXT, {}, dict(OPTS, provider=None), labels)
+    assert plan["expected_routers"] == ["site@docker"]
+    assert plan["recreate"] and plan["restart"]
+    assert plan["compose"]["env_files"] == ["/srv/d/.env"]
+    new = plan["compose"]["new"]
+    assert removed_lines(COMPOSE_D_TEXT, new) == [] and "      - ./dynamic:/etc/traefik/dynamic:ro\n" in new
+    assert "${TRAEFIK_VERSION}   # from .env" in new
+    static = yaml.safe_load(plan["static"]["new"])
+    assert static["providers"]["file"] == {"directory": "/etc/traefik/dynamic", "watch": True}
+    assert static["providers"]["docker"] == {"exposedByDefault": False}
+
+
+def test_the_same_started_by_docker_run_is_refused_with_the_mount_to_add():
+    with pytest.raises(traefik.TraefikConfigError, match="not visible inside traefik.*- ./dynamic:/etc/traefik/dynamic"):
+        traefik.locate(facts(["--configFile=/etc/traefik/traefik.yml"], ALONE, None), DOCKER_STATIC, {})
+
+
+def test_routers_from_labels_follow_exposed_by_default_and_leave_constraints_to_traefik():
+    labels = [{"traefik.http.routers.a.rule": "x"}, {"traefik.enable": "true", "traefik.http.routers.b.tls": "true"},
+              {"traefik.enable": "false", "traefik.http.routers.c.rule": "x"}]
+    assert traefik.docker_routers({"exposed_by_default": True, "constrained": False}, labels) == ["a@docker", "b@docker"]
+    assert traefik.docker_routers({"exposed_by_default": False, "constrained": False}, labels) == ["b@docker"]
+    assert traefik.docker_routers({"exposed_by_default": True, "constrained": True}, labels) == []
+    assert traefik.docker_routers(None, labels) == []
+    assert traefik.docker_provider(None, {"providers.docker": "true"}) == {"exposed_by_default": True,
+                                                                           "constrained": False}
+    assert traefik.docker_provider({"providers": {"docker": None}}, None)["exposed_by_default"] is True
+    assert traefik.docker_provider({"providers": {"file": {}}}, None) is None
+
+
+def test_dynamic_names_read_yaml_and_toml():
+    routers, mws = traefik.dynamic_names({"/d/a.yml": "http:\n  routers:\n    site: {}\n",
+                                          "/d/b.toml": "[http.routers.auth]\n[http.middlewares.hdr.headers]\n",
+                                          "/d/broken.toml": "[http\n"})
+    assert routers == {"site", "auth"} and mws == {"hdr"}
+
+
+def test_the_per_client_bound_is_amount_times_the_limited_routers():
+    unlimited = {"name": "other@docker", "status": "enabled", "using": ["websecure"], "middlewares": ["mine@file"]}
+    b = traefik.client_bound(ROUTERS + [unlimited], ["websecure"], "inflight-limit@file", 400)
+    assert b == {"routers": 2, "names": ["auth@file", "websecure-site@file"], "amount": 400, "bound": 800}
+    assert "800 in flight per client: 400 per router x 2 routers" in traefik.bound_text(b)
+    over = dict(b, max=500, within=False)
+    assert "above 500" in traefik.bound_text(over) and "traefik_inflight_http2_max_streams" in traefik.bound_text(over)
+
+
+def test_http2_streams_are_set_on_the_limited_entrypoints_in_files_and_flags():
+    opts = dict(OPTS, http2_max_streams=32, provider={"kind": "directory", "dir": "/d"})
+    changes = traefik.static_changes(yaml.safe_load(DOCKER_STATIC), opts)
+    assert ("set", ["entryPoints", "websecure", "http2", "maxConcurrentStreams"], 32) in changes
+    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443"},
+                                       dict(OPTS, http2_max_streams=32, provider={"kind": "directory", "dir": "/d"}))
+    assert add["entrypoints.websecure.http2.maxconcurrentstreams"] == "32"
+
+
+def test_the_api_check_waits_for_the_middleware_exactly_as_written():
+    """A file Traefik has not reloaded yet shows the old middleware with the
+    same amount: only the whole inFlightReq tells (zero values as the API
+    leaves them out)."""
+    want = traefik.inflight_middleware("inflight-limit", 400, excluded_ips=["10.0.0.9"])["http"]["middlewares"][
+        "inflight-limit"]["inFlightReq"]
+    old = [{"name": "inflight-limit@file", "status": "enabled",
+            "inFlightReq": {"amount": 400, "sourceCriterion": {"ipStrategy": {}}}}]
+    problems = traefik.check_api(ROUTERS, old, [], ["websecure"], "inflight-limit@file", 400, want)
+    assert problems and "not reloaded yet" in problems[0]
+    new = [dict(old[0], inFlightReq={"amount": 400, "sourceCriterion": {"ipStrategy": {"excludedIPs": ["10.0.0.9"]}}})]
+    assert traefik.check_api(ROUTERS, new, [], ["websecure"], "inflight-limit@file", 400, want) == []

@@ -17,16 +17,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import copy
 import json
 import posixpath
 import re
 
-try:
-    import yaml
-    HAS_YAML = True
-except ImportError:  # only the plugins that edit text need it (the controller has it)
-    HAS_YAML = False
+from ansible_collections.homelab.edge.plugins.module_utils import toml_text, yaml_text
+from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError, ci, lookup
 
 SOURCES = ("ip", "host", "header")
 # Traefik's API, for the role to read after a change: an entrypoint on the
@@ -40,7 +36,7 @@ DEFAULT_STATIC_FILES = ("/etc/traefik/traefik.yml", "/etc/traefik/traefik.yaml",
 DYNAMIC_SUFFIXES = (".yml", ".yaml", ".toml")
 
 
-class TraefikConfigError(ValueError):
+class TraefikConfigError(EditError):
     """Input or a config the role cannot change safely; the message says what to do."""
 
 
@@ -150,40 +146,64 @@ def parse_version(output):
 
 
 def compose_labels(inspect):
-    """The compose project that made the container, or None (docker run)."""
+    """The compose project that made the container, or None (docker run):
+    its name, service, directory, files and env files (compose records the
+    env files it read; none recorded means the project's .env)."""
     labels = (inspect.get("Config") or {}).get("Labels") or {}
     if "com.docker.compose.project" not in labels:
         return None
-    files = labels.get("com.docker.compose.project.config_files", "")
+
+    def listed(key):
+        return [f for f in labels.get(key, "").split(",") if f]
     return {"project": labels["com.docker.compose.project"], "service": labels.get("com.docker.compose.service"),
             "working_dir": labels.get("com.docker.compose.project.working_dir"),
-            "files": [f for f in files.split(",") if f]}
+            "files": listed("com.docker.compose.project.config_files"),
+            "env_files": listed("com.docker.compose.project.environment_file")}
+
+
+def container_facts(inspect, version_output, default_files):
+    """What the running container says about its Traefik."""
+    args = traefik_args(inspect)
+    major, version = parse_version(version_output)
+    config = inspect.get("Config") or {}
+    state = inspect.get("State") or {}
+    health = (config.get("Healthcheck") or {}).get("Test") or ["NONE"]
+    return {"name": inspect.get("Name", "").lstrip("/"), "running": bool(state.get("Running")), "pid": state.get("Pid"),
+            "version": version, "major": major, "args": args, "source": static_source(args, default_files),
+            "mounts": inspect.get("Mounts") or [], "compose": compose_labels(inspect),
+            "healthcheck": health[0] != "NONE", "labels": config.get("Labels") or {}}
+
+
+def static_format(path):
+    """toml or yaml, as Traefik reads a static config file (by its suffix)."""
+    return "toml" if path.lower().endswith(".toml") else "yaml"
+
+
+def parse_static(text, path):
+    """A static config file's data ({} when empty)."""
+    if static_format(path) == "toml":
+        return toml_text.parse(text or "", path)
+    return yaml_text.parse(text or "", path)
+
+
+def edit_static(text, changes, path):
+    """The static config's new text: `changes` made as line edits in its own format."""
+    if not changes:
+        return text
+    if static_format(path) == "toml":
+        return toml_text.edit_toml(text, changes, path)
+    return yaml_text.edit_yaml(text, changes, path)
+
+
+def dynamic_text(opts):
+    """The role's dynamic file, as YAML text."""
+    doc = dynamic_document(opts["name"], int(opts["amount"]), opts.get("source", "ip"), int(opts.get("depth", 0)),
+                           opts.get("excluded_ips") or [], opts.get("header", ""), api=bool(opts.get("verify_api", True)))
+    return ("# Managed by homelab.edge (traefik_inflight): edit the inventory, not this file.\n"
+            + yaml_text.yaml.safe_dump(doc, default_flow_style=False, sort_keys=True))
 
 
 # ------------------------------------------------------------ the change
-
-def _ci(mapping, key):
-    """The key of `mapping` that matches `key` (Traefik's keys are
-    case-insensitive: entryPoints, entrypoints), exact spelling first."""
-    if not isinstance(mapping, dict):
-        return None
-    if key in mapping:
-        return key
-    for k in mapping:
-        if isinstance(k, str) and k.lower() == key.lower():
-            return k
-    return None
-
-
-def lookup(doc, path):
-    node = doc
-    for part in path:
-        k = _ci(node, part)
-        if k is None:
-            return None
-        node = node[k]
-    return node
-
 
 def static_changes(static, opts):
     """The edits a static config needs, as data: a list of
@@ -194,20 +214,23 @@ def static_changes(static, opts):
     does not exist, a file provider the role cannot reach)."""
     static = static or {}
     eps = lookup(static, ["entryPoints"]) or {}
-    missing = [e for e in opts["entrypoints"] if _ci(eps, e) is None]
+    missing = [e for e in opts["entrypoints"] if ci(eps, e) is None]
     if missing:
         raise TraefikConfigError("entrypoint(s) %s not defined in the static config (defined: %s)"
                                  % (", ".join(missing), ", ".join(sorted(eps)) or "none"))
-    if opts.get("verify_api", True) and _ci(eps, API_ENTRYPOINT) is not None and \
+    if opts.get("verify_api", True) and ci(eps, API_ENTRYPOINT) is not None and \
             (lookup(eps, [API_ENTRYPOINT, "address"]) != "127.0.0.1:%d" % API_PORT):
         raise TraefikConfigError("an entrypoint named %s exists with another address: rename yours" % API_ENTRYPOINT)
     ref = "%s@file" % opts["name"]
     changes = []
     for ep in opts["entrypoints"]:
-        name = _ci(eps, ep)
+        name = ci(eps, ep)
         mws = lookup(eps, [name, "http", "middlewares"]) or []
         if ref not in mws:
             changes.append(("append", ["entryPoints", name, "http", "middlewares"], ref))
+        streams = opts.get("http2_max_streams")
+        if streams and lookup(eps, [name, "http2", "maxConcurrentStreams"]) != int(streams):
+            changes.append(("set", ["entryPoints", name, "http2", "maxConcurrentStreams"], int(streams)))
     trusted = opts.get("proxy_protocol_trusted_ips")
     if trusted is not None:
         # every entrypoint the proxy in front may forward to (all of the user's): one without the
@@ -228,294 +251,9 @@ def static_changes(static, opts):
     if opts.get("verify_api", True):
         if lookup(static, ["api"]) is None:
             changes.append(("ensure", ["api"], {}))
-        if _ci(eps, API_ENTRYPOINT) is None:
+        if ci(eps, API_ENTRYPOINT) is None:
             changes.append(("ensure", ["entryPoints", API_ENTRYPOINT], {"address": "127.0.0.1:%d" % API_PORT}))
     return changes
-
-
-def apply_changes(doc, changes):
-    """The intended result, as data (what the text edit must parse to)."""
-    out = copy.deepcopy(doc) if doc else {}
-    for op, path, value in changes:
-        node = out
-        for part in path[:-1]:
-            k = _ci(node, part) or part
-            if not isinstance(node.get(k), dict):
-                node[k] = {}
-            node = node[k]
-        last = _ci(node, path[-1]) or path[-1]
-        if op == "append":
-            node[last] = list(node.get(last) or []) + [value]
-        elif op == "ensure":
-            node.setdefault(last, copy.deepcopy(value))
-        elif op == "set":
-            node[last] = copy.deepcopy(value)
-        elif op == "delete":
-            node.pop(last, None)
-        elif op == "flags":
-            node[last] = edit_args(list(node.get(last) or []), value[0], value[1])
-        elif op == "replace":
-            node.pop(last, None)
-            node[value[0]] = value[1]
-    return out
-
-
-# --------------------------------------------------------- YAML as text
-
-_KEY = re.compile(r"""^(?P<indent>[ ]*)(?P<q>["']?)(?P<key>[^"'#:\n]+?)(?P=q)[ ]*:(?:[ ]+|$)(?P<rest>.*)$""")
-
-
-def _is_content(line):
-    s = line.strip()
-    return bool(s) and not s.startswith("#")
-
-
-def _indent(line):
-    return len(line) - len(line.lstrip(" "))
-
-
-def _value(rest):
-    """A key line's inline value without its comment."""
-    return re.sub(r"\s+#.*$", "", rest).strip()
-
-
-def _nl(lines):
-    return "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
-
-
-class YamlText(object):
-    """A block-style YAML document edited line by line: keys are found by
-    their indentation, edits insert or replace whole lines, so every other
-    byte (comments, blank lines, quoting, order) stays as it was."""
-
-    def __init__(self, text):
-        self.added_top = False
-        self.lines = text.splitlines(True)
-        if self.lines and not self.lines[-1].endswith("\n"):
-            self.lines[-1] += _nl(self.lines)
-
-    def text(self):
-        return "".join(self.lines)
-
-    def _block(self, start, end, indent):
-        """Keys at `indent` between lines start and end: {key: line index}."""
-        keys = {}
-        for i in range(start, end):
-            line = self.lines[i]
-            if not _is_content(line) or _indent(line) != indent:
-                continue
-            m = _KEY.match(line.rstrip("\r\n"))
-            if m:
-                keys[m.group("key").strip()] = i
-        return keys
-
-    def _end(self, i):
-        """End (exclusive) of the block of the key at line i, trailing blank
-        lines and comments left outside."""
-        indent = _indent(self.lines[i])
-        j = i + 1
-        while j < len(self.lines) and (not _is_content(self.lines[j]) or _indent(self.lines[j]) > indent):
-            j += 1
-        while j > i + 1 and not _is_content(self.lines[j - 1]):
-            j -= 1
-        return j
-
-    def _child_indent(self, i):
-        for j in range(i + 1, self._end(i)):
-            if _is_content(self.lines[j]):
-                return _indent(self.lines[j])
-        return None
-
-    def find(self, path):
-        """(line index, indent) of the key at `path`, or None. Keys match
-        case-insensitively (Traefik's do), exact spelling first."""
-        start, end, indent, found = 0, len(self.lines), 0, None
-        for part in path:
-            keys = self._block(start, end, indent)
-            k = part if part in keys else next((k for k in keys if k.lower() == part.lower()), None)
-            if k is None:
-                return None
-            found = keys[k]
-            child = self._child_indent(found)
-            start, end = found + 1, self._end(found)
-            indent = child if child is not None else indent + 2
-        return found, _indent(self.lines[found])
-
-    def _insert(self, at, lines):
-        nl = _nl(self.lines)
-        self.lines[at:at] = [ln + nl for ln in lines]
-
-    def _dump(self, key, value, indent, step):
-        pad = " " * indent
-        if value == {} or value == [] or not isinstance(value, (dict, list)):
-            return ["%s%s: %s" % (pad, key, _scalar(value))]
-        out = ["%s%s:" % (pad, key)]
-        if isinstance(value, dict):
-            for k, v in value.items():
-                out += self._dump(k, v, indent + step, step)
-        else:
-            out += ["%s%s- %s" % (pad, " " * step, _scalar(v)) for v in value]
-        return out
-
-    def _step(self):
-        """The document's indentation step (2 unless it uses another)."""
-        for line in self.lines:
-            if _is_content(line) and _indent(line) > 0 and not line.lstrip().startswith("-"):
-                return _indent(line)
-        return 2
-
-    def ensure(self, path, value):
-        """Add `path: value` where it is missing (parents included)."""
-        if self.find(path):
-            return
-        parent = self.find(path[:-1]) if len(path) > 1 else None
-        step = self._step()
-        if len(path) > 1 and parent is None:
-            self.ensure(path[:-1], {})
-            parent = self.find(path[:-1])
-        if parent is None:  # top level: at the end, the first one after a blank line
-            extra = [""] if self.lines and self.lines[-1].strip() and not self.added_top else []
-            self.lines += [ln + _nl(self.lines) for ln in extra + self._dump(path[-1], value, 0, step)]
-            self.added_top = True
-            return
-        i, indent = parent
-        m = _KEY.match(self.lines[i].rstrip("\r\n"))
-        if _value(m.group("rest")) not in ("", "{}"):
-            raise TraefikConfigError("line %d (%s) is a flow-style or scalar value: cannot add %s to it without "
-                                     "rewriting it" % (i + 1, self.lines[i].strip(), path[-1]))
-        if _value(m.group("rest")) == "{}":
-            self.lines[i] = self.lines[i].replace("{}", "", 1).rstrip() + _nl(self.lines)
-        child = self._child_indent(i)
-        self._insert(self._end(i), self._dump(path[-1], value, child if child is not None else indent + step, step))
-
-    def append(self, path, item):
-        """Add `item` to the list at `path` (a block or flow list), or create it."""
-        found = self.find(path)
-        if not found:
-            self.ensure(path, [item])
-            return
-        i, indent = found
-        m = _KEY.match(self.lines[i].rstrip("\r\n"))
-        rest = _value(m.group("rest"))
-        if rest.startswith("[") and rest.endswith("]"):
-            inner = rest[1:-1].strip()
-            new = "[%s]" % (", ".join([inner, _scalar(item)]) if inner else _scalar(item))
-            self.lines[i] = self.lines[i].replace(rest, new, 1)
-            return
-        if rest:
-            raise TraefikConfigError("line %d (%s) is not a list" % (i + 1, self.lines[i].strip()))
-        end = self._end(i)
-        items = [j for j in range(i + 1, end) if self.lines[j].lstrip().startswith("- ")]
-        dash = _indent(self.lines[items[0]]) if items else indent + self._step()
-        self._insert(end, ["%s- %s" % (" " * dash, _scalar(item))])
-
-    def replace(self, path, new_key, value):
-        """Rename the key at `path` to `new_key` with a scalar value, on its line."""
-        i, indent = self.find(path)
-        m = _KEY.match(self.lines[i].rstrip("\r\n"))
-        comment = re.search(r"(\s+#.*)$", m.group("rest"))
-        end = self._end(i)
-        self.lines[i:end] = ["%s%s: %s%s%s" % (" " * indent, new_key, _scalar(value), comment.group(1) if comment else "",
-                                               _nl(self.lines))]
-
-    def set(self, path, value):
-        """Set `path` to `value` (its old block replaced), creating it when missing."""
-        found = self.find(path)
-        if not found:
-            self.ensure(path, value)
-            return
-        i, indent = found
-        end = self._end(i)
-        nl = _nl(self.lines)
-        self.lines[i:end] = [ln + nl for ln in self._dump(path[-1], value, indent, self._step())]
-        key = _KEY.match(self.lines[i].rstrip("\r\n")).group("key")
-        if key != path[-1]:
-            self.lines[i] = self.lines[i].replace(path[-1], key, 1)
-
-    def flags(self, path, add, remove):
-        """Edit a block list of command-line flags item by item: a flag
-        that is there gets its new value on its own line, a removed one loses
-        its line, a new one is appended; comments and other items stay."""
-        i, indent = self.find(path)
-        rest = _value(_KEY.match(self.lines[i].rstrip("\r\n")).group("rest"))
-        if rest:
-            raise TraefikConfigError("line %d (%s): write the command as a block list to let the role edit it"
-                                     % (i + 1, self.lines[i].strip()))
-        done = set()
-        j = i + 1
-        while j < self._end(i):
-            line = self.lines[j]
-            m = re.match(r"""^(\s*-\s*)(["']?)--([^=\s"']+)(=[^"'#]*)?(["']?)(.*)$""", line.rstrip("\r\n"))
-            key = m.group(3).lower() if m else None
-            if key in remove:
-                del self.lines[j]
-                continue
-            if key in add:
-                self.lines[j] = "%s%s--%s=%s%s%s%s" % (
-                    m.group(1), m.group(2), m.group(3), add[key], m.group(5), m.group(6), _nl(self.lines))
-                done.add(key)
-            j += 1
-        for key in sorted(k for k in add if k not in done):
-            self.append(path, "--%s=%s" % (key, add[key]))
-
-    def delete(self, path):
-        found = self.find(path)
-        if found:
-            del self.lines[found[0]:self._end(found[0])]
-
-
-def _scalar(value):
-    if value == {}:
-        return "{}"
-    if value == []:
-        return "[]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    text = str(value)
-    # plain when YAML reads it back as this very string ("1" or "true" would come back as a number or a bool)
-    if re.match(r"^[A-Za-z0-9_./@-]+$", text) and (not HAS_YAML or yaml.safe_load(text) == text):
-        return text
-    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def edit_yaml(text, changes, what="the static config"):
-    """Apply data changes to YAML text as line edits; returns the new text.
-    The result is parsed and compared with the intended data: an edit that
-    would mean anything else raises TraefikConfigError (nothing to write)."""
-    if not HAS_YAML:
-        raise TraefikConfigError("PyYAML is needed to check the edit")
-    try:
-        before = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as e:
-        raise TraefikConfigError("%s does not parse as YAML: %s" % (what, str(e).replace("\n", " ")))
-    if before is not None and not isinstance(before, dict):
-        raise TraefikConfigError("%s is not a YAML mapping" % what)
-    doc = YamlText(text)
-    for op, path, value in changes:
-        if op == "append":
-            doc.append(path, value)
-        elif op == "ensure":
-            doc.ensure(path, value)
-        elif op == "replace":
-            doc.replace(path, value[0], value[1])
-        elif op == "set":
-            doc.set(path, value)
-        elif op == "delete":
-            doc.delete(path)
-        elif op == "flags":
-            doc.flags(path, value[0], value[1])
-    new = doc.text()
-    want = apply_changes(before or {}, changes)
-    try:
-        got = yaml.safe_load(new)
-    except yaml.YAMLError as e:
-        raise TraefikConfigError("editing %s as text would break it (%s); nothing was written" % (what, e))
-    if got != want:
-        raise TraefikConfigError("%s has a layout the role cannot edit line by line (anchors, flow mappings, "
-                                 "tabs...); nothing was written. Make the change by hand: %s" % (what, changes))
-    return new
 
 
 # ---------------------------------------------------------------- flags
@@ -532,6 +270,10 @@ def flag_changes(flags, opts):
         have = [m for m in flags.get(key, "").split(",") if m]
         if ref not in have:
             add[key] = ",".join(have + [ref])
+        streams = opts.get("http2_max_streams")
+        skey = "entrypoints.%s.http2.maxconcurrentstreams" % ep.lower()
+        if streams and flags.get(skey) != str(int(streams)):
+            add[skey] = str(int(streams))
 
     trusted = opts.get("proxy_protocol_trusted_ips")
     defined = sorted(set(k.split(".")[1] for k in flags if k.startswith("entrypoints.") and k.endswith(".address")))
@@ -557,21 +299,6 @@ def flag_changes(flags, opts):
     return add, remove
 
 
-def edit_args(args, add, remove):
-    """The argument list with flags replaced in place, removed, or appended."""
-    out, done = [], set()
-    for a in args:
-        key = a[2:].partition("=")[0].lower() if a.startswith("--") else None
-        if key in remove:
-            continue
-        if key in add:
-            out.append("--%s=%s" % (a[2:].partition("=")[0], add[key]))
-            done.add(key)
-            continue
-        out.append(a)
-    return out + ["--%s=%s" % (k, v) for k, v in sorted(add.items()) if k not in done]
-
-
 def flags_text(add, remove):
     """What to add to a `docker run`, for the message when the role cannot."""
     parts = ["--%s=%s" % kv for kv in sorted(add.items())]
@@ -595,12 +322,14 @@ def compose_command_changes(compose, service, args, add, remove):
 # -------------------------------------------------------- dynamic files
 
 def dynamic_names(texts):
-    """(routers, middlewares) named in YAML dynamic-config texts."""
+    """(routers, middlewares) named in dynamic-config files {path: text}
+    (YAML or TOML by suffix; a file that does not parse names nothing:
+    Traefik skips it too)."""
     routers, middlewares = set(), set()
-    for text in texts:
+    for path, text in sorted(texts.items()):
         try:
-            doc = yaml.safe_load(text) or {}
-        except yaml.YAMLError:
+            doc = parse_static(text, path)
+        except EditError:
             continue
         http = lookup(doc, ["http"]) or {}
         routers |= set((lookup(http, ["routers"]) or {}).keys())
@@ -608,13 +337,59 @@ def dynamic_names(texts):
     return routers, middlewares
 
 
+def docker_provider(static, flags):
+    """The Docker provider's settings, or None when Traefik does not run it:
+    {exposed_by_default, constrained}."""
+    if flags is not None:
+        if not any(k == "providers.docker" or k.startswith("providers.docker.") for k in flags):
+            return None
+        return {"exposed_by_default": flags.get("providers.docker.exposedbydefault", "true").lower() != "false",
+                "constrained": "providers.docker.constraints" in flags}
+    docker = lookup(static, ["providers", "docker"])
+    if docker is None and ci(lookup(static, ["providers"]) or {}, "docker") is None:
+        return None
+    docker = docker or {}
+    exposed = lookup(docker, ["exposedByDefault"])
+    return {"exposed_by_default": str(exposed).lower() != "false" if exposed is not None else True,
+            "constrained": bool(lookup(docker, ["constraints"]))}
+
+
+def docker_routers(provider, containers):
+    """The routers Traefik's Docker provider makes from container labels
+    (traefik.http.routers.<name>.*), as <name>@docker: of containers with
+    traefik.enable=true, or not false when exposedByDefault. With
+    constraints, none (they are Traefik's to evaluate: the routers Traefik
+    showed before the change stand in)."""
+    if not provider or provider["constrained"]:
+        return []
+    names = set()
+    for labels in containers:
+        enable = str(labels.get("traefik.enable", "")).lower()
+        if enable == "false" or (enable != "true" and not provider["exposed_by_default"]):
+            continue
+        for key in labels:
+            m = re.match(r"^traefik\.http\.routers\.([^.]+)\.", key, re.I)
+            if m:
+                names.add("%s@docker" % m.group(1))
+    return sorted(names)
+
+
 # ------------------------------------------------------------------ API
 
-def check_api(routers, middlewares, expected_routers, entrypoints, middleware_ref, amount=None):
+def _pruned(value):
+    """A config as Traefik's API shows it: zero and empty values left out."""
+    if isinstance(value, dict):
+        out = dict((k, _pruned(v)) for k, v in value.items())
+        return dict((k, v) for k, v in out.items() if v not in (None, 0, "", [], {}, False))
+    return value
+
+
+def check_api(routers, middlewares, expected_routers, entrypoints, middleware_ref, amount=None, want=None):
     """Problems in what Traefik's API says (empty when all is well): every
     expected router exists and is enabled, the middleware is loaded with the
-    amount just written (not an earlier one Traefik still runs), and every
-    router on the limited entrypoints runs it."""
+    amount just written - or, with `want`, exactly the inFlightReq just
+    written (not an earlier one Traefik still runs) - and every router on the
+    limited entrypoints runs it."""
     by_name = dict((r.get("name"), r) for r in routers or [])
     problems = []
     for name in sorted(expected_routers):
@@ -633,6 +408,10 @@ def check_api(routers, middlewares, expected_routers, entrypoints, middleware_re
         problems.append("middleware %s is not loaded" % middleware_ref)
     elif mw.get("status") != "enabled":
         problems.append("middleware %s is %s: %s" % (middleware_ref, mw.get("status"), "; ".join(mw.get("error") or [])))
+    elif want is not None and _pruned(mw.get("inFlightReq") or {}) != _pruned(want):
+        problems.append("middleware %s runs %s, not %s (not reloaded yet)"
+                        % (middleware_ref, json.dumps(mw.get("inFlightReq"), sort_keys=True),
+                           json.dumps(want, sort_keys=True)))
     elif amount is not None and (mw.get("inFlightReq") or {}).get("amount") != amount:
         problems.append("middleware %s runs amount %s, not %s (not reloaded yet)"
                         % (middleware_ref, (mw.get("inFlightReq") or {}).get("amount"), amount))
@@ -645,47 +424,77 @@ def check_api(routers, middlewares, expected_routers, entrypoints, middleware_re
     return problems
 
 
+def client_bound(routers, entrypoints, middleware_ref, amount):
+    """What one client can hold in flight: inFlightReq is one limiter per
+    router, so amount x the routers on the limited entrypoints that run it
+    (Traefik's API routers; the role's own API router left out)."""
+    limited = sorted(r.get("name") for r in routers or []
+                     if not r.get("name", "").startswith(API_ROUTER + "@")
+                     and set(r.get("using") or r.get("entryPoints") or []) & set(entrypoints)
+                     and middleware_ref in (r.get("middlewares") or []))
+    return {"routers": len(limited), "names": limited, "amount": amount, "bound": amount * len(limited)}
+
+
+def bound_text(bound):
+    """The bound in words, the same in the module, status and diagnose."""
+    words = "%d in flight per client: %d per router x %d router%s (%s)" % (
+        bound["bound"], bound["amount"], bound["routers"], "" if bound["routers"] == 1 else "s",
+        ", ".join(bound["names"]) or "none")
+    if bound.get("within", True):
+        return words
+    return ("%s, above %d: inFlightReq is one limiter per router, so one client can hold that many across the "
+            "routers; lower traefik_inflight_amount, or bound HTTP/2 streams per connection "
+            "(traefik_inflight_http2_max_streams) with the VPS's per-IP connection limit in front"
+            % (words, bound["max"]))
+
+
 # ------------------------------------------------------------------ plan
 
 def _dirname(path):
     return posixpath.dirname(path.rstrip("/"))
 
 
+def _mount_spec(host_dir, container_dir, compose_dir):
+    """A compose volume for a new directory mount, relative to the compose
+    file's directory when it is under it (as people write them)."""
+    if compose_dir and (host_dir + "/").startswith(compose_dir.rstrip("/") + "/"):
+        host_dir = "./" + posixpath.relpath(host_dir, compose_dir)
+    return "%s:%s:ro" % (host_dir, container_dir)
+
+
 def locate(facts, static_text, opts):
     """Where everything is: the static config (file or flags), the file
     provider (directory, filename or none), the directory the middleware goes
-    to, as Traefik sees it and on the host. Raises TraefikConfigError when
-    the role cannot work here (before anything is changed)."""
+    to, as Traefik sees it and on the host (and the mount to add when no
+    mount covers it: compose only). Raises TraefikConfigError when the role
+    cannot work here (before anything is changed)."""
     if facts["major"] < 2:
         raise TraefikConfigError("Traefik %s is not supported (v2 and v3 are)" % facts["version"])
     src = facts["source"]
-    out = {"mode": src["mode"], "static": None, "provider": None}
+    out = {"mode": src["mode"], "static": None, "provider": None, "format": None}
     if src["mode"] == "env":
         raise TraefikConfigError("%s takes its static config from TRAEFIK_* environment variables; the role changes a "
                                  "static config file or command-line flags only" % facts["name"])
     if src["mode"] == "file":
-        if not src["path"].endswith((".yml", ".yaml")):
-            raise TraefikConfigError("%s reads %s: only YAML static configs are changed by the role"
+        if not src["path"].lower().endswith((".yml", ".yaml", ".toml")):
+            raise TraefikConfigError("%s reads %s: the role changes YAML and TOML static configs only"
                                      % (facts["name"], src["path"]))
         where = host_path(src["path"], facts["mounts"])
         if where is None:
             raise TraefikConfigError("%s reads %s from its own image layer (no mount): a change there would be lost "
                                      "when the container is re-created; mount it from the host" % (facts["name"], src["path"]))
-        out["static"] = where["host"]
-        try:
-            doc = yaml.safe_load(static_text) if static_text and static_text.strip() else {}
-        except yaml.YAMLError as e:
-            raise TraefikConfigError("%s does not parse as YAML: %s; nothing was changed"
-                                     % (where["host"], str(e).replace("\n", " ")))
-        if not isinstance(doc, dict):
-            raise TraefikConfigError("%s is not a YAML mapping; nothing was changed" % where["host"])
+        out["static"], out["format"] = where["host"], static_format(src["path"])
+        doc = parse_static(static_text, where["host"])
         file_provider = lookup(doc, ["providers", "file"]) or {}
         directory, filename = lookup(file_provider, ["directory"]), lookup(file_provider, ["filename"])
-        base = _dirname(src["path"])
+        base, host_base = _dirname(src["path"]), _dirname(where["host"])
+        out["docker"] = docker_provider(doc, None)
     else:
         flags = src["flags"]
         directory, filename = flags.get("providers.file.directory"), flags.get("providers.file.filename")
         base = "/etc/traefik"
+        host_base = (facts["compose"] or {}).get("working_dir")
+        out["docker"] = docker_provider(None, flags)
     if directory:
         provider = {"kind": "directory", "dir": directory.rstrip("/")}
     elif filename:
@@ -694,6 +503,14 @@ def locate(facts, static_text, opts):
     else:
         provider = {"kind": "none", "dir": (opts.get("dynamic_dir") or posixpath.join(base, "dynamic")).rstrip("/")}
     where = host_path(provider["dir"], facts["mounts"])
+    if where is None and provider["kind"] == "none" and facts["compose"] and host_base:
+        # Traefik with no file provider (the Docker provider and labels, its static file mounted alone):
+        # the role adds a directory mount beside the static config and a file provider on it
+        host_dir = posixpath.join(host_base, "dynamic")
+        compose_dir = _dirname(facts["compose"]["files"][0]) if facts["compose"]["files"] else None
+        provider["mount"] = {"host": host_dir, "container": provider["dir"],
+                             "spec": _mount_spec(host_dir, provider["dir"], compose_dir)}
+        where = {"host": host_dir}
     if where is None:
         raise TraefikConfigError(
             "the dynamic directory %s is not visible inside %s (no mount covers it; mounts: %s): mount a host "
@@ -715,11 +532,13 @@ def locate(facts, static_text, opts):
     return out
 
 
-def plan(facts, where, static_text, compose_text, dynamic_texts, opts):
-    """Everything the role changes, computed before it changes anything."""
+def plan(facts, where, static_text, compose_text, dynamic_texts, opts, containers=()):
+    """Everything the role changes, computed before it changes anything.
+    `dynamic_texts`: the user's dynamic files {path: text}; `containers`:
+    the labels of the running containers (for the Docker provider's routers)."""
     provider = where["provider"]
     opts = dict(opts, provider=provider)
-    routers, middlewares = dynamic_names(dynamic_texts.values())
+    routers, middlewares = dynamic_names(dynamic_texts)
     if opts["name"] in middlewares:
         raise TraefikConfigError("a middleware named %s already exists in your dynamic config (%s): choose another "
                                  "traefik_inflight_name; nothing was changed" % (opts["name"], ", ".join(sorted(dynamic_texts))))
@@ -727,12 +546,12 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts):
         raise TraefikConfigError("a router named %s already exists in your dynamic config; nothing was changed" % API_ROUTER)
     out = {"mode": where["mode"], "static": None, "compose": None, "restart": False, "recreate": False,
            "provider": provider, "middleware_ref": "%s@file" % opts["name"], "entrypoints": list(opts["entrypoints"]),
-           "expected_routers": sorted("%s@file" % r for r in routers), "version": facts["version"],
-           "amount": int(opts["amount"])}
+           "expected_routers": sorted(["%s@file" % r for r in routers] + docker_routers(where.get("docker"), containers)),
+           "version": facts["version"], "amount": int(opts["amount"])}
     compose_changes = []
     if where["mode"] == "file":
-        changes = static_changes(yaml.safe_load(static_text) or {}, opts)
-        new = edit_yaml(static_text, changes, where["static"]) if changes else static_text
+        changes = static_changes(parse_static(static_text, where["static"]), opts)
+        new = edit_static(static_text, changes, where["static"])
         out["static"] = {"path": where["static"], "old": static_text, "new": new}
         out["restart"] = new != static_text
     else:
@@ -743,12 +562,15 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts):
                 "re-create it (the role changes flags only in a compose file); nothing was changed"
                 % (facts["name"], flags_text(add, remove)))
         if add or remove:
-            compose_changes += compose_command_changes(yaml.safe_load(compose_text), facts["compose"]["service"],
-                                                       facts["args"], add, remove)
+            compose_changes += compose_command_changes(yaml_text.parse(compose_text, facts["compose"]["files"][0]),
+                                                       facts["compose"]["service"], facts["args"], add, remove)
     if facts["compose"] and compose_text is not None:
-        compose_changes += service_changes(yaml.safe_load(compose_text), facts, opts)
-        new = edit_yaml(compose_text, compose_changes, facts["compose"]["files"][0]) if compose_changes else compose_text
-        out["compose"] = {"path": facts["compose"]["files"][0], "old": compose_text, "new": new,
+        path = facts["compose"]["files"][0]
+        compose = yaml_text.parse(compose_text, path)
+        compose_changes += service_changes(compose, facts, opts)
+        new = yaml_text.edit_yaml(compose_text, compose_changes, path) if compose_changes else compose_text
+        out["compose"] = {"path": path, "old": compose_text, "new": new, "files": facts["compose"]["files"],
+                          "env_files": facts["compose"].get("env_files") or [],
                           "project_dir": facts["compose"]["working_dir"], "service": facts["compose"]["service"],
                           "project": facts["compose"]["project"]}
         out["recreate"] = new != compose_text
@@ -762,6 +584,14 @@ def service_changes(compose, facts, opts):
     service = facts["compose"]["service"]
     svc = lookup(compose, ["services", service]) or {}
     changes = []
+    mount = (opts.get("provider") or {}).get("mount")
+    if mount:
+        volumes = svc.get("volumes")
+        if volumes is not None and not isinstance(volumes, list):
+            raise TraefikConfigError("the compose service %s has volumes that are not a list" % service)
+        targets = [v.get("target") if isinstance(v, dict) else (str(v).split(":") + [""])[1] for v in volumes or []]
+        if mount["container"] not in [str(t).rstrip("/") for t in targets]:
+            changes.append(("append", ["services", service, "volumes"], mount["spec"]))
     label = opts.get("autoheal_label")
     if label:
         labels = svc.get("labels")

@@ -1,0 +1,135 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The data side of an edit to a user's config file, shared by the YAML and
+TOML line editors (yaml_text.py, toml_text.py).
+
+A change is data: (op, path, value) with op one of
+- append: add value to the list at path (created when missing);
+- ensure: add path: value when path is missing;
+- set: path becomes value;
+- delete: path goes;
+- replace: the key at path is renamed to value[0] with the value value[1];
+- flags: the list of command-line flags at path gets value[0] ({name: value})
+  added or replaced and the names in value[1] removed.
+`apply_changes` gives the intended result as data; each editor makes the same
+change as text and checks that its text parses to exactly that.
+
+Keys match case-insensitively, exact spelling first (Traefik's keys are
+case-insensitive: entryPoints, entrypoints)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+
+
+class EditError(ValueError):
+    """A change that cannot be made safely; the message says what to do."""
+
+
+def ci(mapping, key):
+    """The key of `mapping` that matches `key`, exact spelling first, or None."""
+    if not isinstance(mapping, dict):
+        return None
+    if key in mapping:
+        return key
+    for k in mapping:
+        if isinstance(k, str) and k.lower() == key.lower():
+            return k
+    return None
+
+
+def lookup(doc, path):
+    """The value at `path` in nested mappings, or None."""
+    node = doc
+    for part in path:
+        k = ci(node, part)
+        if k is None:
+            return None
+        node = node[k]
+    return node
+
+
+def edit_args(args, add, remove):
+    """A list of command-line flags with flags replaced in place, removed, or
+    appended (--name=value; names match case-insensitively)."""
+    out, done = [], set()
+    for a in args:
+        key = a[2:].partition("=")[0].lower() if a.startswith("--") else None
+        if key in remove:
+            continue
+        if key in add:
+            out.append("--%s=%s" % (a[2:].partition("=")[0], add[key]))
+            done.add(key)
+            continue
+        out.append(a)
+    return out + ["--%s=%s" % (k, v) for k, v in sorted(add.items()) if k not in done]
+
+
+def unshared(value):
+    """Parsed data as a plain tree: a node that YAML anchors and aliases
+    share becomes separate copies, so a change meant for one place is not
+    taken for a change of every alias."""
+    if isinstance(value, dict):
+        return dict((k, unshared(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [unshared(v) for v in value]
+    return value
+
+
+def apply_changes(doc, changes):
+    """The intended result of `changes` on parsed data `doc` (a copy)."""
+    out = unshared(doc) if doc else {}
+    for op, path, value in changes:
+        node = out
+        for part in path[:-1]:
+            k = ci(node, part) or part
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+        last = ci(node, path[-1]) or path[-1]
+        if op == "append":
+            node[last] = list(node.get(last) or []) + [value]
+        elif op == "ensure":
+            node.setdefault(last, copy.deepcopy(value))
+        elif op == "set":
+            node[last] = copy.deepcopy(value)
+        elif op == "delete":
+            node.pop(last, None)
+        elif op == "flags":
+            node[last] = edit_args(list(node.get(last) or []), value[0], value[1])
+        elif op == "replace":
+            node.pop(last, None)
+            node[value[0]] = value[1]
+        else:
+            raise EditError("unknown edit %r" % (op,))
+    return out
+
+
+def check_result(got, want, what, changes, hint):
+    """Raise EditError unless the edited text parsed to the intended data."""
+    if got != want:
+        raise EditError("%s has a layout the role cannot edit line by line (%s); nothing was written. Make the "
+                        "change by hand: %s" % (what, hint, describe(changes)))
+
+
+def describe(changes):
+    """The changes in words a user can follow by hand."""
+    words = []
+    for op, path, value in changes:
+        where = ".".join(path)
+        if op == "append":
+            words.append("add %s to the list %s" % (value, where))
+        elif op in ("ensure", "set"):
+            words.append("set %s to %s" % (where, value if value != {} else "{}"))
+        elif op == "delete":
+            words.append("remove %s" % where)
+        elif op == "replace":
+            words.append("replace %s with %s: %s" % (where, value[0], value[1]))
+        elif op == "flags":
+            flags = ", ".join("--%s=%s" % kv for kv in sorted(value[0].items()))
+            gone = (" and remove " + ", ".join("--" + r for r in value[1])) if value[1] else ""
+            words.append("in %s set %s%s" % (where, flags, gone))
+    return "; ".join(words)

@@ -1,0 +1,580 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: traefik_inflight
+short_description: Put a per-client in-flight limit (inFlightReq) on every router of a running Traefik, in place
+version_added: "0.2.0"
+description:
+  - Reads the running Traefik container (C(docker inspect)) to learn where its static config comes from (a YAML or
+    TOML file, or command-line flags in a compose file), its mounts, its compose project and its version, then plans
+    every change before making one.
+  - Writes an inFlightReq middleware (per client IP by default) to a file of its own in Traefik's file provider
+    directory and attaches it to the chosen entrypoints in the static config, so every router there runs it - the
+    routers of the file provider and of the Docker provider (labels) alike.
+  - The user's files are edited line by line in their own format and style; every other byte (comments, order,
+    quoting, line endings) is kept, and each edit is parsed back and compared with the intended result before
+    anything is written. A compose file is validated with C(docker compose config) before it is written.
+  - Where Traefik has no file provider directory it can see (the Docker provider with labels and C(traefik.yml)
+    mounted as a single file, the commonest compose setup), the module adds a directory mount beside the static
+    config to the compose service and a file provider on it. The middleware then lives in a file the module owns,
+    changed live without a restart, and its name C(<name>@file) does not depend on which provider serves a route.
+    A single provider file (C(providers.file.filename)) is moved into such a directory and a link left at its place.
+  - Traefik is restarted when its static config changed, and re-created from its compose file (same project name,
+    files and env files) when the compose file changed. A change of the middleware alone is picked up live.
+  - After a change it asks Traefik's own API (an entrypoint on 127.0.0.1 inside Traefik's network namespace) that
+    every router that was there before, every router of the user's dynamic files and of container labels, is there
+    and enabled and runs the middleware with the new amount. When not, everything is put back as it was, Traefik is
+    restarted or re-created on the old files, and the task fails saying why.
+  - inFlightReq is one limiter per router. A client's real bound is O(amount) x the routers on the limited
+    entrypoints; the module returns it (RV(client_bound)) and warns when it exceeds O(client_bound_max).
+author:
+  - homelab.edge contributors (@homelab-edge)
+options:
+  container:
+    description: The running Traefik container (name or ID).
+    type: str
+    required: true
+  name:
+    description: The middleware's name (referenced as C(<name>@file)).
+    type: str
+    default: inflight-limit
+  amount:
+    description: Simultaneous in-flight requests per group (per client IP by default) and per router.
+    type: int
+    default: 400
+  source:
+    description:
+      - How requests are grouped. C(ip) the client address, C(host) the request Host (Traefik's own default when no
+        criterion is given), C(header) a request header.
+    type: str
+    choices: [ip, host, header]
+    default: ip
+  ip_depth:
+    description: ipStrategy depth (0 the connection's address; behind the VPS with PROXY protocol, the client's).
+    type: int
+    default: 0
+  excluded_ips:
+    description: ipStrategy excludedIPs.
+    type: list
+    elements: str
+    default: []
+  header:
+    description: The request header for O(source=header).
+    type: str
+    default: ""
+  entrypoints:
+    description: Entrypoints whose routers all get the middleware; each must exist in the static config.
+    type: list
+    elements: str
+    default: [websecure]
+  dynamic_dir:
+    description:
+      - The directory the middleware file goes to, as Traefik sees it. Empty - the file provider's directory; with a
+        single provider file, a C(dynamic) directory beside it; with none, a C(dynamic) directory beside the static
+        config (mounted by the module when Traefik runs from a compose file).
+    type: str
+    default: ""
+  http2_max_streams:
+    description:
+      - C(http2.maxConcurrentStreams) on the limited entrypoints - the requests one HTTP/2 connection carries at
+        once (Traefik's default 250). With a per-IP connection limit in front (the VPS's 100), it bounds one client's
+        requests across all routers to connections x streams. 0 leaves Traefik's setting as it is.
+      - The default is measured (the collection's benchmarks/bench_traefik_h2_streams.py) - the smallest value whose page
+        of 60 requests over one connection stays within 2x of Traefik's default.
+    type: int
+    default: 32
+  client_bound_max:
+    description:
+      - Warn when a client's bound (O(amount) x the routers on the limited entrypoints) exceeds this.
+        0 means 2 x O(amount).
+    type: int
+    default: 0
+  proxy_protocol_trusted_ips:
+    description:
+      - PROXY protocol on every entrypoint of the user's, trusted from these addresses only (the VPS's tunnel
+        address). Unset leaves the entrypoints as they are; an empty list removes it.
+    type: list
+    elements: str
+  autoheal_label:
+    description: A compose-managed Traefik gets this label set to C(true) (what autoheal watches). Empty - no label.
+    type: str
+    default: ""
+  healthcheck:
+    description:
+      - A compose-managed Traefik without a health check gets one that asks Traefik itself (C(traefik healthcheck
+        --ping)), with these timings (C(interval), C(timeout), C(retries), C(start_period)). Unset - none.
+    type: dict
+  sysctls:
+    description: Namespaced sysctls a compose-managed Traefik gets where missing (its own network namespace).
+    type: dict
+    default: {}
+  verify:
+    description: After a change, ask Traefik's API (the module adds an entrypoint on 127.0.0.1 and a router to
+      C(api@internal) on it) and roll back when a router is gone or disabled or does not run the middleware.
+    type: bool
+    default: true
+  verify_timeout:
+    description: Seconds to wait for Traefik to answer with every router after a change.
+    type: int
+    default: 60
+  backup:
+    description: Keep a timestamped copy of each user file before replacing it.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - homelab.edge.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads and plans everything; writes nothing, restarts nothing.
+  diff_mode:
+    support: full
+    details: Each file that changes (static config, compose file, the middleware file), before and after.
+  platform:
+    platforms: linux
+requirements:
+  - the docker CLI with compose v2 on the host; PyYAML; Python 3.11 or tomli for a TOML static config
+notes:
+  - Traefik's API is read with C(wget) inside the container (the official image has it).
+seealso:
+  - module: homelab.edge.ufw_connlimit
+"""
+
+EXAMPLES = r"""
+- name: 400 requests in flight per client IP, on every router of websecure
+  homelab.edge.traefik_inflight:
+    container: traefik
+    amount: 400
+
+- name: The same, with autoheal's label, a ping health check and HTTP/2 streams bounded
+  homelab.edge.traefik_inflight:
+    container: traefik
+    autoheal_label: autoheal
+    healthcheck: {interval: 30s, timeout: 5s, retries: 3, start_period: 20s}
+    http2_max_streams: 32
+"""
+
+RETURN = r"""
+mode:
+  description: Where Traefik takes its static config from, C(file) or C(flags).
+  returned: success
+  type: str
+static:
+  description: The static config file on the host (null with flags).
+  returned: success
+  type: str
+format:
+  description: C(yaml) or C(toml) (null with flags).
+  returned: success
+  type: str
+compose:
+  description: The compose file Traefik was started from (null with docker run).
+  returned: success
+  type: str
+middleware:
+  description: The middleware file on the host.
+  returned: success
+  type: str
+middleware_ref:
+  description: The middleware as routers name it.
+  returned: success
+  type: str
+  sample: inflight-limit@file
+provider:
+  description: The file provider as found (C(kind) directory, filename or none; C(dir), C(dir_host); C(mount) when the module adds one).
+  returned: success
+  type: dict
+restart:
+  description: Traefik was (or, in check mode, would be) restarted.
+  returned: success
+  type: bool
+recreate:
+  description: Traefik was (or would be) re-created from its compose file.
+  returned: success
+  type: bool
+files:
+  description: The files changed (or that would change).
+  returned: success
+  type: list
+  elements: str
+expected_routers:
+  description: Routers that must be there after the change (the user's dynamic files, container labels, and what the API showed before).
+  returned: success
+  type: list
+  elements: str
+client_bound:
+  description: What one client can hold in flight - C(amount) x C(routers) on the limited entrypoints (empty when not read).
+  returned: success
+  type: dict
+  sample: {"routers": 2, "names": ["auth@file", "site@file"], "amount": 400, "bound": 800, "max": 800, "within": true,
+           "text": "800 in flight per client: 400 per router x 2 routers (auth@file, site@file)"}
+problems:
+  description: What Traefik's API shows amiss (after a change, before the rollback; otherwise as read now).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.homelab.edge.plugins.module_utils import host
+from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik
+from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
+
+
+class Docker(object):
+    """The docker CLI of the host, for one container."""
+
+    def __init__(self, module, container):
+        self.module = module
+        self.bin = module.get_bin_path("docker", required=True)
+        self.container = container
+
+    def run(self, argv, cwd=None, data=None):
+        return self.module.run_command([self.bin] + argv, environ_update=host.C_ENV, cwd=cwd, data=data,
+                                       binary_data=data is not None)
+
+    def inspect(self, what):
+        rc, out, err = self.run(["inspect", what])
+        return json.loads(out)[0] if rc == 0 else None
+
+    def exec_(self, *argv):
+        return self.run(["exec", self.container] + list(argv))
+
+    def running_labels(self):
+        rc, out, err = self.run(["ps", "-q"])
+        ids = out.split()
+        if rc != 0 or not ids:
+            return []
+        rc, out, err = self.run(["inspect"] + ids)
+        return [(c.get("Config") or {}).get("Labels") or {} for c in json.loads(out)] if rc == 0 else []
+
+    def api(self):
+        """(routers, middlewares) from Traefik's API, or None."""
+        answers = []
+        for what in ("routers", "middlewares"):
+            rc, out, err = self.exec_("wget", "-q", "-O", "-", "http://127.0.0.1:%d/api/http/%s" % (traefik.API_PORT, what))
+            try:
+                answers.append(json.loads(out) if rc == 0 else None)
+            except ValueError:
+                answers.append(None)
+        return None if None in answers else tuple(answers)
+
+    def compose(self, plan, *argv, **kwargs):
+        c = plan["compose"]
+        args = ["compose", "--project-name", c["project"], "--project-directory", c["project_dir"]]
+        for f in c["files"]:
+            args += ["-f", f]
+        for e in c["env_files"]:
+            args += ["--env-file", e]
+        return self.run(args + list(argv), cwd=c["project_dir"], data=kwargs.get("data"))
+
+
+def options(p):
+    """The module's options as traefik.py's functions take them."""
+    return {"name": p["name"], "amount": p["amount"], "source": p["source"], "depth": p["ip_depth"],
+            "excluded_ips": p["excluded_ips"], "header": p["header"], "entrypoints": p["entrypoints"],
+            "dynamic_dir": p["dynamic_dir"], "verify_api": p["verify"],
+            "proxy_protocol_trusted_ips": p["proxy_protocol_trusted_ips"], "autoheal_label": p["autoheal_label"],
+            "healthcheck": p["healthcheck"], "sysctls": p["sysctls"], "http2_max_streams": p["http2_max_streams"]}
+
+
+def read_dynamic(provider, own):
+    """The user's dynamic files {host path: text} (the module's own left out)."""
+    texts = {}
+    directory = provider["dir_host"]
+    if os.path.isdir(directory):
+        for name in sorted(os.listdir(directory)):
+            path = os.path.join(directory, name)
+            if path != own and name.lower().endswith(traefik.DYNAMIC_SUFFIXES) and os.path.isfile(path):
+                texts[path] = host.read_text(path)
+    if provider["kind"] == "filename":
+        texts[provider["file_host"]] = host.read_text(provider["file_host"])
+    return texts
+
+
+def read_and_plan(module, docker, opts):
+    """Everything read and planned; nothing written. EditError when the module cannot work here."""
+    container = module.params["container"]
+    inspect = docker.inspect(container)
+    if not inspect or not (inspect.get("State") or {}).get("Running"):
+        raise EditError("No running container named %s: set container (traefik_inflight_container in the role) to "
+                        "your Traefik's container name, or traefik_inflight_deploy: true to deploy one" % container)
+    rc, version, err = docker.exec_("traefik", "version")
+    if rc != 0:
+        raise EditError("%s does not answer `traefik version` (%s): is it Traefik?" % (container, (err or version).strip()))
+    rc, found, err = docker.exec_("sh", "-c", 'for f in %s; do [ -f "$f" ] && echo "$f"; done; true'
+                                  % " ".join(traefik.DEFAULT_STATIC_FILES))
+    facts = traefik.container_facts(inspect, version, found.split())
+    static_path = None
+    if facts["source"]["mode"] == "file":
+        where = traefik.host_path(facts["source"]["path"], facts["mounts"])
+        static_path = where["host"] if where else None
+    static_text = host.read_text(static_path) if static_path else ""
+    if static_path and static_text is None:
+        raise EditError("%s reads %s, which is %s on the host: it is not there"
+                        % (container, facts["source"]["path"], static_path))
+    where = traefik.locate(facts, static_text, opts)
+    compose_text = None
+    if facts["compose"]:
+        if not facts["compose"]["files"] or host.read_text(facts["compose"]["files"][0]) is None:
+            raise EditError("%s was started by compose from %s, which is not there any more; nothing was changed"
+                            % (container, ", ".join(facts["compose"]["files"]) or "a file compose did not record"))
+        compose_text = host.read_text(facts["compose"]["files"][0])
+    own = os.path.join(where["provider"]["dir_host"], opts["name"] + ".yml")
+    dynamic = read_dynamic(where["provider"], own)
+    containers = docker.running_labels() if where.get("docker") else []
+    plan = traefik.plan(facts, where, static_text, compose_text, dynamic, opts, containers)
+    plan["middleware"] = {"path": own, "old": host.read_text(own), "new": traefik.dynamic_text(opts)}
+    plan["inflight"] = traefik.inflight_middleware(opts["name"], opts["amount"], opts["source"], opts["depth"],
+                                                   opts["excluded_ips"], opts["header"])["http"]["middlewares"][
+                                                       opts["name"]]["inFlightReq"]
+    return facts, plan
+
+
+def file_changes(plan):
+    """[(path, old, new)] of what changes (old None: a new file)."""
+    out = []
+    for key in ("static", "compose", "middleware"):
+        f = plan.get(key)
+        if f and f["old"] != f["new"]:
+            out.append((f["path"], f["old"], f["new"]))
+    return out
+
+
+def diff(plan, changes):
+    provider = plan["provider"]
+    out = [{"before_header": path if old is not None else "/dev/null", "after_header": path,
+            "before": old or "", "after": new} for path, old, new in changes]
+    if provider["kind"] == "filename" and not os.path.islink(provider["file_host"]):
+        moved = os.path.join(provider["dir_host"], os.path.basename(provider["file_host"]))
+        out.append({"before_header": provider["file_host"], "after_header": "%s (moved; a link stays)" % moved,
+                    "before": "", "after": ""})
+    return out
+
+
+def write(module, path, text, backup):
+    """Temporary file beside it, then an atomic rename; an existing file keeps its mode."""
+    saved = module.backup_local(path) if backup and os.path.exists(path) else None
+    mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o644
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path))
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode("utf-8"))
+    module.atomic_move(tmp, path, unsafe_writes=False)
+    os.chmod(path, mode)
+    return saved
+
+
+def validate_compose(docker, plan):
+    """The new compose file, checked by compose itself (read from stdin, in
+    its project directory with its env files) before it is written."""
+    c = plan["compose"]
+    checked = dict(plan, compose=dict(c, files=["-"] + c["files"][1:]))
+    rc, out, err = docker.compose(checked, "config", "-q", data=c["new"])
+    if rc != 0:
+        raise EditError("the edited compose file %s fails `docker compose config`: %s; nothing was written"
+                        % (c["path"], (err or out).strip()))
+
+
+class Change(object):
+    """The change made step by step, each step undone in reverse on failure."""
+
+    def __init__(self, module, docker, plan):
+        self.module, self.docker, self.plan = module, docker, plan
+        self.undo = []
+
+    def make_dir(self, path):
+        top = path
+        while not os.path.exists(os.path.dirname(top)):
+            top = os.path.dirname(top)
+        if not os.path.isdir(path):
+            os.makedirs(path, 0o755)
+            self.undo.append(lambda: self._rmtree(top))
+
+    @staticmethod
+    def _rmtree(path):
+        for root, dirs, files in os.walk(path, topdown=False):
+            for name in files:
+                os.remove(os.path.join(root, name))
+            for name in dirs:
+                os.rmdir(os.path.join(root, name))
+        os.rmdir(path)
+
+    def write(self, path, old, new):
+        write(self.module, path, new, self.module.params["backup"])
+        if old is None:
+            self.undo.append(lambda: os.path.exists(path) and os.remove(path))
+        else:
+            self.undo.append(lambda: write(self.module, path, old, False))
+
+    def move_provider_file(self):
+        provider = self.plan["provider"]
+        src = provider["file_host"]
+        if os.path.islink(src):
+            return
+        dest = os.path.join(provider["dir_host"], os.path.basename(src))
+        if os.path.exists(dest):
+            raise EditError("%s is there already: the role would move %s onto it; nothing was changed" % (dest, src))
+        os.rename(src, dest)
+        os.symlink(os.path.relpath(dest, os.path.dirname(src)), src)
+
+        def back():
+            os.remove(src)
+            os.rename(dest, src)
+        self.undo.append(back)
+
+    def rollback(self):
+        for step in reversed(self.undo):
+            try:
+                step()
+            except OSError as e:
+                self.module.warn("rollback step failed: %s" % e)
+        self.undo = []
+
+
+def restart(module, docker, plan):
+    """Re-create from compose (compose changed) or restart (static config changed)."""
+    if plan["recreate"]:
+        rc, out, err = docker.compose(plan, "up", "-d", "--no-deps", plan["compose"]["service"])
+        what = "docker compose up"
+    elif plan["restart"]:
+        rc, out, err = docker.run(["restart", docker.container])
+        what = "docker restart"
+    else:
+        return
+    if rc != 0:
+        raise EditError("%s failed: %s" % (what, (err or out).strip()))
+
+
+def wait_api(docker, plan, expected, timeout):
+    """Problems Traefik's API still shows at the end (empty: all is well), and
+    the last answer. Traefik runs the middleware exactly as written before
+    anything else counts: until it reloaded the file, its answers are old."""
+    deadline = time.time() + timeout
+    while True:
+        api = docker.api()
+        problems = (traefik.check_api(api[0], api[1], expected, plan["entrypoints"], plan["middleware_ref"],
+                                      plan["amount"], plan["inflight"]) if api else
+                    ["Traefik does not answer on its API"])
+        if not problems or time.time() >= deadline:
+            return problems, api
+        time.sleep(2)
+
+
+def bound(api, plan, limit):
+    if not api:
+        return {}
+    b = traefik.client_bound(api[0], plan["entrypoints"], plan["middleware_ref"], plan["amount"])
+    b["max"] = limit or 2 * plan["amount"]
+    b["within"] = b["bound"] <= b["max"]
+    b["text"] = traefik.bound_text(b)
+    return b
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            container=dict(type="str", required=True),
+            name=dict(type="str", default="inflight-limit"),
+            amount=dict(type="int", default=400),
+            source=dict(type="str", choices=list(traefik.SOURCES), default="ip"),
+            ip_depth=dict(type="int", default=0),
+            excluded_ips=dict(type="list", elements="str", default=[]),
+            header=dict(type="str", default=""),
+            entrypoints=dict(type="list", elements="str", default=["websecure"]),
+            dynamic_dir=dict(type="str", default=""),
+            http2_max_streams=dict(type="int", default=32),
+            client_bound_max=dict(type="int", default=0),
+            proxy_protocol_trusted_ips=dict(type="list", elements="str"),
+            autoheal_label=dict(type="str", default=""),
+            healthcheck=dict(type="dict"),
+            sysctls=dict(type="dict", default={}),
+            verify=dict(type="bool", default=True),
+            verify_timeout=dict(type="int", default=60),
+            backup=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    host.require_root(module, "reads Traefik's container through Docker and writes Traefik's files")
+    opts = options(p)
+    docker = Docker(module, p["container"])
+    try:
+        traefik.inflight_middleware(p["name"], p["amount"], p["source"], p["ip_depth"], p["excluded_ips"], p["header"])
+        if not p["entrypoints"]:
+            raise EditError("entrypoints is empty: name at least one entrypoint to limit")
+        if p["http2_max_streams"] < 0:
+            raise EditError("http2_max_streams must be >= 0 (0 leaves Traefik's own), got %d" % p["http2_max_streams"])
+        facts, plan = read_and_plan(module, docker, opts)
+        changes = file_changes(plan)
+        if plan["compose"] and plan["recreate"]:
+            validate_compose(docker, plan)
+    except EditError as e:
+        module.fail_json(msg=str(e), problems=[])
+    provider = plan["provider"]
+    moves = provider["kind"] == "filename" and not os.path.islink(provider["file_host"])
+    result = dict(changed=bool(changes) or moves or not os.path.isdir(provider["dir_host"]),
+                  mode=plan["mode"], static=(plan["static"] or {}).get("path"),
+                  format=traefik.static_format(plan["static"]["path"]) if plan["static"] else None,
+                  compose=(plan["compose"] or {}).get("path"), middleware=plan["middleware"]["path"],
+                  middleware_ref=plan["middleware_ref"], provider=provider, restart=plan["restart"],
+                  recreate=plan["recreate"], files=[c[0] for c in changes], client_bound={}, problems=[])
+    if module._diff:
+        result["diff"] = diff(plan, changes)
+    before = docker.api() if p["verify"] else None
+    baseline = set(r["name"] for r in before[0]) if before else set()
+    expected = set(r for r in set(plan["expected_routers"]) | baseline if not r.startswith(traefik.API_ROUTER + "@"))
+    result["expected_routers"] = sorted(expected)
+    if module.check_mode or not result["changed"]:
+        if before and not module.check_mode:
+            result["problems"] = traefik.check_api(before[0], before[1], expected, plan["entrypoints"],
+                                                   plan["middleware_ref"], plan["amount"])
+        result["client_bound"] = bound(before, plan, p["client_bound_max"])
+        finish(module, result)
+    change = Change(module, docker, plan)
+    try:
+        change.make_dir(provider["dir_host"])
+        if moves:
+            change.move_provider_file()
+        for path, old, new in changes:
+            change.write(path, old, new)
+        restart(module, docker, plan)
+        problems, api = wait_api(docker, plan, expected, p["verify_timeout"]) if p["verify"] else ([], None)
+    except (EditError, OSError) as e:
+        problems, api = ["the change failed: %s" % e], None
+    if problems:
+        result["problems"] = problems
+        change.rollback()
+        try:
+            restart(module, docker, plan)
+        except EditError as e:
+            problems.append("and putting it back failed too: %s" % e)
+        module.fail_json(msg="The change was rolled back: your previous static config, compose file and dynamic files "
+                             "are in place again and Traefik was restarted on them. Why: %s" % "; ".join(problems),
+                         **result)
+    result["client_bound"] = bound(api, plan, p["client_bound_max"])
+    finish(module, result)
+
+
+def finish(module, result):
+    b = result["client_bound"]
+    if b and not b["within"]:
+        module.warn(b["text"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""traefik.toml changed in place with the same rules as YAML: every line of
+theirs kept, the result parses to the intended data, a second run changes
+nothing; what cannot be edited by lines is refused with nothing written."""
+import difflib
+import tomllib
+
+import pytest
+
+from ansible_collections.homelab.edge.plugins.module_utils import toml_text
+from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik
+from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError, apply_changes
+
+DOCS_STYLE = """# Static config (Traefik's docs style) - keep my comments
+[global]
+  checkNewVersion = false
+
+[entryPoints]
+  [entryPoints.web]
+    address = ":80"
+  [entryPoints.websecure]
+    address = ":443"
+    [entryPoints.websecure.http.tls]
+
+[providers.file]
+  filename = "/etc/traefik/dynamic.toml"   # my routes
+  watch = true
+
+[accessLog]
+  format = "json"
+"""
+OPTS = {"name": "inflight-limit", "amount": 400, "entrypoints": ["websecure"], "http2_max_streams": 32,
+        "proxy_protocol_trusted_ips": ["10.8.0.1/32"],
+        "provider": {"kind": "filename", "file": "/etc/traefik/dynamic.toml", "dir": "/etc/traefik/dynamic"}}
+DIRECTORY = {"kind": "directory", "dir": "/etc/traefik/dynamic"}
+
+STYLES = [
+    ("Traefik's docs style", DOCS_STYLE, OPTS, None),
+    ("dotted keys", """[entryPoints.websecure]
+address = ":443"
+http.tls = {}
+http.middlewares = ["mine@file"]
+[providers]
+file.directory = "/etc/traefik/dynamic"
+""", dict(OPTS, provider=DIRECTORY), None),
+    ("dotted keys, no list yet (the new key goes beside them)", """[entryPoints.websecure]
+address = ":443"
+http.tls = {}
+""", dict(OPTS, provider=DIRECTORY), None),
+    ("a multi-line list with a trailing comma", """[entryPoints.websecure]
+  address = ":443"
+  [entryPoints.websecure.http]
+    middlewares = [
+      "mine@file",   # mine
+    ]
+""", dict(OPTS, provider=DIRECTORY), None),
+    ("a multi-line list without one", """[entryPoints.websecure.http]
+middlewares = [
+  "a@file",
+  "b@file"
+]
+[entryPoints.websecure]
+address = ":443"
+""", dict(OPTS, provider=DIRECTORY), None),
+    ("quoted keys and CRLF", '[entryPoints."websecure"]\r\n  "address" = ":443"\r\n', dict(OPTS, provider=DIRECTORY), None),
+    ("an inline table that must grow", """[entryPoints]
+websecure = { address = ":443" }
+""", dict(OPTS, provider=DIRECTORY), "nothing was written"),
+    ("not TOML", "[entryPoints\n", OPTS, "does not parse as TOML"),
+]
+
+
+def changes_for(text, opts):
+    return traefik.static_changes(toml_text.parse(text, "traefik.toml"), opts)
+
+
+@pytest.mark.parametrize("style, text, opts, refused", STYLES, ids=[s[0] for s in STYLES])
+def test_every_toml_style_is_changed_correctly_or_refused_clearly(style, text, opts, refused):
+    if refused:
+        with pytest.raises(EditError, match=refused):
+            toml_text.edit_toml(text, changes_for(text, opts), "traefik.toml")
+        return
+    changes = changes_for(text, opts)
+    new = toml_text.edit_toml(text, changes, "traefik.toml")
+    assert tomllib.loads(new) == apply_changes(tomllib.loads(text), changes)
+    removed = [ln for ln in difflib.unified_diff(text.splitlines(), new.splitlines(), lineterm="", n=0)
+               if ln.startswith("-") and not ln.startswith("---")]
+    # the lines of theirs that may change: the provider's filename (now a directory), a list that took the item
+    assert all("filename" in ln or "middlewares" in ln or ln.rstrip().endswith('"') for ln in removed), removed
+    if "\r\n" in text:
+        assert new.count("\n") == new.count("\r\n")
+    mws = traefik.lookup(tomllib.loads(new), ["entryPoints", "websecure", "http", "middlewares"])
+    assert mws[-1] == "inflight-limit@file"
+    again = dict(opts, provider=DIRECTORY)
+    assert changes_for(new, again) == []
+    comments = [ln for ln in text.splitlines() if "#" in ln and "filename" not in ln]
+    assert all(c in new.splitlines() or c.rstrip().endswith("# mine") for c in comments)
+
+
+def test_the_docs_style_gets_new_tables_beside_their_siblings_and_keeps_every_byte_else():
+    new = toml_text.edit_toml(DOCS_STYLE, changes_for(DOCS_STYLE, OPTS), "traefik.toml")
+    assert '  directory = "/etc/traefik/dynamic"   # my routes\n' in new
+    assert new.index("[entryPoints.websecure.http]") < new.index("[providers.file]")
+    assert new.index("[entryPoints.homelab-edge-api]") < new.index("[providers.file]")
+    assert "[ping]" in new and "[api]" in new
+
+
+def test_a_multi_line_list_keeps_its_layout():
+    text = STYLES[3][1]
+    new = toml_text.edit_toml(text, changes_for(text, STYLES[3][2]), "traefik.toml")
+    assert '      "mine@file",   # mine\n      "inflight-limit@file",\n    ]\n' in new
+    text = STYLES[4][1]
+    new = toml_text.edit_toml(text, changes_for(text, STYLES[4][2]), "traefik.toml")
+    assert '  "b@file",\n  "inflight-limit@file"\n]\n' in new
+
+
+def test_proxy_protocol_is_removed_again_with_its_table():
+    text = STYLES[1][1]
+    opts = dict(OPTS, provider=DIRECTORY)
+    on = toml_text.edit_toml(text, changes_for(text, opts), "traefik.toml")
+    off_opts = dict(opts, proxy_protocol_trusted_ips=[])
+    off = toml_text.edit_toml(on, changes_for(on, off_opts), "traefik.toml")
+    assert "proxyProtocol" not in off and "trustedIPs" not in off
