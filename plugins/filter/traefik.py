@@ -26,10 +26,11 @@ def _api(api_output):
 
 def traefik_api_argv(container):
     """The command that reads Traefik's API inside its container: routers, a
-    line "--", middlewares (the module's own read, for status and diagnose)."""
+    line "--", middlewares (the module's own read, for status and diagnose).
+    Bounded: a wedged Traefik accepts the connection and never answers."""
     url = "http://127.0.0.1:%d/api/http/" % traefik.API_PORT
-    return ["docker", "exec", container, "sh", "-c",
-            "wget -q -O - %srouters && echo && echo -- && wget -q -O - %smiddlewares" % (url, url)]
+    get = "timeout %d wget -q -O - %s" % (traefik.API_TIMEOUT, url)
+    return ["docker", "exec", container, "sh", "-c", "%srouters && echo && echo -- && %smiddlewares" % (get, get)]
 
 
 def traefik_api_problems(api_output, plan):

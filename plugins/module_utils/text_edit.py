@@ -108,6 +108,22 @@ def apply_changes(doc, changes):
     return out
 
 
+def make(doc, changes, what):
+    """Make `changes` on a line editor (yaml_text.YamlText, toml_text.TomlText):
+    each op is the editor's method of that name. Returns the new text."""
+    for op, path, value in changes:
+        method = getattr(doc, op, None) if op in ("append", "ensure", "set", "delete", "replace", "flags") else None
+        if method is None:
+            raise EditError("%s cannot take the edit %s; nothing was written" % (what, op))
+        if op in ("replace", "flags"):
+            method(path, value[0], value[1])
+        elif op == "delete":
+            method(path)
+        else:
+            method(path, value)
+    return doc.text()
+
+
 def check_result(got, want, what, changes, hint):
     """Raise EditError unless the edited text parsed to the intended data."""
     if got != want:

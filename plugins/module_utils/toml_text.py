@@ -22,7 +22,7 @@ import json
 import re
 
 from ansible_collections.homelab.edge.plugins.module_utils.text_edit import (
-    EditError, apply_changes, check_result, describe)
+    EditError, apply_changes, check_result, describe, make)
 
 try:
     import tomllib as toml_reader
@@ -361,21 +361,7 @@ def edit_toml(text, changes, what="the static config"):
     """Apply data changes to TOML text as line edits; returns the new text,
     checked like yaml_text.edit_yaml."""
     before = parse(text, what)
-    doc = TomlText(text)
-    for op, path, value in changes:
-        if op == "append":
-            doc.append(path, value)
-        elif op == "ensure":
-            doc.ensure(path, value)
-        elif op == "replace":
-            doc.replace(path, value[0], value[1])
-        elif op == "set":
-            doc.set(path, value)
-        elif op == "delete":
-            doc.delete(path)
-        else:
-            raise EditError("%s: a TOML file cannot take the edit %s" % (what, op))
-    new = doc.text()
+    new = make(TomlText(text), changes, what)
     try:
         got = toml_reader.loads(new)
     except ValueError as e:

@@ -31,6 +31,9 @@ SOURCES = ("ip", "host", "header")
 API_ENTRYPOINT = "homelab-edge-api"
 API_PORT = 9099
 API_ROUTER = "homelab-edge-api"
+# Seconds one read of that API may take (a wedged Traefik accepts and never answers;
+# `timeout` bounds it: the official image's busybox and Debian's coreutils have it).
+API_TIMEOUT = 5
 # Traefik looks for its static config file here when no --configFile is given.
 DEFAULT_STATIC_FILES = ("/etc/traefik/traefik.yml", "/etc/traefik/traefik.yaml", "/etc/traefik/traefik.toml")
 DYNAMIC_SUFFIXES = (".yml", ".yaml", ".toml")
@@ -42,7 +45,7 @@ class TraefikConfigError(EditError):
 
 # ------------------------------------------------------------ middleware
 
-def inflight_middleware(name, amount, source="ip", depth=0, excluded_ips=None, header="", version=3):
+def inflight_middleware(name, amount, source="ip", depth=0, excluded_ips=None, header=""):
     """The dynamic-config document with one inFlightReq middleware.
 
     Traefik groups by request Host when no sourceCriterion is given; this
@@ -206,9 +209,8 @@ def dynamic_text(opts):
 # ------------------------------------------------------------ the change
 
 def static_changes(static, opts):
-    """The edits a static config needs, as data: a list of
-    (op, path, value) with op in append (to a list), ensure (add when
-    missing), replace (rename the last key and set its value) and set.
+    """The edits a static config needs, as data: a list of (op, path,
+    value), the ops of text_edit (append, ensure, set, delete, replace).
 
     Raises TraefikConfigError for input that cannot work (an entrypoint that
     does not exist, a file provider the role cannot reach)."""
@@ -555,7 +557,7 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
         out["static"] = {"path": where["static"], "old": static_text, "new": new}
         out["restart"] = new != static_text
     else:
-        add, remove = flag_changes(where.get("flags") or facts["source"]["flags"], opts)
+        add, remove = flag_changes(facts["source"]["flags"], opts)
         if (add or remove) and not facts["compose"]:
             raise TraefikConfigError(
                 "%s was started with docker run and takes its static config from flags: add %s to its command and "

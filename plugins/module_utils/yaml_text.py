@@ -20,7 +20,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.homelab.edge.plugins.module_utils.text_edit import (
-    EditError, apply_changes, check_result, describe)
+    EditError, apply_changes, check_result, describe, make)
 
 try:
     import yaml
@@ -311,21 +311,7 @@ def edit_yaml(text, changes, what="the static config"):
     if flow.startswith(("{", "[")):
         raise EditError("%s is written as one flow mapping ({...}): write it in block style (one key per line) to "
                         "let the role edit it; nothing was written" % what)
-    doc = YamlText(text)
-    for op, path, value in changes:
-        if op == "append":
-            doc.append(path, value)
-        elif op == "ensure":
-            doc.ensure(path, value)
-        elif op == "replace":
-            doc.replace(path, value[0], value[1])
-        elif op == "set":
-            doc.set(path, value)
-        elif op == "delete":
-            doc.delete(path)
-        elif op == "flags":
-            doc.flags(path, value[0], value[1])
-    new = doc.text()
+    new = make(YamlText(text), changes, what)
     want = apply_changes(before, changes)
     try:
         got = yaml.safe_load(new)

@@ -143,7 +143,7 @@ attributes:
 requirements:
   - the docker CLI with compose v2 on the host; PyYAML; Python 3.11 or tomli for a TOML static config
 notes:
-  - Traefik's API is read with C(wget) inside the container (the official image has it).
+  - Traefik's API is read with C(timeout) and C(wget) inside the container (the official image has both).
 seealso:
   - module: homelab.edge.ufw_connlimit
 """
@@ -266,7 +266,8 @@ class Docker(object):
         """(routers, middlewares) from Traefik's API, or None."""
         answers = []
         for what in ("routers", "middlewares"):
-            rc, out, err = self.exec_("wget", "-q", "-O", "-", "http://127.0.0.1:%d/api/http/%s" % (traefik.API_PORT, what))
+            rc, out, err = self.exec_("timeout", str(traefik.API_TIMEOUT), "wget", "-q", "-O", "-",
+                                      "http://127.0.0.1:%d/api/http/%s" % (traefik.API_PORT, what))
             try:
                 answers.append(json.loads(out) if rc == 0 else None)
             except ValueError:
