@@ -25,7 +25,7 @@ from ansible_collections.homelab.edge.plugins.module_utils.text_edit import (
     EditError, apply_changes, check_result, describe, make)
 
 try:
-    import tomllib as toml_reader
+    import tomllib as toml_reader  # novermin (guarded: tomli, or TOML refused, before Python 3.11)
     HAS_TOML = True
 except ImportError:
     try:
