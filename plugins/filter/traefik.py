@@ -46,11 +46,7 @@ def traefik_client_bound(api_output, entrypoints, middleware_ref, amount, bound_
     """What one client can hold in flight: {routers, names, amount, bound,
     max, within, text} (routers 0 when Traefik did not answer)."""
     api = _api(api_output)
-    b = traefik.client_bound(api[0] if api else [], entrypoints, middleware_ref, int(amount))
-    b["max"] = int(bound_max) or 2 * int(amount)
-    b["within"] = b["bound"] <= b["max"]
-    b["text"] = traefik.bound_text(b)
-    return b
+    return traefik.client_bound(api[0] if api else [], entrypoints, middleware_ref, int(amount), bound_max)
 
 
 def traefik_client_share(log_lines):

@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import tempfile
 
 C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 
@@ -29,3 +30,19 @@ def read_text(path):
         return None
     with open(path, "rb") as f:
         return f.read().decode("utf-8")
+
+
+def write_text(module, path, text, backup=False, new_mode=0o644):
+    """`text` into `path`: a temporary file in its directory, then an atomic
+    rename. An existing file keeps its mode (a new one gets `new_mode`);
+    with `backup`, a timestamped copy of it first. Returns the copy's path
+    (None without one)."""
+    exists = os.path.exists(path)
+    saved = module.backup_local(path) if backup and exists else None
+    mode = os.stat(path).st_mode & 0o7777 if exists else new_mode
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path))
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode("utf-8"))
+    module.atomic_move(tmp, path, unsafe_writes=False)
+    os.chmod(path, mode)
+    return saved

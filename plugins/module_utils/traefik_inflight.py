@@ -426,15 +426,20 @@ def check_api(routers, middlewares, expected_routers, entrypoints, middleware_re
     return problems
 
 
-def client_bound(routers, entrypoints, middleware_ref, amount):
+def client_bound(routers, entrypoints, middleware_ref, amount, bound_max=0):
     """What one client can hold in flight: inFlightReq is one limiter per
     router, so amount x the routers on the limited entrypoints that run it
-    (Traefik's API routers; the role's own API router left out)."""
+    (Traefik's API routers; the role's own API router left out); whether
+    that is within `bound_max` (0: 2 x amount), and the same in words."""
     limited = sorted(r.get("name") for r in routers or []
                      if not r.get("name", "").startswith(API_ROUTER + "@")
                      and set(r.get("using") or r.get("entryPoints") or []) & set(entrypoints)
                      and middleware_ref in (r.get("middlewares") or []))
-    return {"routers": len(limited), "names": limited, "amount": amount, "bound": amount * len(limited)}
+    out = {"routers": len(limited), "names": limited, "amount": amount, "bound": amount * len(limited),
+           "max": int(bound_max) or 2 * amount}
+    out["within"] = out["bound"] <= out["max"]
+    out["text"] = bound_text(out)
+    return out
 
 
 def bound_text(bound):

@@ -104,14 +104,12 @@ import glob
 import os
 import socket
 import ssl
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import nginx_stream as ns
-
-C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 
 
 def config_files(path):
@@ -199,32 +197,21 @@ def listen_ports(changed):
     return sorted(ports)
 
 
-def write(module, path, text, backup):
-    saved = module.backup_local(path) if backup else ""
-    mode = os.stat(path).st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path))
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    module.atomic_move(tmp, path, unsafe_writes=False)
-    os.chmod(path, mode)
-    return saved
-
-
 def nginx(module, *args):
     binary = module.get_bin_path("nginx", required=True)
-    rc, out, err = module.run_command([binary] + list(args), environ_update=C_ENV)
+    rc, out, err = module.run_command([binary] + list(args), environ_update=host.C_ENV)
     return rc == 0, (err or out).strip()
 
 
 def restore(module, changes):
     for path, old, new, changed in changes:
-        write(module, path, old, False)
+        host.write_text(module, path, old)
 
 
 def apply(module, changes, result):
     """Write, nginx -t, reload, and ask through nginx; undo what fails."""
     for path, old, new, changed in changes:
-        result["files"].append({"path": path, "backup": write(module, path, new, module.params["backup"])})
+        result["files"].append({"path": path, "backup": host.write_text(module, path, new, module.params["backup"]) or ""})
     ok, why = nginx(module, "-t", "-c", module.params["config"])
     if not ok:
         restore(module, changes)

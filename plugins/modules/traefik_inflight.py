@@ -225,7 +225,7 @@ problems:
 
 import json
 import os
-import tempfile
+import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -340,9 +340,6 @@ def read_and_plan(module, docker, opts):
     containers = docker.running_labels() if where.get("docker") else []
     plan = traefik.plan(facts, where, static_text, compose_text, dynamic, opts, containers)
     plan["middleware"] = {"path": own, "old": host.read_text(own), "new": traefik.dynamic_text(opts)}
-    plan["inflight"] = traefik.inflight_middleware(opts["name"], opts["amount"], opts["source"], opts["depth"],
-                                                   opts["excluded_ips"], opts["header"])["http"]["middlewares"][
-                                                       opts["name"]]["inFlightReq"]
     return facts, plan
 
 
@@ -365,18 +362,6 @@ def diff(plan, changes):
         out.append({"before_header": provider["file_host"], "after_header": "%s (moved; a link stays)" % moved,
                     "before": "", "after": ""})
     return out
-
-
-def write(module, path, text, backup):
-    """Temporary file beside it, then an atomic rename; an existing file keeps its mode."""
-    saved = module.backup_local(path) if backup and os.path.exists(path) else None
-    mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o644
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path))
-    with os.fdopen(fd, "wb") as f:
-        f.write(text.encode("utf-8"))
-    module.atomic_move(tmp, path, unsafe_writes=False)
-    os.chmod(path, mode)
-    return saved
 
 
 def validate_compose(docker, plan):
@@ -403,23 +388,14 @@ class Change(object):
             top = os.path.dirname(top)
         if not os.path.isdir(path):
             os.makedirs(path, 0o755)
-            self.undo.append(lambda: self._rmtree(top))
-
-    @staticmethod
-    def _rmtree(path):
-        for root, dirs, files in os.walk(path, topdown=False):
-            for name in files:
-                os.remove(os.path.join(root, name))
-            for name in dirs:
-                os.rmdir(os.path.join(root, name))
-        os.rmdir(path)
+            self.undo.append(lambda: shutil.rmtree(top))
 
     def write(self, path, old, new):
-        write(self.module, path, new, self.module.params["backup"])
+        host.write_text(self.module, path, new, self.module.params["backup"])
         if old is None:
             self.undo.append(lambda: os.path.exists(path) and os.remove(path))
         else:
-            self.undo.append(lambda: write(self.module, path, old, False))
+            self.undo.append(lambda: host.write_text(self.module, path, old))
 
     def move_provider_file(self):
         provider = self.plan["provider"]
@@ -476,13 +452,7 @@ def wait_api(docker, plan, expected, timeout):
 
 
 def bound(api, plan, limit):
-    if not api:
-        return {}
-    b = traefik.client_bound(api[0], plan["entrypoints"], plan["middleware_ref"], plan["amount"])
-    b["max"] = limit or 2 * plan["amount"]
-    b["within"] = b["bound"] <= b["max"]
-    b["text"] = traefik.bound_text(b)
-    return b
+    return traefik.client_bound(api[0], plan["entrypoints"], plan["middleware_ref"], plan["amount"], limit) if api else {}
 
 
 def main():
@@ -514,12 +484,14 @@ def main():
     opts = options(p)
     docker = Docker(module, p["container"])
     try:
-        traefik.inflight_middleware(p["name"], p["amount"], p["source"], p["ip_depth"], p["excluded_ips"], p["header"])
+        inflight = traefik.inflight_middleware(p["name"], p["amount"], p["source"], p["ip_depth"], p["excluded_ips"],
+                                               p["header"])["http"]["middlewares"][p["name"]]["inFlightReq"]
         if not p["entrypoints"]:
             raise EditError("entrypoints is empty: name at least one entrypoint to limit")
         if p["http2_max_streams"] < 0:
             raise EditError("http2_max_streams must be >= 0 (0 leaves Traefik's own), got %d" % p["http2_max_streams"])
         facts, plan = read_and_plan(module, docker, opts)
+        plan["inflight"] = inflight
         changes = file_changes(plan)
         if plan["compose"] and plan["recreate"]:
             validate_compose(docker, plan)

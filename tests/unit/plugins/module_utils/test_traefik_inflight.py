@@ -357,8 +357,10 @@ def test_dynamic_names_read_yaml_and_toml():
 def test_the_per_client_bound_is_amount_times_the_limited_routers():
     unlimited = {"name": "other@docker", "status": "enabled", "using": ["websecure"], "middlewares": ["mine@file"]}
     b = traefik.client_bound(ROUTERS + [unlimited], ["websecure"], "inflight-limit@file", 400)
-    assert b == {"routers": 2, "names": ["auth@file", "websecure-site@file"], "amount": 400, "bound": 800}
-    assert "800 in flight per client: 400 per router x 2 routers" in traefik.bound_text(b)
+    assert b == {"routers": 2, "names": ["auth@file", "websecure-site@file"], "amount": 400, "bound": 800,
+                 "max": 800, "within": True, "text": traefik.bound_text(b)}
+    assert "800 in flight per client: 400 per router x 2 routers" in b["text"]
+    assert traefik.client_bound(ROUTERS, ["websecure"], "inflight-limit@file", 400, 500)["within"] is False
     over = dict(b, max=500, within=False)
     assert "above 500" in traefik.bound_text(over) and "traefik_inflight_http2_max_streams" in traefik.bound_text(over)
 
