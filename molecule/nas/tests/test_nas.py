@@ -273,6 +273,10 @@ def test_the_first_change_to_a_docker_provider_traefik_is_rolled_back_with_its_n
     assert nas_files() == before
     mounts = json.loads(inner("inspect", "-f", "'{{json .Mounts}}'", "traefik-d"))
     assert "/etc/traefik/dynamic" not in [m["Destination"] for m in mounts]
+    # re-created on the old files, Traefik's Docker provider finds the apps' labels again in a few seconds
+    t0 = time.time()
+    while time.time() - t0 < 30 and [get(11443, name)[0] for name in ("site", "auth")] != [200, 200]:
+        time.sleep(1)
     assert [get(11443, name)[0] for name in ("site", "auth")] == [200, 200]
     out = role("nas-d")
     assert out.returncode == 0, text(out)[-3000:]
