@@ -1,45 +1,61 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, homelab.edge contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What every module that changes a host shares: commands run in the C
-locale (their output is parsed), one way to say "run me as root", and one
-way to read a file of the host that may be missing."""
+"""What every module that touches a host shares: commands run in the C
+locale (their output is parsed), one way to say "run me as root", one way
+to read a file of the host that may be missing and one way to write (or
+remove) one."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import os
 import tempfile
 
 C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 
 
-def require_root(module, what):
+def is_root():
+    return os.geteuid() == 0
+
+
+def require_root(module, what, check_mode_reads=False):
     """Fail with what to do when the module does not run as root. `what`
-    says what it needs root for."""
-    if os.geteuid() != 0:
+    says what it needs root for. With `check_mode_reads`, check mode (which
+    only reads) may run as another user."""
+    if not is_root() and not (check_mode_reads and module.check_mode):
         module.fail_json(msg="%s must run as root: it %s. Run it with become: true (the homelab.edge site "
                              "playbook does; give the sudo password with --ask-become-pass or "
                              "ansible_become_password)." % (module._name.split(".")[-1], what))
 
 
-def read_text(path):
-    """A file's text (UTF-8), or None when it does not exist."""
-    if not os.path.exists(path):
-        return None
-    with open(path, "rb") as f:
-        return f.read().decode("utf-8")
+def read_text(path, default=None):
+    """A file's text (UTF-8), or `default` when it does not exist (or, in
+    /proc, its process has gone). Any other error is raised."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8")
+    except (IOError, OSError) as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ESRCH):
+            return default
+        raise
 
 
-def write_text(module, path, text, backup=False, new_mode=0o644):
+def write_text(module, path, text, backup=False, new_mode=0o644, add_mode=0):
     """`text` into `path`: a temporary file in its directory, then an atomic
-    rename. An existing file keeps its mode (a new one gets `new_mode`);
-    with `backup`, a timestamped copy of it first. Returns the copy's path
-    (None without one)."""
+    rename; `text` None removes the file. An existing file keeps its mode
+    plus the bits in `add_mode` (a new one gets `new_mode`); with `backup`,
+    a timestamped copy of it first. Returns the copy's path (None without
+    one)."""
     exists = os.path.exists(path)
     saved = module.backup_local(path) if backup and exists else None
-    mode = os.stat(path).st_mode & 0o7777 if exists else new_mode
+    if text is None:
+        if exists:
+            os.remove(path)
+        return saved
+    mode = (os.stat(path).st_mode & 0o7777 | add_mode) if exists else new_mode
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s." % os.path.basename(path))
     with os.fdopen(fd, "wb") as f:
         f.write(text.encode("utf-8"))

@@ -101,12 +101,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import signals
+from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV
 from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as tr
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
-
-C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
-
 
 class Host(object):
     def __init__(self, module):
@@ -125,11 +124,7 @@ class Host(object):
         return out + err if rc == 0 else ""
 
     def read(self, path, default=""):
-        try:
-            with open(path) as f:
-                return f.read()
-        except (IOError, OSError):
-            return default
+        return host.read_text(path, default)
 
     def inspect(self, names):
         if not self.docker or not names:
@@ -240,9 +235,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if os.geteuid() != 0:
-        module.fail_json(msg="host_signals must run as root (become: true): it reads other network namespaces and "
-                             "the firewall")
+    host.require_root(module, "reads other network namespaces and the firewall")
     h = Host(module)
     before_stat = h.read("/proc/stat")
     before_counters = firewall_counters(h) if p["ports"] else {}

@@ -109,19 +109,17 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import host
-from ansible_collections.homelab.edge.plugins.module_utils import nginx_stream as ns
+from ansible_collections.homelab.edge.plugins.module_utils import nginx_stream
 
 
 def config_files(path):
     """[(path, text, inside stream {})]: the main file and what it includes."""
-    with open(path) as f:
-        text = f.read()
+    text = host.read_text(path)
     found = [(path, text, False)]
     prefix = os.path.dirname(path)
-    for pattern, in_stream in ns.includes(text):
+    for pattern, in_stream in nginx_stream.includes(text):
         for inc in sorted(glob.glob(pattern if pattern.startswith("/") else os.path.join(prefix, pattern))):
-            with open(inc) as f:
-                found.append((inc, f.read(), in_stream))
+            found.append((inc, host.read_text(inc), in_stream))
     return found
 
 
@@ -130,13 +128,13 @@ def plan(module, files):
     p = module.params
     upstreams = {}
     for path, text, in_stream in files:
-        upstreams.update(ns.upstream_servers(text, in_stream))
+        upstreams.update(nginx_stream.upstream_servers(text, in_stream))
     out, seen = [], 0
     for path, text, in_stream in files:
         try:
-            seen += len([s for s in ns.servers(text, in_stream) if ns.forwards_to(s, upstreams, p["upstreams"])])
-            new, changed = ns.edit(text, p["upstreams"], p["state"] == "present", in_stream, upstreams)
-        except ns.NginxConfigError as e:
+            seen += len([s for s in nginx_stream.servers(text, in_stream) if nginx_stream.forwards_to(s, upstreams, p["upstreams"])])
+            new, changed = nginx_stream.edit(text, p["upstreams"], p["state"] == "present", in_stream, upstreams)
+        except nginx_stream.NginxConfigError as e:
             module.fail_json(msg="%s: %s; nothing was changed" % (path, e))
         if new != text:
             out.append((path, text, new, changed))
@@ -152,7 +150,7 @@ def ask(host, port, tls, proxy, timeout=5.0):
     try:
         with socket.create_connection((host, port), timeout=timeout) as raw:
             if proxy:
-                raw.sendall(ns.proxy_header(server=host if host[0].isdigit() else "10.0.0.1", server_port=port))
+                raw.sendall(nginx_stream.proxy_header(server=host if host[0].isdigit() else "10.0.0.1", server_port=port))
             if tls:
                 ctx = ssl.create_default_context()
                 ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
@@ -264,9 +262,7 @@ def main():
         module.fail_json(msg="upstreams must be host:port, got %s" % ", ".join(bad))
     if not os.path.exists(p["config"]):
         module.fail_json(msg="%s does not exist: is nginx installed?" % p["config"])
-    if os.geteuid() != 0 and not module.check_mode:
-        module.fail_json(msg="nginx_proxy_protocol must run as root: it edits %s and reloads nginx. Run it with "
-                             "become: true (the homelab.edge site playbook does)." % p["config"])
+    host.require_root(module, "edits %s and reloads nginx" % p["config"], check_mode_reads=True)
     changes = plan(module, config_files(p["config"]))
     result = dict(changed=bool(changes), changed_servers=[c for change in changes for c in change[3]], files=[],
                   probes=[])

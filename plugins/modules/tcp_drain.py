@@ -85,14 +85,12 @@ namespace:
   type: str
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
-
-C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
-
+from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV
 
 class Namespace(object):
     def __init__(self, module, container):
@@ -100,7 +98,7 @@ class Namespace(object):
         self.sysctl = module.get_bin_path("sysctl", required=True)
         self.prefix = []
         self.where = "the host"
-        self.root = os.geteuid() == 0
+        self.root = host.is_root()
         if container:
             docker = module.get_bin_path("docker", required=True)
             nsenter = module.get_bin_path("nsenter", required=True)

@@ -163,6 +163,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
 
@@ -262,8 +263,7 @@ class Access(object):
         for name, text in self.files.items():
             path = os.path.join(self.module.params["rules_dir"], name)
             if text is not None:
-                with open(path, "wb") as f:
-                    f.write(text.encode("utf-8"))
+                host.write_text(self.module, path, text)
         self.module.run_command([ufw, "reload"] if self.enabled_before else [ufw, "--force", "disable"],
                                 environ_update=C_ENV)
 

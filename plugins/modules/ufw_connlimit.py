@@ -148,13 +148,13 @@ reloaded:
 
 import json
 import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
 
@@ -274,28 +274,17 @@ def validate(module, changes):
                                  % (c.path, " ".join([c.check] + argv[1:]), (err or out).strip()))
 
 
-def write(module, change):
-    """Temporary file in the target's directory, then an atomic rename."""
-    if change.new is None:
-        os.remove(change.path)
-        return
-    directory = os.path.dirname(change.path)
-    mode = change.mode
-    if change.old is not None:  # keep the file's mode; scripts must stay executable for ufw-init
-        mode = os.stat(change.path).st_mode & 0o7777 | (0o110 if change.mode & 0o100 else 0)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(change.path))
-    with os.fdopen(fd, "wb") as f:
-        f.write(change.new.encode("utf-8"))
-    module.atomic_move(tmp, change.path, unsafe_writes=False)
-    os.chmod(change.path, mode)
+def write(module, change, backup=False):
+    """One file, atomically; scripts stay executable for ufw-init."""
+    saved = host.write_text(module, change.path, change.new, backup=backup and change.old is not None,
+                            new_mode=change.mode, add_mode=0o110 if change.mode & 0o100 else 0)
+    change.backup = saved or ""
 
 
 def write_all(module, changes, backup):
     for c in changes:
         if c.changed:
-            if backup and c.old is not None:
-                c.backup = module.backup_local(c.path)
-            write(module, c)
+            write(module, c, backup)
 
 
 def ufw_enabled(rules_dir):
@@ -344,8 +333,7 @@ def reload_or_roll_back(module, changes, families, saved, result):
             module.run_command([restore], data=rules, environ_update=C_ENV)
     text = read(conf) or ""
     if "ENABLED=no" in text:
-        with open(conf, "w") as f:
-            f.write(text.replace("ENABLED=no", "ENABLED=yes"))
+        host.write_text(module, conf, text.replace("ENABLED=no", "ENABLED=yes"))
     module.fail_json(msg="ufw reload failed with the new rules (%s) and again with the previous files put back "
                          "(%s): the ruleset that was live before was restored with iptables-restore; fix the "
                          "cause, then run `ufw reload`" % (why, why_again), **result)

@@ -139,23 +139,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
-from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, require_root
+from ansible_collections.homelab.edge.plugins.module_utils import host
+from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
 KEEP = 10  # reverts kept for query, newest first
-
-
-def read(path, default=None):
-    try:
-        with open(path) as f:
-            return f.read()
-    except (IOError, OSError):
-        return default
-
-
-def write(path, text, mode=0o600):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
 
 
 def alive(pid):
@@ -174,6 +161,9 @@ class Reverts(object):
 
     def path(self, rid, *names):
         return os.path.join(self.dir, rid, *names)
+
+    def write(self, rid, name, text):
+        host.write_text(self.module, self.path(rid, name), text, new_mode=0o600)
 
     def ids(self):
         if not os.path.isdir(self.dir):
@@ -232,18 +222,17 @@ class Reverts(object):
                 if os.path.lexists(root):
                     tar.add(root, arcname=root.lstrip("/"))
                     names += self.files_under(root)
-        write(self.path(rid, "files.list"), "".join(n + "\n" for n in names))
+        self.write(rid, "files.list", "".join(n + "\n" for n in names))
         for fam, tool in (("iptables", "iptables-save"), ("ip6tables", "ip6tables-save")):
             binary = self.module.get_bin_path(tool)
-            write(self.path(rid, fam + ".save"),
-                  self.module.run_command([binary], environ_update=C_ENV)[1] if binary else "")
+            self.write(rid, fam + ".save", self.module.run_command([binary], environ_update=C_ENV)[1] if binary else "")
         script = self.path(rid, "revert.sh")
-        write(script, ur.script(d, p["timeout"], was_enabled), 0o700)
+        host.write_text(self.module, script, ur.script(d, p["timeout"], was_enabled), new_mode=0o700)
         meta = {"id": rid, "armed_at": now, "fires_at": now + p["timeout"], "timeout": p["timeout"],
                 "was_enabled": was_enabled}
-        write(self.path(rid, "armed"), "")
+        self.write(rid, "armed", "")
         meta.update(self.start_timer(rid, script, p["timeout"]))
-        write(self.path(rid, "meta.json"), json.dumps(meta))
+        self.write(rid, "meta.json", json.dumps(meta))
         self.prune()
         self.exit(changed=True, id=rid, fires_at=meta["fires_at"], timer=meta["timer"], was_enabled=was_enabled)
 
