@@ -149,7 +149,7 @@ def table(results):
 
 
 def cleanup():
-    subprocess.run([sys.executable, KEEPER, "--config", "/etc/homelab-edge/k3d-serverlb.json", "--stop"],
+    subprocess.run([sys.executable, KEEPER, "--config", lb.KEEPER_CONFIG, "--stop"],
                    capture_output=True, check=False)
     k3d.delete(*CLUSTERS)
     edge.down()

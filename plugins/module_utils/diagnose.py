@@ -11,13 +11,34 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
 from ansible_collections.homelab.edge.plugins.module_utils.traefik_inflight import bound_text, is_blind
 
-DRAIN_GOOD = {"net.ipv4.tcp_fin_timeout": 30, "net.ipv4.tcp_abort_on_overflow": 1}
+# What the drain values are held to when the play does not say (no tcp_drain
+# role on the host): the two keys tcp_drain sets by default.
+DRAIN_WANT = dict((k, td.RECOMMENDED[k]) for k in (td.FIN_TIMEOUT, td.ABORT_ON_OVERFLOW))
 
 
-def finding(host, what, evidence, cause, fix, about=None):
-    return {"host": host, "finding": what, "evidence": evidence, "cause": cause, "fix": fix, "about": about}
+# Every finding's code: what programs match on (the words are for people).
+CODES = (
+    "k3d_lb_not_running", "k3d_lb_unreadable", "k3d_lb_capped", "k3d_udp_sessions_held", "k3d_out_of_connections",
+    "k3d_dns_not_answering", "k3d_files_below_connections", "k3d_fix_incomplete",
+    "drain_slow", "host_kernel_busy",
+    "vps_rules_unreadable", "vps_rules_differ", "vps_address_floods", "vps_docker_port_unlimited",
+    "vps_docker_nftables", "way_in_blocked", "way_in_revert_pending", "way_in_revert_missed",
+    "nas_client_bound_high", "nas_unhealthy", "nas_autoheal_cannot_restart", "nas_rate_limited", "nas_errors_5xx",
+    "nas_limit_blind",
+    "shared_k3d_out_of_connections", "shared_wedged_unrestarted",
+)
+
+
+def finding(host, what, evidence, cause, fix, about=None, code=None):
+    """One finding: `code` and the fields are data, `finding` and the rest
+    words for people."""
+    if code not in CODES:
+        raise ValueError("unknown finding code %r" % code)
+    return {"code": code, "host": host, "finding": what, "evidence": evidence, "cause": cause, "fix": fix,
+            "about": about}
 
 
 def k3d(host, lbs, window):
@@ -26,11 +47,11 @@ def k3d(host, lbs, window):
         name = e["name"]
         if not e.get("running", True):
             out.append(finding(host, "%s is not running" % name, "docker: container not running",
-                               "the cluster is stopped or the load balancer died", "k3d cluster start", name))
+                               "the cluster is stopped or the load balancer died", "k3d cluster start", name, code="k3d_lb_not_running"))
             continue
         if e.get("error"):
             out.append(finding(host, "%s cannot be read" % name, e["error"], "not k3d's load balancer layout",
-                               "check the container", name))
+                               "check the container", name, code="k3d_lb_unreadable"))
             continue
         if e.get("state") == "capped":
             out.append(finding(host, "%s is %s" % (name, e.get("state_text")),
@@ -41,7 +62,7 @@ def k3d(host, lbs, window):
                                "containers at 1024; k3d's --runtime-ulimit) is below worker_rlimit_nofile, and "
                                "nginx cannot raise it: DNS is fixed, TCP has fewer connections",
                                "k3d cluster create ... --runtime-ulimit nofile=16384:16384, or dockerd's "
-                               "default-ulimits nofile and recreate the load balancer", name))
+                               "default-ulimits nofile and recreate the load balancer", name, code="k3d_lb_capped"))
         unpatched = e["udp_servers"] - e["udp_servers_patched"]
         long_hold = e.get("udp_timeout") and e["udp_timeout"] > 10
         if unpatched or long_hold:
@@ -51,7 +72,7 @@ def k3d(host, lbs, window):
                 "DNS queries/s" % (",".join(e["udp_ports"]), e["udp_timeout"], e["worker_connections"],
                                    e["exhaustion_rate"]),
                 "k3d's template: a DNS query is one datagram each way, but nginx waits for more", "run the k3d tag "
-                "(homelab.edge.k3d_serverlb): proxy_responses 1, a short timeout, a UDP session budget", name))
+                "(homelab.edge.k3d_serverlb): proxy_responses 1, a short timeout, a UDP session budget", name, code="k3d_udp_sessions_held"))
         alerts = e.get("not_enough_total", 0)
         if alerts:
             by = ", ".join("%s: %d" % kv for kv in sorted(e["not_enough"].items()))
@@ -61,7 +82,7 @@ def k3d(host, lbs, window):
                      if not e.get("udp_session_budget") else "more connections at once than the workers allow")
             out.append(finding(host, "%s ran out of connections" % name,
                                "docker logs: %d 'worker_connections are not enough' in the last %d s (%s)"
-                               % (alerts, window, by), cause, "run the k3d tag (homelab.edge.k3d_serverlb)", name))
+                               % (alerts, window, by), cause, "run the k3d tag (homelab.edge.k3d_serverlb)", name, code="k3d_out_of_connections"))
         dead = [u for u in e.get("dns_upstreams") or [] if u["answer_s"] is None]
         if dead:
             held = ("the UDP session budget (%s sessions) keeps the rest of the connections for HTTPS and the API "
@@ -72,7 +93,7 @@ def k3d(host, lbs, window):
                                "a DNS query to %s: no answer in 2 s" % ", ".join("%s:%d" % (u["node"], u["port"])
                                                                                  for u in dead),
                                "the DNS server (CoreDNS, PowerDNS) is hung or down",
-                               "restart it; %s" % held, name))
+                               "restart it; %s" % held, name, code="k3d_dns_not_answering"))
         exceed = e.get("exceed_open_file_limit")
         wc, nofile = e.get("worker_connections") or 0, e.get("open_file_limit") or 0
         if exceed or (nofile and wc > nofile):
@@ -81,25 +102,31 @@ def k3d(host, lbs, window):
                   else "worker_connections %d, its workers may open %d files" % (wc, nofile))
             out.append(finding(host, "%s has more connections than it may open files" % name, ev,
                                "each connection needs a file: the real ceiling is the open-file limit",
-                               "raise k3d_serverlb_worker_rlimit_nofile above the connections (run the k3d tag)", name))
+                               "raise k3d_serverlb_worker_rlimit_nofile above the connections (run the k3d tag)", name, code="k3d_files_below_connections"))
         drift = [d for d in e.get("drift") or [] if not (unpatched and "UDP" in d)]
         if drift and not (unpatched or long_hold):
             out.append(finding(host, "%s lacks part of the fix" % name, "; ".join(drift),
                                "k3d re-created or rewrote it, and no keeper re-applied the fix",
-                               "run the k3d tag; keep the keeper running (k3d_serverlb_keeper)", name))
+                               "run the k3d tag; keep the keeper running (k3d_serverlb_keeper)", name, code="k3d_fix_incomplete"))
     return out
 
 
-def drain(host, where, values):
-    bad = dict((k, v) for k, v in (values or {}).items()
-               if v is not None and k in DRAIN_GOOD and
-               (v > DRAIN_GOOD[k] if k == "net.ipv4.tcp_fin_timeout" else v < DRAIN_GOOD[k]))
+def drain(host, where, values, want=None):
+    """Drain values that drain slower than asked (`want`: what tcp_drain
+    sets on this host; DRAIN_WANT without it)."""
+    want = want or DRAIN_WANT
+    bad = td.slower(values, want)
     if not bad:
         return []
-    return [finding(host, "drain sysctls at kernel defaults in %s" % where,
-                    ", ".join("%s=%s" % kv for kv in sorted(bad.items())),
-                    "after a flood the kernel keeps orphaned sockets 60 s and retries a full accept queue: the "
-                    "cleanup outlasts the attack (seed 001)", "run the tcp_drain tag", where)]
+    at_default = all(td.KERNEL_DEFAULTS.get(k) == v for k, v in bad.items())
+    return [finding(host, "drain sysctls %s in %s" % ("at kernel defaults" if at_default else "slower than asked",
+                                                      where),
+                    ", ".join("%s=%s (asked %s)" % (k, v, want[k]) for k, v in sorted(bad.items())),
+                    "after a flood the kernel keeps orphaned sockets %d s and retries a full accept queue: the "
+                    "cleanup outlasts the attack (seed 001)" % td.KERNEL_DEFAULTS[td.FIN_TIMEOUT]
+                    if at_default else "the values were changed since tcp_drain set them (by hand, or a restart: "
+                    "/etc/sysctl.d holds the host's, but a container's namespace starts at kernel defaults)",
+                    "run the tcp_drain tag", where, code="drain_slow")]
 
 
 def vps(host, ufw, sig, limit, ports):
@@ -108,13 +135,13 @@ def vps(host, ufw, sig, limit, ports):
         live = sorted((ufw.get("live") or {}).get("ipv4") or [])
         if ufw.get("failed"):
             out.append(finding(host, "the connlimit rules cannot be read", ufw.get("msg", ""), "see the message",
-                               "run the vps tag", "firewall"))
+                               "run the vps tag", "firewall", code="vps_rules_unreadable"))
         elif ufw.get("changed") or live != sorted(ports):
             out.append(finding(host, "the connlimit rules are not what the inventory asks",
                                "live IPv4 %s, asked %s%s" % (
                                    ",".join(map(str, live)) or "none", ",".join(map(str, ports)),
                                    "; the rules files would change" if ufw.get("changed") else ""),
-                               "rules files edited by hand or ufw reloaded without them", "run the vps tag", "firewall"))
+                               "rules files edited by hand or ufw reloaded without them", "run the vps tag", "firewall", code="vps_rules_differ"))
     fw = (sig or {}).get("firewall") or {}
     for port, peers in sorted((fw.get("top_talkers") or {}).items()):
         peers = [p for p in peers if p[1] >= max(1, int(limit * 0.8))]
@@ -126,7 +153,7 @@ def vps(host, ufw, sig, limit, ports):
                                    "limit", rejected),
                                "one client opening many connections (seed 001's 500)",
                                "the limit holds it (vps_connlimit_limit %d); block it further up if it goes on" % limit,
-                               "port %s" % port))
+                               "port %s" % port, code="vps_address_floods"))
     limited = set(fw.get("limited_ports") or [])
     for port, names in sorted((fw.get("published") or {}).items()):
         if int(port) not in limited:
@@ -134,12 +161,12 @@ def vps(host, ufw, sig, limit, ports):
                                "docker: published by %s; no connlimit rule for it in DOCKER-USER's path"
                                % ", ".join(names), "Docker DNATs published ports through FORWARD: ufw's INPUT rules "
                                "never see them", "add %s to vps_connlimit_ports with vps_connlimit_docker_published: "
-                               "docker_user (run the vps tag)" % port, "port %s" % port))
+                               "docker_user (run the vps tag)" % port, "port %s" % port, code="vps_docker_port_unlimited"))
     if (fw.get("docker_firewall_backend") or "").startswith("nftables"):
         out.append(finding(host, "Docker runs its nftables firewall backend", "docker info: FirewallBackend nftables",
                            "there is no DOCKER-USER chain: a limit for published ports there protects nothing",
                            "run Docker with its iptables backend, or publish on 127.0.0.1 behind a host proxy",
-                           "docker"))
+                           "docker", code="vps_docker_nftables"))
     return out
 
 
@@ -150,7 +177,7 @@ def nas(host, sig, traefik_name, proxy_trusted, bound=None):
                            "Traefik's API: %s" % bound_text(dict(bound, within=True)),
                            "inFlightReq is one limiter per router: amount x routers, above %d" % bound["max"],
                            "lower traefik_inflight_amount, or bound HTTP/2 streams (traefik_inflight_http2_max_streams) "
-                           "behind the VPS's per-IP connection limit (nas tag)", traefik_name))
+                           "behind the VPS's per-IP connection limit (nas tag)", traefik_name, code="nas_client_bound_high"))
     sig = sig or {}
     unhealthy = sig.get("unhealthy") or []
     heal = sig.get("autoheal")
@@ -160,14 +187,14 @@ def nas(host, sig, traefik_name, proxy_trusted, bound=None):
                            % (u["since_s"], u["failing_streak"], u["last_output"][:80] or "no output"),
                            "wedged: it runs, but does not answer its health check",
                            "autoheal restarts it" if heal and heal.get("can_restart") else
-                           "docker restart %s now; and make autoheal able to (autoheal tag)" % u["name"], u["name"]))
+                           "docker restart %s now; and make autoheal able to (autoheal tag)" % u["name"], u["name"], code="nas_unhealthy"))
     if heal is not None and not heal.get("can_restart"):
         wedged = [u["name"] for u in unhealthy]
         out.append(finding(host, "autoheal cannot restart anything", heal.get("why", ""),
                            "%s stays %s until someone restarts it by hand (seed 001: 12 minutes dark)"
                            % (", ".join(wedged), "unhealthy") if wedged else "a wedged container would stay wedged",
                            "run the autoheal tag (autoheal_socket_proxy uses a policy that allows restarts)",
-                           "autoheal"))
+                           "autoheal", code="nas_autoheal_cannot_restart"))
     t = sig.get("traefik")
     if t:
         statuses = t.get("statuses") or {}
@@ -177,12 +204,12 @@ def nas(host, sig, traefik_name, proxy_trusted, bound=None):
             out.append(finding(host, "%s turned away %d requests (429)" % (traefik_name, limited),
                                "access log: %d of %d requests answered 429" % (limited, t["requests"]),
                                "one client over the in-flight limit (inFlightReq)", "nothing if it is a flood; raise "
-                               "traefik_inflight_amount if real users get it", traefik_name))
+                               "traefik_inflight_amount if real users get it", traefik_name, code="nas_rate_limited"))
         if errors:
             out.append(finding(host, "%s answered %d requests with 5xx" % (traefik_name, errors),
                                "access log: %s" % ", ".join("%s: %d" % kv for kv in sorted(statuses.items())
                                                             if kv[0].startswith("5")),
-                               "a backend fails or is too slow", "look at the backends", traefik_name))
+                               "a backend fails or is too slow", "look at the backends", traefik_name, code="nas_errors_5xx"))
         if is_blind(t["requests"], t["top_share"]):
             out.append(finding(host, "%s's per-IP limit is blind" % traefik_name,
                                "access log: %d%% of the last %d requests come from %s"
@@ -190,17 +217,17 @@ def nas(host, sig, traefik_name, proxy_trusted, bound=None):
                                "a proxy in front (the VPS) without PROXY protocol: every client counts as one",
                                "PROXY protocol: traefik_inflight_proxy_protocol_trusted_ips (nas tag), then "
                                "vps_proxy_protocol_upstreams (vps tag)" if not proxy_trusted else
-                               "turn PROXY protocol on at the VPS (vps tag)", traefik_name))
+                               "turn PROXY protocol on at the VPS (vps tag)", traefik_name, code="nas_limit_blind"))
     return out
 
 
-def host_common(host, sig, containers):
+def host_common(host, sig, containers, drain_want=None):
     out = []
     h = (sig or {}).get("host") or {}
-    out += drain(host, "%s's own namespace" % host, h.get("drain"))
+    out += drain(host, "%s's own namespace" % host, h.get("drain"), drain_want)
     for name, c in sorted(((sig or {}).get("containers") or {}).items()):
         if name in containers and c.get("running"):
-            out += drain(host, "%s's namespace" % name, c.get("drain"))
+            out += drain(host, "%s's namespace" % name, c.get("drain"), drain_want)
     load, cpus = (h.get("load") or [0])[0], h.get("cpus") or 1
     system = (h.get("cpu") or {}).get("system", 0)
     if load > 2 * cpus or system > 50:
@@ -208,32 +235,32 @@ def host_common(host, sig, containers):
                            "load %.2f on %d CPUs, %s%% system CPU; conntrack %s entries, sockets %s"
                            % (load, cpus, system, h.get("conntrack"), h.get("sockets")),
                            "the kernel cleaning up after many connections (seed 001: 80% system CPU after the flood)",
-                           "the drain sysctls (tcp_drain tag); restart the wedged service", host))
+                           "the drain sysctls (tcp_drain tag); restart the wedged service", host, code="host_kernel_busy"))
     return out
 
 
 def shared_causes(found):
-    """One finding more where several symptoms have one cause."""
+    """One finding more where several symptoms have one cause (by code)."""
     out = []
     by_about = {}
     for f in found:
-        by_about.setdefault((f["host"], f["about"]), []).append(f["finding"])
-    for (host, about), names in sorted(by_about.items()):
-        ran_out = [n for n in names if n.endswith("ran out of connections")]
-        if ran_out and (any("holds every UDP" in n for n in names) or any("does not answer" in n for n in names)):
+        by_about.setdefault((f["host"], f["about"]), []).append(f)
+    for (host, about), group in sorted(by_about.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        codes = set(f["code"] for f in group)
+        if "k3d_out_of_connections" in codes and codes & {"k3d_udp_sessions_held", "k3d_dns_not_answering"}:
             out.append(finding(host, "one cause: %s is out of connections" % about,
-                               "; ".join(names),
+                               "; ".join(f["finding"] for f in group),
                                "DNS timeouts, TLS resets and the Kubernetes API's EOF through %s are one failure, not "
                                "three: DNS sessions took the connections everything shares" % about,
-                               "run the k3d tag", about))
-    wedged = [f for f in found if f["finding"].endswith("is unhealthy")]
-    cannot = [f for f in found if f["finding"] == "autoheal cannot restart anything"]
-    for f in wedged:
-        if any(c["host"] == f["host"] for c in cannot):
+                               "run the k3d tag", about, code="shared_k3d_out_of_connections"))
+    cannot = dict((f["host"], f) for f in found if f["code"] == "nas_autoheal_cannot_restart")
+    for f in found:
+        if f["code"] == "nas_unhealthy" and f["host"] in cannot:
             out.append(finding(f["host"], "one cause: %s is wedged and nothing restarts it" % f["about"],
-                               "%s; %s" % (f["evidence"], [c["evidence"] for c in cannot if c["host"] == f["host"]][0]),
+                               "%s; %s" % (f["evidence"], cannot[f["host"]]["evidence"]),
                                "every route behind it stays dark until a restart by hand",
-                               "docker restart %s; then the autoheal tag" % f["about"], f["about"]))
+                               "docker restart %s; then the autoheal tag" % f["about"], f["about"],
+                               code="shared_wedged_unrestarted"))
     return out
 
 
@@ -251,7 +278,7 @@ def way_in(host, access, reverts):
                                % (names.get(spec, "?"), spec, access.get("policy")),
                                "ufw was enabled without an allow rule for it (by hand, or by an older run)",
                                "ufw allow %s if new clients should reach it; or list it in "
-                               "vps_connlimit_closed_ports to say it is closed on purpose" % spec, spec))
+                               "vps_connlimit_closed_ports to say it is closed on purpose" % spec, spec, code="way_in_blocked"))
     for r in (reverts or {}).get("pending") or []:
         missed = r.get("state") == "missed"
         what = "was never confirmed and its revert never ran" if missed else "waits for its confirmation"
@@ -261,7 +288,7 @@ def way_in(host, access, reverts):
                            "a run of the vps tag is between its change and the new SSH login that confirms it",
                            "homelab.edge.ufw_revert state=reverted id=%s puts the firewall back; state=confirmed keeps "
                            "it" % r.get("id") if missed else "wait: the host restores itself at the due time unless "
-                           "confirmed", "firewall"))
+                           "confirmed", "firewall", code="way_in_revert_missed" if missed else "way_in_revert_pending"))
     return out
 
 
@@ -278,7 +305,7 @@ def diagnose(hosts, window):
         if s.get("role") == "nas":
             found += nas(host, s.get("signals"), s.get("traefik"), s.get("proxy_trusted"), s.get("bound"))
         if s.get("role") in ("vps", "nas"):
-            found += host_common(host, s.get("signals"), s.get("containers") or [])
+            found += host_common(host, s.get("signals"), s.get("containers") or [], s.get("drain_want"))
     return found + shared_causes(found)
 
 

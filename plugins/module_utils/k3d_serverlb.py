@@ -57,6 +57,10 @@ DEFAULTS = dict(
 )
 # nginx's limit_conn_log_level values. k3d's nginx logs at notice and above.
 LOG_LEVELS = ("info", "notice", "warn", "error")
+# Seconds per load balancer to wait for nginx, one render and its new workers.
+RENDER_TIMEOUT = 30
+# Where the role writes the keeper's configuration (and the keeper reads it).
+KEEPER_CONFIG = "/etc/homelab-edge/k3d-serverlb.json"
 
 
 def option_spec():
@@ -602,7 +606,7 @@ def plan(state, want):
     return new_template, facts, reasons
 
 
-def apply(container, want, check_mode=False, render_timeout=30):
+def apply(container, want, check_mode=False, render_timeout=RENDER_TIMEOUT):
     """Bring one running load balancer to `want`, or to as much of it as fits
     under an open-file limit nginx cannot raise (capped_want).
 
@@ -684,7 +688,7 @@ def render_is_stale(container):
     return wanted_upstreams != parse_live(state["conf"])["upstreams"]
 
 
-def handle(container, name, explicit, want, check_mode=False, render_timeout=30, require_full_fix=False):
+def handle(container, name, explicit, want, check_mode=False, render_timeout=RENDER_TIMEOUT, require_full_fix=False):
     """One load balancer, as the module and the keeper report it: its state
     (fixed, capped, not_fixed; STATES has the words). Never raises: one
     failing load balancer cannot stop the others. A capped one is a failure

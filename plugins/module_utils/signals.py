@@ -12,9 +12,6 @@ import calendar
 import re
 import time
 
-DRAIN_DEFAULTS = {"net.ipv4.tcp_fin_timeout": 60, "net.ipv4.tcp_abort_on_overflow": 0}
-
-
 def cpu_times(stat_text):
     """(user, system, idle, total) jiffies from the first line of /proc/stat."""
     v = [int(x) for x in stat_text.splitlines()[0].split()[1:8]]

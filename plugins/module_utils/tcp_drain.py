@@ -7,25 +7,44 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+FIN_TIMEOUT = "net.ipv4.tcp_fin_timeout"
+ABORT_ON_OVERFLOW = "net.ipv4.tcp_abort_on_overflow"
+CT_TIME_WAIT = "net.netfilter.nf_conntrack_tcp_timeout_time_wait"
+CT_FIN_WAIT = "net.netfilter.nf_conntrack_tcp_timeout_fin_wait"
+
+# The kernel's own values, and the ones homelab.edge sets by default (the
+# tcp_drain role's defaults and traefik_inflight's container sysctls; the
+# one-home test holds them to these).
+KERNEL_DEFAULTS = {FIN_TIMEOUT: 60, ABORT_ON_OVERFLOW: 0, CT_TIME_WAIT: 120, CT_FIN_WAIT: 120}
+RECOMMENDED = {FIN_TIMEOUT: 15, ABORT_ON_OVERFLOW: 1, CT_TIME_WAIT: 30}
+# Keys where a higher value drains faster (the others are timers: lower is faster).
+HIGHER_IS_FASTER = (ABORT_ON_OVERFLOW,)
+
 # Every key the collection manages, with what it governs. All are per network
 # namespace: a container on a bridge network has its own copy.
 KEYS = {
-    "net.ipv4.tcp_fin_timeout":
-        "seconds an orphaned socket stays in FIN_WAIT_2 (kernel default 60); TIME_WAIT is fixed at 60 s",
-    "net.ipv4.tcp_abort_on_overflow":
-        "1: answer a full accept queue with a reset instead of dropping the final ACK (default 0)",
-    "net.netfilter.nf_conntrack_tcp_timeout_time_wait":
-        "seconds conntrack keeps a TIME_WAIT entry (default 120: the seed's '120 s')",
-    "net.netfilter.nf_conntrack_tcp_timeout_fin_wait":
-        "seconds conntrack keeps a FIN_WAIT entry (default 120)",
+    FIN_TIMEOUT: "seconds an orphaned socket stays in FIN_WAIT_2 (kernel default %d); TIME_WAIT is fixed at 60 s"
+                 % KERNEL_DEFAULTS[FIN_TIMEOUT],
+    ABORT_ON_OVERFLOW: "1: answer a full accept queue with a reset instead of dropping the final ACK (default %d)"
+                       % KERNEL_DEFAULTS[ABORT_ON_OVERFLOW],
+    CT_TIME_WAIT: "seconds conntrack keeps a TIME_WAIT entry (default %d: the seed's '120 s')"
+                  % KERNEL_DEFAULTS[CT_TIME_WAIT],
+    CT_FIN_WAIT: "seconds conntrack keeps a FIN_WAIT entry (default %d)" % KERNEL_DEFAULTS[CT_FIN_WAIT],
 }
 
-RANGES = {
-    "net.ipv4.tcp_fin_timeout": (1, 600),
-    "net.ipv4.tcp_abort_on_overflow": (0, 1),
-    "net.netfilter.nf_conntrack_tcp_timeout_time_wait": (1, 3600),
-    "net.netfilter.nf_conntrack_tcp_timeout_fin_wait": (1, 3600),
-}
+# What a key's status in the module's result means: set, or why not.
+APPLIED = ("ok", "changed")
+
+
+def slower(live, want):
+    """{key: live value} of the keys in `want` whose live value drains
+    slower than the wanted one (unreadable keys are left out)."""
+    return dict((k, v) for k, v in (live or {}).items()
+                if v is not None and k in want and
+                (v < want[k] if k in HIGHER_IS_FASTER else v > want[k]))
+
+
+RANGES = {FIN_TIMEOUT: (1, 600), ABORT_ON_OVERFLOW: (0, 1), CT_TIME_WAIT: (1, 3600), CT_FIN_WAIT: (1, 3600)}
 
 
 def validate(values):

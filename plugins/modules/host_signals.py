@@ -103,6 +103,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import signals
+from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV
 from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as tr
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
@@ -141,7 +142,7 @@ class Host(object):
 
     def drain(self, pid=None):
         out = {}
-        for key in signals.DRAIN_DEFAULTS:
+        for key in sorted(td.KEYS):
             text = self.in_netns(pid, ["sysctl", "-n", key]) if pid else self.read("/proc/sys/" + key.replace(".", "/"))
             out[key] = int(text.strip()) if text.strip().isdigit() else None
         return out

@@ -194,7 +194,7 @@ def argument_spec():
     return dict(lb.option_spec(),
                 clusters=dict(type="list", elements="str", default=[], aliases=["cluster"]),
                 names=dict(type="list", elements="str", default=[]),
-                render_timeout=dict(type="int", default=30, aliases=["timeout"]),
+                render_timeout=dict(type="int", default=lb.RENDER_TIMEOUT, aliases=["timeout"]),
                 require_full_fix=dict(type="bool", default=False),
                 docker_host=dict(type="str"))
 

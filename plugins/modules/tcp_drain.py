@@ -70,12 +70,15 @@ EXAMPLES = r"""
 
 RETURN = r"""
 keys:
-  description: Per key, the value before and after and what happened.
+  description:
+    - Per key, the value before and after and its C(status) - C(ok) (already so), C(changed) (set), or why it could not
+      be read or set - C(missing) (no such key in this namespace), C(read-only) (an unprivileged container's
+      /proc/sys), C(not-root) or C(error). Programs match on C(status); the words in RV(skipped) are for people.
   returned: always
   type: dict
   sample: {"net.ipv4.tcp_fin_timeout": {"before": 60, "after": 15, "status": "changed"}}
 skipped:
-  description: Keys that could not be set, with the reason (O(unsupported=skip)).
+  description: Keys that could not be set, each with the reason in words (O(unsupported=skip)).
   returned: always
   type: list
   elements: str

@@ -15,7 +15,9 @@ import re
 import pytest
 import yaml
 
+from ansible_collections.homelab.edge.plugins.module_utils import diagnose as dg
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
+from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
 
 from .conftest import ROOT
 
@@ -101,3 +103,97 @@ def test_the_traefik_module_and_role_share_their_defaults():
         tasks = f.read()
     for var, option in TRAEFIK_OPTIONS.items():
         assert "        %s: \"{{ traefik_inflight_%s }}\"" % (option, var) in tasks, var
+
+
+PASSED = re.compile(r"^\{\{\s*([a-z0-9_]+)(?:\s*\|\s*(?:int|bool))?\s*\}\}$")
+
+
+def module_calls(node):
+    """(module, args) of every homelab.edge module call in a task file's tree."""
+    if isinstance(node, list):
+        for item in node:
+            for found in module_calls(item):
+                yield found
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key.startswith("homelab.edge.") and isinstance(value, dict):
+                yield key.split(".")[-1], value
+            elif key in ("block", "rescue", "always"):
+                for found in module_calls(value):
+                    yield found
+
+
+def passed_through():
+    """(role, task file, module, option, role variable) wherever a role hands
+    one of its variables to a module option unchanged."""
+    for role in ROLES:
+        defaults = load("roles", role, "defaults", "main.yml") or {}
+        for path in sorted(glob.glob(os.path.join(ROOT, "roles", role, "tasks", "*.yml"))):
+            with open(path) as f:
+                tree = yaml.safe_load(f)
+            for module, args in module_calls(tree):
+                for option, value in args.items():
+                    m = PASSED.match(value) if isinstance(value, str) else None
+                    if m and m.group(1) in defaults:
+                        yield role, os.path.basename(path), module, option, m.group(1)
+
+
+# Where the role's default differs from the module's on purpose: (module, option) -> why.
+ON_PURPOSE = {
+    ("traefik_inflight", "autoheal_label"): "the module adds no label unless asked; the role's Traefik is watched",
+    ("traefik_inflight", "sysctls"): "the module adds none unless asked; the role's are the drain numbers (below)",
+    ("ufw_connlimit", "backup"): "modules follow Ansible's backup: false; the roles keep a copy of the user's file",
+    ("nginx_proxy_protocol", "backup"): "modules follow Ansible's backup: false; the roles keep a copy",
+}
+
+
+def test_a_role_and_the_module_it_calls_share_each_default_they_share():
+    checked, differ = 0, []
+    for role, path, module, option, var in passed_through():
+        spec = module_options(module)[option]
+        default = load("roles", role, "defaults", "main.yml")[var]
+        if "default" not in spec or templated(default) or (module, option) in ON_PURPOSE:
+            continue
+        if default != spec["default"]:
+            differ.append("%s/%s: %s is %r, %s's %s defaults to %r" % (
+                role, path, var, default, module, option, spec["default"]))
+        checked += 1
+    assert differ == [], "\n".join(differ)
+    assert checked >= 12
+
+
+def test_the_drain_numbers_have_one_home():
+    drain = load("roles", "tcp_drain", "defaults", "main.yml")
+    assert drain["tcp_drain_fin_timeout"] == td.RECOMMENDED[td.FIN_TIMEOUT]
+    assert drain["tcp_drain_abort_on_overflow"] == td.RECOMMENDED[td.ABORT_ON_OVERFLOW]
+    assert drain["tcp_drain_conntrack_time_wait"] == td.RECOMMENDED[td.CT_TIME_WAIT]
+    traefik = load("roles", "traefik_inflight", "defaults", "main.yml")["traefik_inflight_sysctls"]
+    assert traefik == dict((k, td.RECOMMENDED[k]) for k in (td.FIN_TIMEOUT, td.ABORT_ON_OVERFLOW))
+    assert dg.DRAIN_WANT == traefik
+    spec = load("roles", "traefik_inflight", "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert "tcp_fin_timeout %d, tcp_abort_on_overflow %d" % (traefik[td.FIN_TIMEOUT], traefik[td.ABORT_ON_OVERFLOW]) \
+        in spec["traefik_inflight_sysctls"]["description"]
+    with open(os.path.join(ROOT, "roles", "tcp_drain", "vars", "main.yml")) as f:
+        values = f.read()
+    for key in td.RECOMMENDED:
+        assert key in values, "tcp_drain's values (main, status and diagnose) miss %s" % key
+
+
+def test_the_render_timeout_and_the_keeper_config_have_one_home():
+    role = load("roles", "k3d_serverlb", "defaults", "main.yml")
+    spec = load("roles", "k3d_serverlb", "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert role["k3d_serverlb_render_timeout"] == spec["k3d_serverlb_render_timeout"]["default"] == lb.RENDER_TIMEOUT
+    assert module_options("k3d_serverlb")["render_timeout"]["default"] == lb.RENDER_TIMEOUT
+    assert role["k3d_serverlb_keeper_config"] == spec["k3d_serverlb_keeper_config"]["default"] == lb.KEEPER_CONFIG
+    with open(os.path.join(ROOT, "molecule", "default", "destroy.yml")) as f:
+        assert lb.KEEPER_CONFIG in f.read()
+    literal = re.compile(r"render_timeout=\d|/etc/homelab-edge/k3d-serverlb\.json")
+    for path in glob.glob(os.path.join(ROOT, "plugins", "**", "*.py"), recursive=True) + \
+            glob.glob(os.path.join(ROOT, "roles", "*", "files", "*.py")) + [os.path.join(ROOT, "demo", "demo.py")]:
+        with open(path) as f:
+            text = f.read()
+        found = [m.group(0) for m in literal.finditer(text)]
+        if path.endswith(os.path.join("module_utils", "k3d_serverlb.py")):
+            assert found == [lb.KEEPER_CONFIG], found  # its one home
+        else:
+            assert found == [], "%s repeats %s" % (path, found)

@@ -74,7 +74,7 @@ def test_a_healthy_lab_has_no_findings(client):
 def test_k3d_defaults_under_dns_load(client):
     """The keeper stopped, k3d re-creates lab2's load balancer (stock again),
     100 DNS queries/s: seed 000, named as one cause."""
-    subprocess.run([sys.executable, KEEPER, "--config", "/etc/homelab-edge/k3d-serverlb.json", "--stop"], check=True,
+    subprocess.run([sys.executable, KEEPER, "--config", lb.KEEPER_CONFIG, "--stop"], check=True,
                    capture_output=True)
     try:
         k3d.port_add("lab2", "127.0.0.1:10185:853/udp@loadbalancer")

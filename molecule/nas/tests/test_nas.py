@@ -317,7 +317,7 @@ def status_lines(host, extra=None):
     out = adhoc.playbook(INVENTORY, "- hosts: nas\n  gather_facts: false\n  become: true\n  tasks:\n"
                                     "    - ansible.builtin.include_role:\n        name: homelab.edge.traefik_inflight\n"
                                     "        tasks_from: status\n"
-                                    "    - ansible.builtin.debug:\n        var: status_lines\n",
+                                    "    - ansible.builtin.debug:\n        var: homelab_edge_status_lines\n",
                          "-l", host, "-e", json.dumps(extra or {}))
     assert out.returncode == 0, out.stdout[-2000:]
     return text(out)

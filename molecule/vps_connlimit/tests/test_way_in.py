@@ -259,7 +259,7 @@ def test_status_and_diagnose_report_a_blocked_listener_and_a_missed_revert():
                        "\"fires_at\": 121, \"timeout\": 120}}' > {d}/1-1/meta.json".format(d=ur.STATE_DIR))
     out = adhoc.playbook(INVENTORY, "- hosts: vps-fresh\n  gather_facts: false\n  become: true\n  tasks:\n"
                                     "    - ansible.builtin.include_role: {name: homelab.edge.vps_connlimit, "
-                                    "tasks_from: status}\n    - ansible.builtin.debug: {var: status_lines}\n")
+                                    "tasks_from: status}\n    - ansible.builtin.debug: {var: homelab_edge_status_lines}\n")
     text = " ".join(out.stdout.split())
     assert out.returncode == 0, text[-3000:]
     assert "blocks new connections to 80/tcp,51820/udp" in text and "revert missed (1-1)" in text, text[-3000:]

@@ -63,7 +63,7 @@ class Keeper(object):
         self.names = cfg.get("names") or []
         self.clusters = cfg.get("clusters") or []
         self.want = dict((k, cfg[k]) for k in lb.DEFAULTS)
-        self.render_timeout = cfg.get("render_timeout", 30)
+        self.render_timeout = cfg.get("render_timeout", lb.RENDER_TIMEOUT)
 
     def fix(self, container):
         """handle() until the load balancer is fixed: one that just started
@@ -195,12 +195,15 @@ def daemonize(keeper, pidfile, logfile):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="/etc/homelab-edge/k3d-serverlb.json")
+    ap.add_argument("--config", help="default: the library's KEEPER_CONFIG, where the role writes it")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--daemon", action="store_true")
     g.add_argument("--restart", action="store_true")
     g.add_argument("--stop", action="store_true")
     a = ap.parse_args()
+    if not a.config:
+        load_library()
+        a.config = lb.KEEPER_CONFIG
     pidfile, logfile = paths(a.config)
     if a.stop:
         print("stopped" if stop(pidfile) else "not running")

@@ -1,4 +1,6 @@
 """The findings, from signals shaped as the modules return them."""
+import pytest
+
 from ansible_collections.homelab.edge.plugins.module_utils import diagnose as dg
 
 STOCK_LB = {"name": "k3d-a-serverlb", "running": True, "udp_servers": 1, "udp_servers_patched": 0, "udp_ports": ["53"],
@@ -124,7 +126,35 @@ def test_drain_values_at_kernel_defaults_and_a_busy_kernel():
     found = dg.diagnose({"nas": {"role": "nas", "traefik": "traefik", "containers": ["traefik"], "signals": sig}}, 300)
     assert names(found) == ["drain sysctls at kernel defaults in nas's own namespace",
                             "drain sysctls at kernel defaults in traefik's namespace", "nas's kernel is busy"]
-    assert found[0]["evidence"] == "net.ipv4.tcp_abort_on_overflow=0, net.ipv4.tcp_fin_timeout=60"
+    assert found[0]["evidence"] == ("net.ipv4.tcp_abort_on_overflow=0 (asked 1), "
+                                    "net.ipv4.tcp_fin_timeout=60 (asked 15)")
+    assert [f["code"] for f in found] == ["drain_slow", "drain_slow", "host_kernel_busy"]
+
+
+@pytest.mark.parametrize("live, want, words", [
+    ({"net.ipv4.tcp_fin_timeout": 20}, None, "slower than asked"),  # 20 > the default 15, not the kernel's
+    ({"net.ipv4.tcp_fin_timeout": 20}, {"net.ipv4.tcp_fin_timeout": 30}, None),  # what this inventory asks
+    ({"net.ipv4.tcp_fin_timeout": 15, "net.netfilter.nf_conntrack_tcp_timeout_time_wait": 120},
+     {"net.ipv4.tcp_fin_timeout": 15, "net.netfilter.nf_conntrack_tcp_timeout_time_wait": 30}, "at kernel defaults"),
+    ({"net.ipv4.tcp_abort_on_overflow": 0, "net.ipv4.tcp_fin_timeout": None}, None, "at kernel defaults"),
+])
+def test_drain_values_are_held_to_what_tcp_drain_sets(live, want, words):
+    found = dg.drain("nas", "nas's own namespace", live, want)
+    assert [f["finding"].split(" in ")[0] for f in found] == (["drain sysctls " + words] if words else [])
+
+
+def test_every_finding_has_a_known_code_and_shared_causes_match_codes_not_words():
+    e = {"name": "k3d-a-serverlb", "running": True, "udp_servers": 2, "udp_servers_patched": 0, "udp_timeout": 600,
+         "udp_ports": ["53"], "worker_connections": 1024, "exhaustion_rate": 0.85, "not_enough_total": 3,
+         "not_enough": {"udp": 3}, "drift": [], "dns_upstreams": []}
+    found = dg.diagnose({"k": {"k3d": [e]}}, 300)
+    assert [f["code"] for f in found] == ["k3d_udp_sessions_held", "k3d_out_of_connections",
+                                          "shared_k3d_out_of_connections"]
+    for f in found:
+        f["finding"] = "reworded"  # the words may change; the shared cause stays
+    assert [f["code"] for f in dg.shared_causes(found)] == ["shared_k3d_out_of_connections"]
+    with pytest.raises(ValueError):
+        dg.finding("h", "x", "e", "c", "f", code="not_a_code")
 
 
 def test_the_table_reads_in_four_lines_a_finding():
