@@ -309,7 +309,7 @@ def diagnose(hosts, window):
     return found + shared_causes(found)
 
 
-def table(found, width=60):
+def table(found):
     """The findings as text rows an operator reads in ten seconds."""
     if not found:
         return ["no findings: nothing of the two outages' signals is there"]

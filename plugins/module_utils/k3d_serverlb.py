@@ -217,8 +217,9 @@ def _udp_block(indent, want):
 
 
 def _replace_one(text, candidates, render, what):
-    """Replace the single match among `candidates` (lists of matches, first
-    non-empty list wins) with render(indent)."""
+    """Replace the one match among all of `candidates` (lists of matches of
+    the forms the line may take; together they must hold exactly one) with
+    render(indent)."""
     found = [m for group in candidates for m in group]
     if len(found) != 1:
         raise ShapeError("expected exactly one %s in the template, found %d" % (what, len(found)))
@@ -404,11 +405,6 @@ def shortfalls(facts, want):
     return out
 
 
-def live_is_fixed(facts, want):
-    """True when the loaded config carries every setting of `want`."""
-    return not shortfalls(facts, want)
-
-
 def summarize(name, facts):
     """The seed's --check line, from live facts."""
     patched = sum(1 for s in facts["udp_servers"] if s["proxy_responses"] == "1")
@@ -492,13 +488,6 @@ def _exec(container, argv):
     res = container.exec_run(argv, demux=True)
     out, err = res.output if isinstance(res.output, tuple) else (res.output, b"")
     return res.exit_code, (out or b"").decode("utf-8", "replace"), (err or b"").decode("utf-8", "replace")
-
-
-def read_file(container, path):
-    rc, out, err = _exec(container, ["cat", path])
-    if rc != 0:
-        raise ApplyError("cannot read %s: %s" % (path, (err or out).strip()))
-    return out
 
 
 # nginx's master and its current workers (not those of an earlier reload that

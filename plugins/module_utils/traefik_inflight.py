@@ -210,7 +210,8 @@ def dynamic_text(opts):
 
 def static_changes(static, opts):
     """The edits a static config needs, as data: a list of (op, path,
-    value), the ops of text_edit (append, ensure, set, delete, replace).
+    value), op one of text_edit's append, ensure, set, delete and replace
+    (its sixth, flags, is for a compose command list: see flag_changes).
 
     Raises TraefikConfigError for input that cannot work (an entrypoint that
     does not exist, a file provider the role cannot reach)."""

@@ -22,7 +22,6 @@ __metaclass__ = type
 
 STATE_DIR = "/var/lib/homelab-edge/ufw-revert"
 ROOTS = ("/etc/ufw", "/etc/default/ufw")
-MARKERS = ("armed", "confirmed", "reverting", "reverted")
 TIMEOUT_MIN, TIMEOUT_MAX = 10, 3600
 UNIT_PREFIX = "homelab-edge-ufw-revert-"
 # A pending revert that should have fired this long ago did not run (the

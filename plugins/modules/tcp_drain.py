@@ -151,7 +151,7 @@ def set_key(module, ns, key, want):
 
 def live_diff(namespace, keys):
     text = dict((side, "".join("%s = %s\n" % (k, e[side]) for k, e in sorted(keys.items())
-                               if e["status"] in ("ok", "changed")))
+                               if e["status"] in td.APPLIED))
                 for side in ("before", "after"))
     return {"before_header": "%s (live)" % namespace, "after_header": "%s (live)" % namespace,
             "before": text["before"], "after": text["after"]}

@@ -132,29 +132,6 @@ def https_status(container, address, name="site", port=443):
     return int(out.stdout) if out.stdout.isdigit() and int(out.stdout) else None
 
 
-def dns_max_sequential(host, port, seconds, timeout=1.0):
-    """Fresh-socket queries back to back for `seconds`: the rate one client
-    can hold. Returns dict(sent, answered, rate)."""
-    sent = answered = 0
-    end = time.monotonic() + seconds
-    start = time.monotonic()
-    while time.monotonic() < end:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.settimeout(timeout)
-        qid = random.randint(0, 65535)
-        try:
-            s.sendto(dns_query_packet(qid), (host, port))
-            if dns_answered(s.recv(512), qid):
-                answered += 1
-        except OSError:
-            pass
-        finally:
-            s.close()
-        sent += 1
-    took = time.monotonic() - start
-    return {"sent": sent, "answered": answered, "rate": round(answered / took, 1)}
-
-
 def https_ok(host, port, timeout=3.0, expect=(200, 401)):
     """One TLS connection and GET /; True when the status is expected."""
     ctx = ssl.create_default_context()

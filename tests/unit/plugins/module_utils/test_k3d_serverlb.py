@@ -145,7 +145,7 @@ def test_parse_live_stock_and_report_the_seeds_math():
     assert facts["worker_rlimit_nofile"] is None
     assert [s["port"] for s in facts["udp_servers"]] == ["53"]
     assert [s["port"] for s in facts["tcp_servers"]] == ["443"]
-    assert not lb.live_is_fixed(facts, WANT)
+    assert lb.shortfalls(facts, WANT)
     r = lb.report("k3d-core-serverlb", "core", facts, open_file_limit=1024)
     # seed 000: 1029 / (2 x 600) = about 0.9 queries per second fills every connection
     assert r["exhaustion_rate"] == 0.86
@@ -157,14 +157,14 @@ def test_parse_live_stock_and_report_the_seeds_math():
 
 def test_parse_live_fixed():
     facts = lb.parse_live(FIXED)
-    assert lb.live_is_fixed(facts, WANT)
-    assert not lb.live_is_fixed(facts, dict(WANT, udp_timeout=10))
-    assert not lb.live_is_fixed(facts, dict(WANT, worker_connections=8192))
-    assert not lb.live_is_fixed(facts, dict(WANT, budget_log_level="warn"))
+    assert not lb.shortfalls(facts, WANT)
+    assert lb.shortfalls(facts, dict(WANT, udp_timeout=10))
+    assert lb.shortfalls(facts, dict(WANT, worker_connections=8192))
+    assert lb.shortfalls(facts, dict(WANT, budget_log_level="warn"))
     # a floor: more connections than asked (k3d's own number above it) is fixed too, budget from them
     more = FIXED.replace("worker_connections 4096;", "worker_connections 8192;").replace(
         "limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp 2048;")
-    assert lb.live_is_fixed(lb.parse_live(more), WANT)
+    assert not lb.shortfalls(lb.parse_live(more), WANT)
     r = lb.report("lb", "core", facts, open_file_limit=16384)
     assert r["udp_session_budget"] == 1024 == lb.udp_budget(4096, 50)
     assert r["udp_servers_patched"] == 2 and r["udp_ports"] == ["1053", "53"]
@@ -182,7 +182,7 @@ def test_live_is_not_fixed_without_any_one_piece(line, reason):
     # drop the line from the second UDP server only (or the one rlimit line)
     head, tail = FIXED.rsplit(line, 1)
     facts = lb.parse_live(head + tail)
-    assert not lb.live_is_fixed(facts, WANT)
+    assert lb.shortfalls(facts, WANT)
     assert any(reason in s for s in lb.shortfalls(facts, WANT))
 
 
@@ -327,7 +327,7 @@ def test_apply_patches_renders_and_reports():
     assert c.fs[lb.TEMPLATE_PATH] == patch(K3D)
     assert c.fs[lb.VALUES_PATH] == VALUES_K3D  # k3d's file is never written
     assert len(c.renders) == 1 and res["open_file_limit"] == 16384
-    assert lb.live_is_fixed(res["facts"], WANT)
+    assert not lb.shortfalls(res["facts"], WANT)
     assert not [p for p in c.fs if "homelab-edge-" in p]  # no temporary file left
 
 
@@ -342,7 +342,7 @@ def test_apply_renders_a_patched_template_whose_render_never_went_live():
     c = Fake(template=patch(K3D), conf=STOCK, limits=[20000])
     res = lb.apply(c, WANT)
     assert res["changed"] and "template not patched" not in res["reasons"]
-    assert len(c.renders) == 1 and lb.live_is_fixed(res["facts"], WANT)
+    assert len(c.renders) == 1 and not lb.shortfalls(res["facts"], WANT)
 
 
 def test_apply_renders_when_only_the_workers_lack_the_limit():
@@ -528,7 +528,7 @@ def test_a_live_budget_other_than_the_computed_one_is_a_shortfall():
     what HTTPS and the API need)."""
     for wrong in ("512", "4096"):
         facts = lb.parse_live(FIXED.replace("limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp %s;" % wrong))
-        assert not lb.live_is_fixed(facts, WANT)
+        assert lb.shortfalls(facts, WANT)
         assert "UDP 53: session budget %s, not 1024" % wrong in lb.shortfalls(facts, WANT)
 
 
