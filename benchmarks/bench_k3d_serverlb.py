@@ -52,6 +52,8 @@ sys.path[:0] = [os.path.join(ROOT, "lab"), os.path.join(ROOT, "tests", "support"
 import k3d  # noqa: E402
 import dnsgen  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
+import k3d_serverlb_config as lb_config  # noqa: E402
+import k3d_serverlb_container as lb_container  # noqa: E402
 import lb_check  # noqa: E402
 import probes  # noqa: E402
 
@@ -212,8 +214,8 @@ def say_step(label, path, r):
 def configure(client, name, cluster):
     if name == "seed's fix":
         c = client.containers.get(k3d.lb_name(cluster))
-        lb.replace_file(c, lb.TEMPLATE_PATH, lb_check.seeds_fix(lb_check.read(c, lb.TEMPLATE_PATH)))
-        lb.render(c, 30)
+        lb_container.replace_file(c, lb_container.TEMPLATE_PATH, lb_check.seeds_fix(lb_check.read(c, lb_container.TEMPLATE_PATH)))
+        lb_container.render(c, 30)
     elif name == "homelab.edge":
         apply_role([cluster], keeper=False)
     time.sleep(2)
@@ -292,7 +294,7 @@ def dns_part(client, result):
         live = {}
         for name, cluster, base in CONFIGS:
             c = client.containers.get(k3d.lb_name(cluster))
-            rep = lb.report(c.name, cluster, lb.parse_live(lb_check.read(c, lb.NGINX_CONF)), None)
+            rep = lb_config.report(c.name, cluster, lb_config.parse_live(lb_check.read(c, lb_container.NGINX_CONF)), None)
             live[name] = {"worker_connections": rep["worker_connections"], "udp_timeout_s": rep["udp_timeout"],
                           "udp_session_budget": rep["udp_session_budget"]}
     finally:

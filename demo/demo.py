@@ -24,6 +24,8 @@ import outage  # noqa: E402
 import probes  # noqa: E402
 import proof  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
+import k3d_serverlb_config as lb_config  # noqa: E402
+import k3d_serverlb_container as lb_container  # noqa: E402
 
 CLUSTERS, BASE = ("lab", "lab2"), 10000
 INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
@@ -40,9 +42,9 @@ def k3d_measure(client, rate, count):
     ep = k3d.endpoints(BASE)
     lbc = client.containers.get(k3d.lb_name("lab"))
     dns, tcp, alerts = probes.dns_under_load(lbc, "127.0.0.1", ep["dns"], [ep["https"], ep["api"]], rate, count)
-    state = lb.read_state(lbc)
+    state = lb_container.read_state(lbc)
     return {"dns": dict(dns, rate=rate), "alerts": alerts, "tcp_during_dns": tcp,
-            "worker_connections": lb.parse_live(state["conf"])["worker_connections"],
+            "worker_connections": lb_config.parse_live(state["conf"])["worker_connections"],
             "worker_open_files": state["worker_limits"]}
 
 

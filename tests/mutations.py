@@ -20,23 +20,25 @@ UNIT = "tests/unit/plugins/module_utils/"
 # name: (file, text, mutated text, the test that must catch it)
 MUTATIONS = {
     "k3d live budget: any budget accepted": (
-        "plugins/module_utils/k3d_serverlb.py",
+        "plugins/module_utils/k3d_serverlb_config.py",
         'if s["limit_conn"] != budget:',
         'if s["limit_conn"] is None:',
         UNIT + "test_k3d_serverlb.py::test_a_live_budget_other_than_the_computed_one_is_a_shortfall"),
     "k3d render confd accepts but nginx never runs: not rolled back": (
         "plugins/module_utils/k3d_serverlb.py",
-        "        render(container, render_timeout)\n"
+        "        lb_container.render(container, render_timeout)\n"
         "        after = wait_settled(container, want, render_timeout)\n"
-        "    except ApplyError as e:\n"
-        '        raise ApplyError("%s; %s" % (e, _roll_back(container, state["template"], new_template, render_timeout)))\n',
-        "        render(container, render_timeout)\n"
-        "    except ApplyError as e:\n"
-        '        raise ApplyError("%s; %s" % (e, _roll_back(container, state["template"], new_template, render_timeout)))\n'
+        "    except lb_container.ApplyError as e:\n"
+        '        undone = _roll_back(container, state["template"], new_template, render_timeout)\n'
+        '        raise lb_container.ApplyError("%s; %s" % (e, undone))\n',
+        "        lb_container.render(container, render_timeout)\n"
+        "    except lb_container.ApplyError as e:\n"
+        '        undone = _roll_back(container, state["template"], new_template, render_timeout)\n'
+        '        raise lb_container.ApplyError("%s; %s" % (e, undone))\n'
         "    after = wait_settled(container, want, render_timeout)\n",
         UNIT + "test_k3d_serverlb.py::test_apply_rolls_back_a_render_confd_accepts_but_nginx_never_runs"),
     "k3d budget on only some UDP servers reported as budgeted": (
-        "plugins/module_utils/k3d_serverlb.py",
+        "plugins/module_utils/k3d_serverlb_config.py",
         '"udp_session_budget": min(budgets) if len(budgets) == len(udp) and budgets else None,',
         '"udp_session_budget": min(budgets) if budgets else None,',
         UNIT + "test_k3d_serverlb.py::test_a_load_balancer_with_a_budget_on_only_some_udp_servers_is_not_budgeted"),

@@ -27,7 +27,7 @@ class NginxConfigError(ValueError):
     """The config cannot be edited safely; the message says why."""
 
 
-def _strip(text):
+def blanked(text):
     """The text with comments and quoted strings blanked out (same length),
     so braces and semicolons can be found by position."""
     out, i, n = [], 0, len(text)
@@ -50,22 +50,29 @@ def _strip(text):
     return "".join(out)[:n]
 
 
+def closing_brace(plain_text, body_start, end=None):
+    """Index of the `}` that closes the block whose body starts at
+    `body_start` (in blanked() text, before `end`); None when it is not closed."""
+    end = len(plain_text) if end is None else end
+    depth, i = 1, body_start
+    while i < end:
+        depth += {"{": 1, "}": -1}.get(plain_text[i], 0)
+        if not depth:
+            return i
+        i += 1
+    return None
+
+
 def blocks(text, name, start=0, end=None):
     """[(body_start, body_end)] of `name ... { }` blocks in text[start:end]."""
-    plain = _strip(text)
+    plain = blanked(text)
     end = len(text) if end is None else end
     found = []
     for m in re.finditer(r"(?<![\w.-])%s\b[^;{}]*\{" % re.escape(name), plain[start:end]):
-        depth, i = 1, start + m.end()
-        while depth and i < end:
-            if plain[i] == "{":
-                depth += 1
-            elif plain[i] == "}":
-                depth -= 1
-            i += 1
-        if depth:
+        close = closing_brace(plain, start + m.end(), end)
+        if close is None:
             raise NginxConfigError("unbalanced braces after '%s' at offset %d" % (name, start + m.start()))
-        found.append((start + m.end(), i - 1))
+        found.append((start + m.end(), close))
     # only blocks at the top of this range (not inside a nested block)
     top = []
     for b in found:
@@ -78,7 +85,7 @@ def _directives(text, start, end, name):
     """[(start, end, arguments)] of the `name ...;` directives at the top of
     text[start:end]: at the start of a statement (after `{`, `;`, `}` or the
     start of the range), on a line of their own or not."""
-    plain = _strip(text)
+    plain = blanked(text)
     out = []
     for m in re.finditer(r"(?<![\w.$-])%s[ \t\r\n]+([^;{}]*);" % re.escape(name), plain[start:end]):
         at = m.start() + start
@@ -95,15 +102,13 @@ def _depth(plain, start, pos):
 def upstream_servers(text, in_stream=False):
     """{upstream name: [server addresses]} of the stream upstream blocks."""
     out = {}
-    plain = _strip(text)
+    plain = blanked(text)
     for s, e in ([(0, len(text))] if in_stream else blocks(text, "stream")):
         for m in re.finditer(r"(?<![\w.-])upstream[ \t]+(\S+)[ \t]*\{", plain[s:e]):
             body_start = s + m.end()
-            depth, i = 1, body_start
-            while depth and i < e:
-                depth += {"{": 1, "}": -1}.get(plain[i], 0)
-                i += 1
-            out[m.group(1)] = [d[2].split()[0] for d in _directives(text, body_start, i - 1, "server")]
+            close = closing_brace(plain, body_start, e)
+            out[m.group(1)] = [d[2].split()[0] for d in _directives(text, body_start, e if close is None else close,
+                                                                    "server")]
     return out
 
 
@@ -137,7 +142,7 @@ def forwards_to(server, upstreams, addresses):
 
 def includes(text):
     """[(pattern, inside stream {})] of the include directives of a file."""
-    plain = _strip(text)
+    plain = blanked(text)
     streams = blocks(text, "stream")
     return [(m.group(1).strip().strip("\"'"), any(s <= m.start() < e for s, e in streams))
             for m in re.finditer(r"(?m)^[ \t]*include[ \t]+([^;]+);", plain)]

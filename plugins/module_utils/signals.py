@@ -12,6 +12,7 @@ import calendar
 import re
 import time
 
+
 def cpu_times(stat_text):
     """(user, system, idle, total) jiffies from the first line of /proc/stat."""
     v = [int(x) for x in stat_text.splitlines()[0].split()[1:8]]

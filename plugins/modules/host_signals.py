@@ -108,6 +108,7 @@ from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV
 from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as tr
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
 
+
 class Host(object):
     def __init__(self, module):
         self.module = module

@@ -187,6 +187,8 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
+
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
 from ansible_collections.homelab.edge.plugins.module_utils.docker_engine import connect, docker
 
 
@@ -211,8 +213,8 @@ def wanted_settings(module):
 
 def fix_all(module, client, want):
     """Each load balancer in parallel (each waits for its own render)."""
-    found = lb.find_load_balancers(client, module.params["names"], module.params["clusters"],
-                                   not_found=docker.errors.NotFound)
+    found = lb_container.find_load_balancers(client, module.params["names"], module.params["clusters"],
+                                             not_found=docker.errors.NotFound)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(found)))) as pool:
         return list(pool.map(lambda item: lb.handle(item[1], item[0], item[2], want, module.check_mode,
                                                     module.params["render_timeout"],

@@ -100,6 +100,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
+
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
+
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_signals as lb_signals
+
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
 from ansible_collections.homelab.edge.plugins.module_utils.docker_engine import connect, docker
 
 
@@ -141,19 +147,19 @@ def main():
     p = module.params
     client = connect(module, p["docker_host"])
     try:
-        found = lb.find_load_balancers(client, (), p["clusters"])
+        found = lb_container.find_load_balancers(client, (), p["clusters"])
     except docker.errors.DockerException as e:
         module.fail_json(msg="cannot list the load balancers: %s" % e)
     since = time.time() - p["window"]
     out = []
     for name, container, dummy in found:
         if container.status != "running":
-            out.append({"name": name, "cluster": container.labels.get(lb.CLUSTER_LABEL), "running": False})
+            out.append({"name": name, "cluster": container.labels.get(lb_container.CLUSTER_LABEL), "running": False})
             continue
         try:
-            entry = lb.signals(container, dict((k, p[k]) for k in lb.DEFAULTS), since,
-                               dns_probe(client) if p["dns_probe"] else None)
-        except (lb.ApplyError, lb.ShapeError) as e:
+            entry = lb_signals.signals(container, dict((k, p[k]) for k in lb.DEFAULTS), since,
+                                       dns_probe(client) if p["dns_probe"] else None)
+        except (lb_container.ApplyError, lb_template.ShapeError) as e:
             entry = {"name": name, "error": str(e)}
         entry["running"] = True
         out.append(entry)

@@ -95,6 +95,7 @@ from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV
 
+
 class Namespace(object):
     def __init__(self, module, container):
         self.module = module

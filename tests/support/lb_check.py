@@ -1,6 +1,6 @@
 """Judge a k3d load balancer from the outside: its rendered nginx.conf read
 with crossplane (not the module's parser) and its workers' limits read from
-/proc. Also the variant the tests and benchmarks compare it with (the seed's own fix)."""
+/proc. Also the two variants the tests and benchmarks compare it with."""
 import re
 
 import nginx_conf
@@ -34,6 +34,11 @@ def shortfalls(container, want):
     if limits != [want["worker_rlimit_nofile"]]:
         problems.append("workers' open-file limits %s" % limits)
     return problems
+
+
+def without_budget(template):
+    """The collection's fix minus its UDP session budget."""
+    return re.sub(r"(?m)^[ \t]*limit_conn(_log_level)? .*\n", "", template)
 
 
 def seeds_fix(template):

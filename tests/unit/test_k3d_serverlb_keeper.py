@@ -10,6 +10,8 @@ import types
 import pytest
 
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 KEEPER = os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py")
@@ -47,7 +49,7 @@ def keeper(monkeypatch):
     spec = importlib.util.spec_from_file_location("k3d_serverlb_keeper", KEEPER)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod.lb = lb
+    mod.lb, mod.lb_container, mod.lb_template = lb, lb_container, lb_template
     sleeps = []
 
     def sleep(seconds):
@@ -56,9 +58,9 @@ def keeper(monkeypatch):
             raise Stop()
     monkeypatch.setattr(mod.time, "sleep", sleep)
     monkeypatch.setattr(mod, "log", lambda msg: None)
-    monkeypatch.setattr(lb, "find_load_balancers", lambda client, names, clusters, not_found: [
+    monkeypatch.setattr(lb_container, "find_load_balancers", lambda client, names, clusters, not_found: [
         (name, types.SimpleNamespace(name=name, status="running"), False) for name in client.running])
-    monkeypatch.setattr(lb, "wanted", lambda container, names, clusters: True)
+    monkeypatch.setattr(lb_container, "wanted", lambda container, names, clusters: True)
     return mod
 
 

@@ -112,15 +112,13 @@ def module_calls(node):
     """(module, args) of every homelab.edge module call in a task file's tree."""
     if isinstance(node, list):
         for item in node:
-            for found in module_calls(item):
-                yield found
+            yield from module_calls(item)
     elif isinstance(node, dict):
         for key, value in node.items():
             if key.startswith("homelab.edge.") and isinstance(value, dict):
                 yield key.split(".")[-1], value
             elif key in ("block", "rescue", "always"):
-                for found in module_calls(value):
-                    yield found
+                yield from module_calls(value)
 
 
 def passed_through():

@@ -19,6 +19,7 @@ import adhoc  # noqa: E402
 import hosts  # noqa: E402
 import k3d  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
+import k3d_serverlb_container as lb_container  # noqa: E402
 import probes  # noqa: E402
 
 INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
@@ -42,7 +43,7 @@ def snapshot(client):
 
 
 def lb_files(container):
-    return tuple(container.exec_run(["cat", p]).output for p in (lb.TEMPLATE_PATH, lb.VALUES_PATH))
+    return tuple(container.exec_run(["cat", p]).output for p in (lb_container.TEMPLATE_PATH, lb_container.VALUES_PATH))
 
 
 def diagnose(client, *args, window=20):
@@ -109,9 +110,9 @@ def test_the_dns_server_hung(client):
 
 def test_connections_above_the_open_file_limit(client):
     c = client.containers.get(k3d.lb_name("lab"))
-    values = c.exec_run(["cat", lb.VALUES_PATH]).output.decode()
+    values = c.exec_run(["cat", lb_container.VALUES_PATH]).output.decode()
     t0 = time.time()
-    lb.replace_file(c, lb.VALUES_PATH, values.replace("workerConnections: 1024", "workerConnections: 40000"))
+    lb_container.replace_file(c, lb_container.VALUES_PATH, values.replace("workerConnections: 1024", "workerConnections: 40000"))
     try:
         for dummy in range(30):  # rendered by confd's watch, or by the keeper
             if "worker_connections exceed" in c.logs(since=int(t0)).decode():
@@ -119,7 +120,7 @@ def test_connections_above_the_open_file_limit(client):
             time.sleep(1)
         found = diagnose(client, "--tags", "k3d")
     finally:
-        lb.replace_file(c, lb.VALUES_PATH, values)
+        lb_container.replace_file(c, lb_container.VALUES_PATH, values)
     over = [f for f in found if f["finding"] == "k3d-lab-serverlb has more connections than it may open files"]
     assert over and "40000 worker_connections exceed open file resource limit: 16384" in over[0]["evidence"]
 

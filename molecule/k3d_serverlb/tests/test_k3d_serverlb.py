@@ -21,6 +21,8 @@ sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"
 import adhoc  # noqa: E402
 import k3d  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
+import k3d_serverlb_config as lb_config  # noqa: E402
+import k3d_serverlb_container as lb_container  # noqa: E402
 import lb_check  # noqa: E402
 import probes  # noqa: E402
 
@@ -38,7 +40,7 @@ def client():
     return docker.from_env()
 
 
-def lb_container(client, cluster=CLUSTER):
+def load_balancer(client, cluster=CLUSTER):
     return client.containers.get(k3d.lb_name(cluster))
 
 
@@ -47,7 +49,7 @@ def wait_fixed(client, cluster=CLUSTER, seconds=30):
     t0 = time.time()
     while time.time() - t0 < seconds:
         try:
-            if not lb_check.shortfalls(lb_container(client, cluster), WANT):
+            if not lb_check.shortfalls(load_balancer(client, cluster), WANT):
                 return round(time.time() - t0, 1)
         except (docker.errors.NotFound, docker.errors.APIError, AssertionError, ValueError, KeyError):
             pass  # being recreated, or nginx not up yet
@@ -56,11 +58,11 @@ def wait_fixed(client, cluster=CLUSTER, seconds=30):
 
 
 def values_connections(container):
-    return int(lb.parse_values(lb_check.read(container, lb.VALUES_PATH))["settings"]["workerConnections"])
+    return int(lb_config.parse_values(lb_check.read(container, lb_container.VALUES_PATH))["settings"]["workerConnections"])
 
 
 def test_live_config_has_the_fix(client):
-    c = lb_container(client)
+    c = load_balancer(client)
     assert lb_check.shortfalls(c, WANT) == []
     # the container's own soft limit is the daemon's; the workers got the rlimit
     assert values_connections(c) == 1024  # k3d's values.yaml is k3d's
@@ -84,7 +86,7 @@ def test_before_the_fix_stock_k3d_fails(client):
 
 
 def test_after_the_fix_9000_queries_at_300_per_second(client):
-    dns, https, alerts = under_load(lb_container(client), BASE, rate=300, count=9000)
+    dns, https, alerts = under_load(load_balancer(client), BASE, rate=300, count=9000)
     adhoc.record("k3d_serverlb", "after", alerts=alerts, dns_sent=dns["sent"], dns_answered=dns["answered"],
                  dns_seconds=dns["seconds"], https_ok=https["ok"], https_failed=https["failed"])
     assert dns["sent"] == 9000
@@ -126,7 +128,7 @@ def hung_dns(client, cluster, base, rate=1500, seconds=30):
             break
     stop.set()
     loader.join(30)
-    alerts = probes.count_in_logs(lb_container(client, cluster), probes.NOT_ENOUGH, t0)
+    alerts = probes.count_in_logs(load_balancer(client, cluster), probes.NOT_ENOUGH, t0)
     return dict(rate=rate, alerts=alerts, tcp_ok=tcp["ok"], tcp_failed=tcp["failed"], dns_recovered_s=recovered,
                 dns_sent=load.get("sent"))
 
@@ -136,12 +138,12 @@ def test_budget_side_by_side_with_the_dns_server_hung(client):
     hung under a rate that fills every connection without a budget: without
     it HTTPS and 6443 fail; with it they succeed every time, no alerts, and
     DNS answers again within 15 s of the server resuming."""
-    stock = lb_container(client, STOCK)
+    stock = load_balancer(client, STOCK)
     res = adhoc.run_module("k3d_serverlb", {"names": [stock.name]})
     assert not res.get("failed"), res.get("msg")
-    lb.replace_file(stock, lb.TEMPLATE_PATH, lb_check.without_budget(lb_check.read(stock, lb.TEMPLATE_PATH)))
-    lb.render(stock, 30)
-    udp = lb_check.nginx_conf.summary(lb_check.read(stock, lb.NGINX_CONF))["udp"]
+    lb_container.replace_file(stock, lb_container.TEMPLATE_PATH, lb_check.without_budget(lb_check.read(stock, lb_container.TEMPLATE_PATH)))
+    lb_container.render(stock, 30)
+    udp = lb_check.nginx_conf.summary(lb_check.read(stock, lb_container.NGINX_CONF))["udp"]
     assert udp and all(u["limit_conn"] is None and u["proxy_responses"] == "1" for u in udp.values())
     without = hung_dns(client, STOCK, STOCK_BASE)
     adhoc.record("k3d_serverlb", "hung_dns_without_budget", **without)
@@ -157,14 +159,14 @@ def test_budget_side_by_side_with_the_dns_server_hung(client):
 def test_node_create_and_delete_keep_the_fix_whole(client):
     """k3d rewrites values.yaml (1024 + ports x servers): the fix stays whole."""
     node = k3d.node_create(CLUSTER, "molextra")
-    c = lb_container(client)
+    c = load_balancer(client)
     assert values_connections(c) == 1024 + 5 * 2  # k3d's own number: 5 ports (api included), 2 servers
     assert lb_check.shortfalls(c, WANT) == []
-    assert lb_check.nginx_conf.summary(lb_check.read(c, lb.NGINX_CONF))["worker_connections"] == WANT["worker_connections"]
+    assert lb_check.nginx_conf.summary(lb_check.read(c, lb_container.NGINX_CONF))["worker_connections"] == WANT["worker_connections"]
     k3d.node_delete(node)
     assert values_connections(c) == 1024 + 5  # the seed's 1029
     assert wait_fixed(client, seconds=10) is not None
-    conf = lb_check.read(c, lb.NGINX_CONF)
+    conf = lb_check.read(c, lb_container.NGINX_CONF)
     assert "molextra" not in conf  # k3d's change is rendered too
 
 
@@ -173,7 +175,7 @@ def test_cluster_stop_start_and_docker_restart_keep_the_fix(client):
     k3d.k3d("cluster", "start", CLUSTER)
     k3d.wait_serving(client, CLUSTER)
     assert wait_fixed(client, seconds=20) is not None
-    lb_container(client).restart(timeout=2)
+    load_balancer(client).restart(timeout=2)
     k3d.wait_serving(client, CLUSTER)
     assert wait_fixed(client, seconds=20) is not None
 
@@ -193,7 +195,7 @@ class Watch(threading.Thread):
             try:
                 c = self.client.containers.get(self.name)
                 if c.id != self.old_id:
-                    if self.rendered is None and "proxy_responses 1;" in lb_check.read(c, lb.NGINX_CONF):
+                    if self.rendered is None and "proxy_responses 1;" in lb_check.read(c, lb_container.NGINX_CONF):
                         self.rendered = time.time()
                     limits = lb_check.nginx_conf.worker_open_file_limits(c)
                     if limits and self.serving is None:
@@ -214,12 +216,12 @@ def started_at(container):
 def test_cluster_edit_recreates_the_load_balancer_and_the_keeper_fixes_it(client):
     """k3d renames the load balancer, creates a new one from its image and
     deletes the old: the keeper patches the new one before its first render."""
-    old = lb_container(client)
+    old = load_balancer(client)
     watch = Watch(client, CLUSTER, old.id)
     watch.start()
     k3d.port_add(CLUSTER, "127.0.0.1:%d:853/udp@loadbalancer" % (BASE + 85))
     watch.join(60)
-    new = lb_container(client)
+    new = load_balancer(client)
     assert new.id != old.id
     t_start = started_at(new)
     figures = dict(rendered_fixed_after_start_s=round(watch.rendered - t_start, 2) if watch.rendered else None,
@@ -231,7 +233,7 @@ def test_cluster_edit_recreates_the_load_balancer_and_the_keeper_fixes_it(client
     assert figures["rendered_fixed_after_start_s"] < 5
     # nginx never served without the fix: its first workers already had the rlimit
     assert figures["first_workers_limits"] == [WANT["worker_rlimit_nofile"]]
-    assert [c.name for c in client.containers.list(all=True) if lb.is_renamed_leftover(c.name)] == []
+    assert [c.name for c in client.containers.list(all=True) if lb_container.is_renamed_leftover(c.name)] == []
 
 
 def test_a_second_cluster_created_after_the_role_is_fixed_by_the_keeper(client):
@@ -264,9 +266,9 @@ def test_docker_engine_restart_keeps_the_fix_and_the_keeper(client):
     assert keeper_pid() == pids  # the keeper reconnected instead of dying
     # and it still acts on the new engine's events: k3d recreates mol2's load
     # balancer from the stock image, and only the keeper can fix it
-    old = lb_container(fresh, "mol2").id
+    old = load_balancer(fresh, "mol2").id
     k3d.port_add("mol2", "127.0.0.1:%d:854/udp@loadbalancer" % (BASE + 286))
-    assert lb_container(fresh, "mol2").id != old
+    assert load_balancer(fresh, "mol2").id != old
     assert wait_fixed(fresh, "mol2", seconds=30) is not None
 
 
@@ -289,7 +291,7 @@ def test_check_and_status_say_not_fixed_when_k3d_left_a_load_balancer_short(clie
     subprocess.run([sys.executable, KEEPER, "--config", KEEPER_CONFIG, "--stop"], check=True, capture_output=True)
     k3d.port_add("mol2", "127.0.0.1:%d:853/udp@loadbalancer" % (BASE + 285))
     k3d.wait_serving(client, "mol2")
-    assert lb_check.shortfalls(lb_container(client, "mol2"), WANT)  # stock again
+    assert lb_check.shortfalls(load_balancer(client, "mol2"), WANT)  # stock again
     res = adhoc.run_module("k3d_serverlb", {"clusters": ["mol", "mol2"]}, check=True)
     by_name = dict((r["name"], r) for r in res["load_balancers"])
     assert by_name[k3d.lb_name("mol2")]["changed"] and not by_name[k3d.lb_name(CLUSTER)]["changed"]

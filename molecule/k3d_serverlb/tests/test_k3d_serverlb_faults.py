@@ -12,6 +12,7 @@ sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"
 import adhoc  # noqa: E402
 import k3d  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
+import k3d_serverlb_container as lb_container  # noqa: E402
 import lb_check  # noqa: E402
 
 FAULT, FAULT_BASE = "molf", 30300
@@ -32,7 +33,7 @@ def lbc(client):
 
 
 def files(container):
-    return lb_check.read(container, lb.TEMPLATE_PATH), lb_check.read(container, lb.VALUES_PATH)
+    return lb_check.read(container, lb_container.TEMPLATE_PATH), lb_check.read(container, lb_container.VALUES_PATH)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -75,15 +76,15 @@ def test_stopped_load_balancer(client, lbc):
 
 
 def test_unexpected_template_shape_changes_nothing(lbc):
-    good = lb_check.read(lbc, lb.TEMPLATE_PATH)
-    lb.replace_file(lbc, lb.TEMPLATE_PATH, good.replace("proxy_timeout {{", "proxy_read_timeout {{"))
+    good = lb_check.read(lbc, lb_container.TEMPLATE_PATH)
+    lb_container.replace_file(lbc, lb_container.TEMPLATE_PATH, good.replace("proxy_timeout {{", "proxy_read_timeout {{"))
     try:
         before = files(lbc)
         res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]})
         assert res.get("failed") and "expected exactly one 'proxy_timeout" in res["msg"]
         assert files(lbc) == before
     finally:
-        lb.replace_file(lbc, lb.TEMPLATE_PATH, good)
+        lb_container.replace_file(lbc, lb_container.TEMPLATE_PATH, good)
 
 
 def test_rejected_render_is_rolled_back_and_others_still_fixed(client, lbc):

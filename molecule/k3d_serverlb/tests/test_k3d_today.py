@@ -23,6 +23,8 @@ sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"
 import adhoc  # noqa: E402
 import k3d  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
+import k3d_serverlb_capacity as lb_capacity  # noqa: E402
+import k3d_serverlb_container as lb_container  # noqa: E402
 import lb_check  # noqa: E402
 import test_k3d_serverlb as base  # noqa: E402  (the shared load and hung-DNS probes)
 
@@ -38,7 +40,7 @@ def client():
 
 
 def capped_want():
-    return lb.capped_want(dict(lb.DEFAULTS), CAP)[0]
+    return lb_capacity.capped_want(dict(lb.DEFAULTS), CAP)[0]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +75,7 @@ def test_capped_load_balancer_gets_the_dns_fix_and_says_fixed_with_a_cap(client,
     assert any("--runtime-ulimit nofile=16384:16384" in w for w in res.get("warnings", [])), res.get("warnings")
     c = client.containers.get(k3d.lb_name(CAPPED))
     assert lb_check.shortfalls(c, capped_want()) == []  # proxy_responses 1, 5 s, budget, rlimit 1024
-    s = lb_check.nginx_conf.summary(lb_check.read(c, lb.NGINX_CONF))
+    s = lb_check.nginx_conf.summary(lb_check.read(c, lb_container.NGINX_CONF))
     assert s["worker_connections"] <= CAP and s["worker_rlimit_nofile"] == CAP
     assert all(u["proxy_responses"] == "1" and u["limit_conn"] == s["worker_connections"] * 50 // 200
                for u in s["udp"].values())
@@ -102,18 +104,18 @@ def test_without_the_capped_path_the_capped_load_balancer_keeps_the_600_s_hold(c
     c = client.containers.get(k3d.lb_name(CAPPED))
     # k3d's own template again (k3d cluster edit would recreate the load balancer without the ulimit)
     stock = subprocess.run(["docker", "run", "--rm", "--entrypoint", "cat", k3d.ENV["K3D_IMAGE_LOADBALANCER"],
-                            lb.TEMPLATE_PATH], capture_output=True, text=True, check=True).stdout
-    lb.replace_file(c, lb.TEMPLATE_PATH, stock)
-    lb.render(c, 30)
+                            lb_container.TEMPLATE_PATH], capture_output=True, text=True, check=True).stdout
+    lb_container.replace_file(c, lb_container.TEMPLATE_PATH, stock)
+    lb_container.render(c, 30)
     time.sleep(2)
-    original = lb.capped_want
-    lb.capped_want = lambda want, hard: (want, None)
+    original = lb_capacity.capped_want
+    lb_capacity.capped_want = lambda want, hard: (want, None)
     try:
-        with pytest.raises(lb.ApplyError, match="open-file limit 1024"):
+        with pytest.raises(lb_container.ApplyError, match="open-file limit 1024"):
             lb.apply(c, dict(lb.DEFAULTS), render_timeout=10)
     finally:
-        lb.capped_want = original
-    udp = lb_check.nginx_conf.summary(lb_check.read(c, lb.NGINX_CONF))["udp"]
+        lb_capacity.capped_want = original
+    udp = lb_check.nginx_conf.summary(lb_check.read(c, lb_container.NGINX_CONF))["udp"]
     assert udp and all(u["proxy_timeout"] == "600" and u["proxy_responses"] is None for u in udp.values())
     assert lb.handle(c, c.name, True, dict(lb.DEFAULTS))["state"] == "capped"  # and with it: fixed again
 

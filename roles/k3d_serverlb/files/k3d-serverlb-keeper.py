@@ -4,7 +4,7 @@ everything k3d does, without anyone running Ansible.
 
 Watches Docker's events for k3d load balancers (label k3d.role=loadbalancer)
 and uses the same code as the homelab.edge.k3d_serverlb module
-(k3d_serverlb.py beside this file):
+(k3d_serverlb.py and its parts, beside this file):
 
   create          k3d made a new load balancer from its image (cluster create,
                   cluster edit, port changes): patch its template before its
@@ -33,17 +33,20 @@ import sys
 import threading
 import time
 
-lb = None  # the module's library, installed beside this file by the role: see load_library()
+# the module's library, installed beside this file by the role: see load_library()
+lb = lb_container = lb_template = None
 
 EVENTS = ["create", "start", "extract-to-dir"]
 ATTEMPTS = 6
 
 
 def load_library():
-    global lb
+    global lb, lb_container, lb_template
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import k3d_serverlb
-    lb = k3d_serverlb
+    import k3d_serverlb_container
+    import k3d_serverlb_template
+    lb, lb_container, lb_template = k3d_serverlb, k3d_serverlb_container, k3d_serverlb_template
 
 
 def log(msg):
@@ -85,7 +88,7 @@ class Keeper(object):
         try:
             if lb.patch_created(container, self.want):
                 log("%s: created; template patched before its first render" % container.name)
-        except (lb.ShapeError, lb.ApplyError) as e:
+        except (lb_template.ShapeError, lb_container.ApplyError) as e:
             log("%s: created; template not patched: %s" % (container.name, e))
         except Exception as e:  # deliberate: it may already be gone; the start event applies in full
             log("%s: created; template not patched: %s: %s" % (container.name, type(e).__name__, e))
@@ -94,9 +97,9 @@ class Keeper(object):
         time.sleep(1)  # confd's own watch first
         try:
             if lb.render_is_stale(container):
-                lb.render(container, self.render_timeout)
+                lb_container.render(container, self.render_timeout)
                 log("%s: k3d's values.yaml was not rendered by confd's watch; rendered" % container.name)
-        except (lb.ShapeError, lb.ApplyError) as e:
+        except (lb_template.ShapeError, lb_container.ApplyError) as e:
             log("%s: checking the render after k3d's values.yaml: %s" % (container.name, e))
         except Exception as e:  # deliberate: the container may be going away
             log("%s: checking the render: %s: %s" % (container.name, type(e).__name__, e))
@@ -106,7 +109,7 @@ class Keeper(object):
             container = client.containers.get(event["id"])
         except not_found:
             return
-        if not lb.wanted(container, self.names, self.clusters):
+        if not lb_container.wanted(container, self.names, self.clusters):
             return
         action = event.get("Action") or event.get("status")
         if action == "create":
@@ -123,13 +126,13 @@ class Keeper(object):
             try:
                 client = docker.from_env()
                 since = int(time.time())
-                for name, container, dummy in lb.find_load_balancers(client, self.names, self.clusters,
-                                                                     not_found=docker.errors.NotFound):
+                for name, container, dummy in lb_container.find_load_balancers(
+                        client, self.names, self.clusters, not_found=docker.errors.NotFound):
                     if container is not None and container.status == "running":
                         self.fix(container)
                 events = client.events(decode=True, since=since, filters={
                     "type": "container", "event": EVENTS,
-                    "label": "%s=%s" % (lb.ROLE_LABEL, lb.ROLE_LOADBALANCER)})
+                    "label": "%s=%s" % (lb_container.ROLE_LABEL, lb_container.ROLE_LOADBALANCER)})
                 for event in events:
                     self.react(client, event, docker.errors.NotFound)
             except Exception as e:  # deliberate: engine restarted or unreachable: reconnect

@@ -36,7 +36,7 @@ def test_a_new_file_gets_the_new_mode_and_an_existing_one_keeps_its_own(tmp_path
     host.write_text(Module(), path, "two\n", new_mode=0o600, add_mode=0o110)
     assert os.stat(path).st_mode & 0o7777 == 0o750
     assert host.read_text(path) == "two\n"
-    assert [n for n in os.listdir(str(tmp_path))] == ["f"], "no temporary file left behind"
+    assert os.listdir(str(tmp_path)) == ["f"], "no temporary file left behind"
 
 
 def test_none_removes_the_file_and_backup_keeps_a_copy(tmp_path):

@@ -5,6 +5,10 @@ import tarfile
 import pytest
 
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_capacity as lb_capacity
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_config as lb_config
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
 
 from ...conftest import fixture
 
@@ -15,12 +19,12 @@ FIXED = fixture("nginx_T_fixed.txt")
 
 
 def patch(text, **kw):
-    return lb.patch_template(text, dict(WANT, **kw))
+    return lb_template.patch_template(text, dict(WANT, **kw))
 
 
 def test_patch_adds_floor_udp_policy_rlimit_and_zone():
     out = patch(K3D)
-    assert out.count(lb.BEGIN) == out.count(lb.END) == out.count(lb.FLOOR_BEGIN) == out.count(lb.FLOOR_END) == 1
+    assert out.count(lb_template.BEGIN) == out.count(lb_template.END) == out.count(lb_template.FLOOR_BEGIN) == out.count(lb_template.FLOOR_END) == 1
     # the floor: the larger of k3d's values.yaml setting and 4096, in one variable
     assert ('  {{- $homelabEdgeConnections := atoi (getv "/settings/workerConnections") }}\n'
             "  {{- if lt $homelabEdgeConnections 4096 }}{{ $homelabEdgeConnections = 4096 }}{{ end }}\n"
@@ -49,7 +53,7 @@ def test_patch_updates_when_options_change():
     assert "worker_rlimit_nofile 32768;" in again and again.count("worker_rlimit_nofile") == 1
     assert "mul $homelabEdgeConnections 25) 200" in again
     assert "lt $homelabEdgeConnections 8192 }}{{ $homelabEdgeConnections = 8192 }}" in again
-    assert again.count(lb.BEGIN) == again.count(lb.FLOOR_BEGIN) == again.count("limit_conn_zone") == 1
+    assert again.count(lb_template.BEGIN) == again.count(lb_template.FLOOR_BEGIN) == again.count("limit_conn_zone") == 1
     assert patch(again) == once
 
 
@@ -61,7 +65,7 @@ def test_patch_accepts_whitespace_variations():
               .replace('worker_connections {{ getv "/settings/workerConnections" }};',
                        'worker_connections   {{getv "/settings/workerConnections"}};'))
     out = patch(varied)
-    assert out.count(lb.BEGIN) == out.count(lb.FLOOR_BEGIN) == 1
+    assert out.count(lb_template.BEGIN) == out.count(lb_template.FLOOR_BEGIN) == 1
     assert patch(out) == out
 
 
@@ -90,7 +94,7 @@ def test_existing_rlimit_is_replaced_not_duplicated():
     ("", "events"),
 ])
 def test_unexpected_template_shapes_are_refused(broken, why):
-    with pytest.raises(lb.ShapeError, match=why):
+    with pytest.raises(lb_template.ShapeError, match=why):
         patch(broken)
 
 
@@ -117,36 +121,36 @@ settings:
 
 
 def test_parse_values_both_list_styles():
-    v = lb.parse_values(VALUES_K3D)
+    v = lb_config.parse_values(VALUES_K3D)
     assert v["ports"] == {"53.udp": ["k3d-core-server-0"], "6443.tcp": ["k3d-core-server-0"]}
     assert v["settings"] == {"workerConnections": "1029"}
-    v = lb.parse_values(VALUES_INDENTED)
+    v = lb_config.parse_values(VALUES_INDENTED)
     assert v["ports"]["53.udp"] == ["k3d-core-server-0", "k3d-core-server-1"]
-    assert lb.udp_ports(v) == ["53.udp", "1053.udp"]
+    assert lb_config.udp_ports(v) == ["53.udp", "1053.udp"]
 
 
 @pytest.mark.parametrize("bad", ["ports:\n  53:\n  - a\n", "ports:\n- a\n", "just text\n", "ports:\n  53.sctp:\n  - a\n"])
 def test_bad_values_are_refused(bad):
-    with pytest.raises(lb.ShapeError):
-        lb.parse_values(bad)
+    with pytest.raises(lb_template.ShapeError):
+        lb_config.parse_values(bad)
 
 
 def test_upstreams_of_values_and_of_the_render_compare():
-    assert lb.upstreams_from_values(lb.parse_values(VALUES_INDENTED)) == {
+    assert lb_config.upstreams_from_values(lb_config.parse_values(VALUES_INDENTED)) == {
         "1053_udp": ["k3d-core-server-0:1053"], "53_udp": ["k3d-core-server-0:53", "k3d-core-server-1:53"],
         "443_tcp": ["k3d-core-server-0:443"]}
-    assert lb.parse_live(FIXED)["upstreams"] == {
+    assert lb_config.parse_live(FIXED)["upstreams"] == {
         "1053_udp": ["k3d-core-server-0:1053"], "443_tcp": ["k3d-core-server-0:443"], "53_udp": ["k3d-core-server-0:53"]}
 
 
 def test_parse_live_stock_and_report_the_seeds_math():
-    facts = lb.parse_live(STOCK)
+    facts = lb_config.parse_live(STOCK)
     assert facts["worker_connections"] == 1029
     assert facts["worker_rlimit_nofile"] is None
     assert [s["port"] for s in facts["udp_servers"]] == ["53"]
     assert [s["port"] for s in facts["tcp_servers"]] == ["443"]
-    assert lb.shortfalls(facts, WANT)
-    r = lb.report("k3d-core-serverlb", "core", facts, open_file_limit=1024)
+    assert lb_config.shortfalls(facts, WANT)
+    r = lb_config.report("k3d-core-serverlb", "core", facts, open_file_limit=1024)
     # seed 000: 1029 / (2 x 600) = about 0.9 queries per second fills every connection
     assert r["exhaustion_rate"] == 0.86
     assert r["summary"] == ("k3d-core-serverlb: worker_connections 1029, worker_rlimit_nofile unset, "
@@ -156,17 +160,17 @@ def test_parse_live_stock_and_report_the_seeds_math():
 
 
 def test_parse_live_fixed():
-    facts = lb.parse_live(FIXED)
-    assert not lb.shortfalls(facts, WANT)
-    assert lb.shortfalls(facts, dict(WANT, udp_timeout=10))
-    assert lb.shortfalls(facts, dict(WANT, worker_connections=8192))
-    assert lb.shortfalls(facts, dict(WANT, budget_log_level="warn"))
+    facts = lb_config.parse_live(FIXED)
+    assert not lb_config.shortfalls(facts, WANT)
+    assert lb_config.shortfalls(facts, dict(WANT, udp_timeout=10))
+    assert lb_config.shortfalls(facts, dict(WANT, worker_connections=8192))
+    assert lb_config.shortfalls(facts, dict(WANT, budget_log_level="warn"))
     # a floor: more connections than asked (k3d's own number above it) is fixed too, budget from them
     more = FIXED.replace("worker_connections 4096;", "worker_connections 8192;").replace(
         "limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp 2048;")
-    assert not lb.shortfalls(lb.parse_live(more), WANT)
-    r = lb.report("lb", "core", facts, open_file_limit=16384)
-    assert r["udp_session_budget"] == 1024 == lb.udp_budget(4096, 50)
+    assert not lb_config.shortfalls(lb_config.parse_live(more), WANT)
+    r = lb_config.report("lb", "core", facts, open_file_limit=16384)
+    assert r["udp_session_budget"] == 1024 == lb_capacity.udp_budget(4096, 50)
     assert r["udp_servers_patched"] == 2 and r["udp_ports"] == ["1053", "53"]
     assert r["exhaustion_rate"] == 409.6
     assert r["open_file_limit"] == 16384 and r["warnings"] == []
@@ -181,25 +185,25 @@ def test_parse_live_fixed():
 def test_live_is_not_fixed_without_any_one_piece(line, reason):
     # drop the line from the second UDP server only (or the one rlimit line)
     head, tail = FIXED.rsplit(line, 1)
-    facts = lb.parse_live(head + tail)
-    assert lb.shortfalls(facts, WANT)
-    assert any(reason in s for s in lb.shortfalls(facts, WANT))
+    facts = lb_config.parse_live(head + tail)
+    assert lb_config.shortfalls(facts, WANT)
+    assert any(reason in s for s in lb_config.shortfalls(facts, WANT))
 
 
 def test_report_takes_the_smallest_budget():
     uneven = FIXED.replace("limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp 2048;", 1)
-    assert lb.report("lb", "c", lb.parse_live(uneven), 16384)["udp_session_budget"] == 1024
+    assert lb_config.report("lb", "c", lb_config.parse_live(uneven), 16384)["udp_session_budget"] == 1024
 
 
 def test_no_udp_servers():
-    facts = lb.parse_live(FIXED.split("  upstream 1053_udp")[0] + "}\n")
-    r = lb.report("lb", "c", facts, 16384)
+    facts = lb_config.parse_live(FIXED.split("  upstream 1053_udp")[0] + "}\n")
+    r = lb_config.report("lb", "c", facts, 16384)
     assert r["udp_servers"] == 0 and r["exhaustion_rate"] is None and r["udp_session_budget"] is None
 
 
 @pytest.mark.parametrize("value, seconds", [("600", 600), ("10s", 10), ("2m", 120), ("1h", 3600), ("500ms", 0.5), ("x", None)])
 def test_timeout_seconds(value, seconds):
-    assert lb.timeout_seconds(value) == seconds
+    assert lb_config.timeout_seconds(value) == seconds
 
 
 def test_validate_options():
@@ -232,13 +236,13 @@ LBL = {"k3d.role": "loadbalancer", "k3d.cluster": "core"}
 
 
 def test_wanted_discovery_names_clusters_and_leftovers():
-    assert lb.wanted(C("k3d-core-serverlb", LBL))
-    assert lb.wanted(C("k3d-core-serverlb", LBL), clusters=["core"])
-    assert not lb.wanted(C("k3d-core-serverlb", LBL), clusters=["ai"])
-    assert not lb.wanted(C("k3d-core-serverlb-ab1Cd", LBL))  # k3d's renamed leftover while recreating
-    assert not lb.wanted(C("k3d-core-server-0", {"k3d.role": "server", "k3d.cluster": "core"}))
+    assert lb_container.wanted(C("k3d-core-serverlb", LBL))
+    assert lb_container.wanted(C("k3d-core-serverlb", LBL), clusters=["core"])
+    assert not lb_container.wanted(C("k3d-core-serverlb", LBL), clusters=["ai"])
+    assert not lb_container.wanted(C("k3d-core-serverlb-ab1Cd", LBL))  # k3d's renamed leftover while recreating
+    assert not lb_container.wanted(C("k3d-core-server-0", {"k3d.role": "server", "k3d.cluster": "core"}))
     # explicit names need no label
-    assert lb.wanted(C("my-proxy"), names=["my-proxy"]) and not lb.wanted(C("k3d-core-serverlb", LBL), names=["x"])
+    assert lb_container.wanted(C("my-proxy"), names=["my-proxy"]) and not lb_container.wanted(C("k3d-core-serverlb", LBL), names=["x"])
 
 
 class Client(object):
@@ -260,10 +264,10 @@ class Client(object):
 def test_find_load_balancers():
     client = Client([C("k3d-b-serverlb", dict(LBL, **{"k3d.cluster": "b"})), C("k3d-core-serverlb", LBL),
                      C("k3d-core-serverlb-x1y2z", LBL)])
-    assert [(n, e) for n, c, e in lb.find_load_balancers(client)] == [("k3d-b-serverlb", False),
-                                                                      ("k3d-core-serverlb", False)]
-    assert [n for n, c, e in lb.find_load_balancers(client, clusters=["b"])] == ["k3d-b-serverlb"]
-    found = lb.find_load_balancers(client, names=["k3d-core-serverlb", "nope"], not_found=KeyError)
+    assert [(n, e) for n, c, e in lb_container.find_load_balancers(client)] == [("k3d-b-serverlb", False),
+                                                                                ("k3d-core-serverlb", False)]
+    assert [n for n, c, e in lb_container.find_load_balancers(client, clusters=["b"])] == ["k3d-b-serverlb"]
+    found = lb_container.find_load_balancers(client, names=["k3d-core-serverlb", "nope"], not_found=KeyError)
     assert [(n, c is not None, e) for n, c, e in found] == [("k3d-core-serverlb", True, True), ("nope", False, True)]
 
 
@@ -274,7 +278,7 @@ class Fake(object):
     whose render is given by the test (no Go template engine here)."""
 
     def __init__(self, template=K3D, conf=STOCK, limits=(20000,), render=None, status="running", hard="1048576"):
-        self.fs = {lb.TEMPLATE_PATH: template, lb.VALUES_PATH: VALUES_K3D, lb.NGINX_CONF: conf}
+        self.fs = {lb_container.TEMPLATE_PATH: template, lb_container.VALUES_PATH: VALUES_K3D, lb_container.NGINX_CONF: conf}
         self.limits = list(limits)
         self.hard = hard  # the master's hard open-file limit, as /proc/<pid>/limits prints it
         self.status = status
@@ -284,10 +288,10 @@ class Fake(object):
         self.name = "k3d-core-serverlb"
 
     def render_fixed(self, template):
-        if lb.BEGIN in template:
-            self.fs[lb.NGINX_CONF], self.limits = FIXED, [16384]
+        if lb_template.BEGIN in template:
+            self.fs[lb_container.NGINX_CONF], self.limits = FIXED, [16384]
         else:
-            self.fs[lb.NGINX_CONF], self.limits = STOCK, [20000]
+            self.fs[lb_container.NGINX_CONF], self.limits = STOCK, [20000]
         return 0, "", ""
 
     def reload(self):
@@ -312,11 +316,11 @@ class Fake(object):
         if argv[0] == "rm":
             return 0, "", ""
         if argv[0] == "timeout" and argv[2] == "confd":
-            self.renders.append(self.fs[lb.TEMPLATE_PATH])
-            return self.on_render(self.fs[lb.TEMPLATE_PATH])
+            self.renders.append(self.fs[lb_container.TEMPLATE_PATH])
+            return self.on_render(self.fs[lb_container.TEMPLATE_PATH])
         if argv[:2] == ["sh", "-c"] and argv[2].startswith("set -e; cat"):
-            parts = [self.fs[p] for p in (lb.TEMPLATE_PATH, lb.VALUES_PATH, lb.NGINX_CONF)]
-            return 0, lb._SPLIT.join(parts + ["\n".join(map(str, self.limits)) + "\n", self.hard + "\n"]), ""
+            parts = [self.fs[p] for p in (lb_container.TEMPLATE_PATH, lb_container.VALUES_PATH, lb_container.NGINX_CONF)]
+            return 0, lb_container._SPLIT.join(parts + ["\n".join(map(str, self.limits)) + "\n", self.hard + "\n"]), ""
         raise AssertionError("unexpected exec %r" % (argv,))
 
 
@@ -324,10 +328,10 @@ def test_apply_patches_renders_and_reports():
     c = Fake()
     res = lb.apply(c, WANT)
     assert res["changed"] and "template not patched" in res["reasons"]
-    assert c.fs[lb.TEMPLATE_PATH] == patch(K3D)
-    assert c.fs[lb.VALUES_PATH] == VALUES_K3D  # k3d's file is never written
+    assert c.fs[lb_container.TEMPLATE_PATH] == patch(K3D)
+    assert c.fs[lb_container.VALUES_PATH] == VALUES_K3D  # k3d's file is never written
     assert len(c.renders) == 1 and res["open_file_limit"] == 16384
-    assert not lb.shortfalls(res["facts"], WANT)
+    assert not lb_config.shortfalls(res["facts"], WANT)
     assert not [p for p in c.fs if "homelab-edge-" in p]  # no temporary file left
 
 
@@ -342,7 +346,7 @@ def test_apply_renders_a_patched_template_whose_render_never_went_live():
     c = Fake(template=patch(K3D), conf=STOCK, limits=[20000])
     res = lb.apply(c, WANT)
     assert res["changed"] and "template not patched" not in res["reasons"]
-    assert len(c.renders) == 1 and not lb.shortfalls(res["facts"], WANT)
+    assert len(c.renders) == 1 and not lb_config.shortfalls(res["facts"], WANT)
 
 
 def test_apply_renders_when_only_the_workers_lack_the_limit():
@@ -361,25 +365,25 @@ def test_apply_check_mode_writes_and_renders_nothing():
 
 def test_apply_rolls_back_a_rejected_render():
     def reject(template):
-        if lb.BEGIN in template:
+        if lb_template.BEGIN in template:
             return 1, "", 'confd[7]: ERROR "nginx: [emerg] host not found in upstream \\"x:53\\""\n'
         return 0, "", ""
     c = Fake(render=reject)
-    with pytest.raises(lb.ApplyError, match="confd rejected the render.*host not found.*template rolled back"):
+    with pytest.raises(lb_container.ApplyError, match="confd rejected the render.*host not found.*template rolled back"):
         lb.apply(c, WANT, render_timeout=1)
-    assert c.fs[lb.TEMPLATE_PATH] == K3D
-    assert [lb.BEGIN in t for t in c.renders] == [True, False]  # the new one, then the old one again
+    assert c.fs[lb_container.TEMPLATE_PATH] == K3D
+    assert [lb_template.BEGIN in t for t in c.renders] == [True, False]  # the new one, then the old one again
 
 
 def test_apply_fails_when_the_render_does_not_take():
     c = Fake(render=lambda template: (0, "", ""))  # confd says yes, nginx.conf stays stock
     clock = iter(range(100))
-    with pytest.raises(lb.ApplyError, match="after the render: .*proxy_responses unset"):
+    with pytest.raises(lb_container.ApplyError, match="after the render: .*proxy_responses unset"):
         lb.wait_settled(c, WANT, timeout=3, sleep=lambda s: None, clock=lambda: next(clock))
 
 
 def test_apply_refuses_a_stopped_container():
-    with pytest.raises(lb.ApplyError, match="container is exited"):
+    with pytest.raises(lb_container.ApplyError, match="container is exited"):
         lb.apply(Fake(status="exited"), WANT)
 
 
@@ -396,10 +400,10 @@ def test_handle_never_raises_and_reports():
 
 def test_render_is_stale_when_k3d_values_were_not_rendered():
     c = Fake(template=patch(K3D), conf=FIXED, limits=[16384])
-    c.fs[lb.VALUES_PATH] = VALUES_INDENTED.replace("  443.tcp:\n    - k3d-core-server-0\n", "")
+    c.fs[lb_container.VALUES_PATH] = VALUES_INDENTED.replace("  443.tcp:\n    - k3d-core-server-0\n", "")
     assert lb.render_is_stale(c)  # values list a second server that nginx.conf lacks
-    c.fs[lb.VALUES_PATH] = ("ports:\n  1053.udp:\n  - k3d-core-server-0\n  443.tcp:\n  - k3d-core-server-0\n"
-                            "  53.udp:\n  - k3d-core-server-0\nsettings:\n  workerConnections: 1029\n")
+    c.fs[lb_container.VALUES_PATH] = ("ports:\n  1053.udp:\n  - k3d-core-server-0\n  443.tcp:\n  - k3d-core-server-0\n"
+                                      "  53.udp:\n  - k3d-core-server-0\nsettings:\n  workerConnections: 1029\n")
     assert not lb.render_is_stale(c)
 
 
@@ -413,10 +417,10 @@ CAPPED = (FIXED.replace("worker_rlimit_nofile 16384;", "worker_rlimit_nofile 102
 
 def render_capped(c):
     def render(template):
-        if lb.BEGIN in template and "{{ $homelabEdgeConnections = 1024 }}" in template:
-            c.fs[lb.NGINX_CONF], c.limits = CAPPED, [1024]
-        elif lb.BEGIN in template:  # the whole fix asked for: the workers stay at the hard limit
-            c.fs[lb.NGINX_CONF], c.limits = FIXED, [1024]
+        if lb_template.BEGIN in template and "{{ $homelabEdgeConnections = 1024 }}" in template:
+            c.fs[lb_container.NGINX_CONF], c.limits = CAPPED, [1024]
+        elif lb_template.BEGIN in template:  # the whole fix asked for: the workers stay at the hard limit
+            c.fs[lb_container.NGINX_CONF], c.limits = FIXED, [1024]
         return 0, "", ""
     return render
 
@@ -429,7 +433,7 @@ def capped_fake():
 
 @pytest.mark.parametrize("hard, cap", [(None, None), (16384, None), (65536, None), (1024, 1024), (4000, 4000)])
 def test_capped_want_fits_under_the_hard_limit(hard, cap):
-    want, got = lb.capped_want(WANT, hard)
+    want, got = lb_capacity.capped_want(WANT, hard)
     assert got == cap
     if cap:
         assert want["worker_rlimit_nofile"] == cap and want["worker_connections"] == min(4096, cap)
@@ -439,13 +443,13 @@ def test_capped_want_fits_under_the_hard_limit(hard, cap):
 
 
 def test_the_capped_template_keeps_every_udp_part_and_clamps_connections():
-    want = lb.capped_want(WANT, 1024)[0]
-    text = lb.patch_template(K3D, want)
+    want = lb_capacity.capped_want(WANT, 1024)[0]
+    text = lb_template.patch_template(K3D, want)
     assert "proxy_responses 1;" in text and "proxy_timeout 5s;" in text and "limit_conn homelab_edge_udp" in text
     assert "worker_rlimit_nofile 1024;" in text
     assert "{{- if gt $homelabEdgeConnections 1024 }}{{ $homelabEdgeConnections = 1024 }}{{ end }}" in text
-    assert lb.patch_template(text, want) == text  # idempotent
-    assert "if gt" not in lb.patch_template(text, WANT)  # the cap lifted: the ceiling goes
+    assert lb_template.patch_template(text, want) == text  # idempotent
+    assert "if gt" not in lb_template.patch_template(text, WANT)  # the cap lifted: the ceiling goes
 
 
 def test_apply_under_a_cap_fixes_dns_and_reports_fixed_with_a_cap():
@@ -467,14 +471,14 @@ def test_without_the_capped_path_the_whole_fix_is_rolled_back():
     take, and the load balancer keeps k3d's 600 s UDP hold."""
     c = capped_fake()
     clock = iter(range(1000))
-    original = lb.capped_want
+    original = lb_capacity.capped_want
     try:
-        lb.capped_want = lambda want, hard: (want, None)
-        with pytest.raises(lb.ApplyError, match="workers run with open-file limit 1024.*rolled back"):
+        lb_capacity.capped_want = lambda want, hard: (want, None)
+        with pytest.raises(lb_container.ApplyError, match="workers run with open-file limit 1024.*rolled back"):
             lb.apply(c, WANT, render_timeout=2)
     finally:
-        lb.capped_want = original
-    assert c.fs[lb.TEMPLATE_PATH] == K3D
+        lb_capacity.capped_want = original
+    assert c.fs[lb_container.TEMPLATE_PATH] == K3D
     del clock
 
 
@@ -511,7 +515,10 @@ def test_the_keeper_refuses_a_config_with_a_missing_key(tmp_path):
     import sys
     root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
     shutil.copy(os.path.join(root, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py"), str(tmp_path))
-    shutil.copy(os.path.join(root, "plugins", "module_utils", "k3d_serverlb.py"), str(tmp_path))
+    import glob
+    for part in glob.glob(os.path.join(root, "plugins", "module_utils", "k3d_serverlb*.py")) + \
+            [os.path.join(root, "plugins", "module_utils", "nginx_stream.py")]:
+        shutil.copy(part, str(tmp_path))
     cfg = dict(WANT)
     del cfg["udp_share"]
     (tmp_path / "k.json").write_text(json.dumps(cfg))
@@ -527,14 +534,14 @@ def test_a_live_budget_other_than_the_computed_one_is_a_shortfall():
     connections (a smaller one starves DNS, a larger one lets UDP take
     what HTTPS and the API need)."""
     for wrong in ("512", "4096"):
-        facts = lb.parse_live(FIXED.replace("limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp %s;" % wrong))
-        assert lb.shortfalls(facts, WANT)
-        assert "UDP 53: session budget %s, not 1024" % wrong in lb.shortfalls(facts, WANT)
+        facts = lb_config.parse_live(FIXED.replace("limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp %s;" % wrong))
+        assert lb_config.shortfalls(facts, WANT)
+        assert "UDP 53: session budget %s, not 1024" % wrong in lb_config.shortfalls(facts, WANT)
 
 
 def test_a_load_balancer_with_a_budget_on_only_some_udp_servers_is_not_budgeted():
     head, tail = FIXED.rsplit("    limit_conn homelab_edge_udp 1024;\n", 1)
-    r = lb.report("lb", "c", lb.parse_live(head + tail), 16384)
+    r = lb_config.report("lb", "c", lb_config.parse_live(head + tail), 16384)
     assert r["udp_servers"] == 2 and r["udp_session_budget"] is None
     assert any("no session budget" in w for w in r["warnings"])
 
@@ -543,7 +550,7 @@ def test_apply_rolls_back_a_render_confd_accepts_but_nginx_never_runs():
     """confd says yes, nginx keeps the stock config: the wait for the new
     workers fails, and the template is put back and rendered."""
     c = Fake(render=lambda template: (0, "", ""))
-    with pytest.raises(lb.ApplyError, match="after the render: .*template rolled back and rendered"):
+    with pytest.raises(lb_container.ApplyError, match="after the render: .*template rolled back and rendered"):
         lb.apply(c, WANT, render_timeout=1)
-    assert c.fs[lb.TEMPLATE_PATH] == K3D
-    assert [lb.BEGIN in t for t in c.renders] == [True, False]
+    assert c.fs[lb_container.TEMPLATE_PATH] == K3D
+    assert [lb_template.BEGIN in t for t in c.renders] == [True, False]

@@ -1,0 +1,193 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""k3d's load balancer fix: reading what k3d and nginx have. k3d's
+values.yaml (its ports and nodes) and the rendered nginx.conf (or
+`nginx -T`), what it lacks of the fix, and the per load balancer report.
+Pure parsing."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+try:
+    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_capacity as lb_capacity
+    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
+    from ansible_collections.homelab.edge.plugins.module_utils import nginx_stream
+except ImportError:  # beside the keeper (no collection there): the files sit side by side
+    import k3d_serverlb_capacity as lb_capacity  # noqa: F811
+    import k3d_serverlb_template as lb_template  # noqa: F811
+    import nginx_stream  # noqa: F811
+
+
+def parse_values(text):
+    """Parse k3d's values.yaml (ports: {key: [nodes]}, settings: {k: v}).
+
+    Only the small YAML subset k3d writes: two top-level maps, lists in
+    either indentation style, scalars. Raises ShapeError otherwise.
+    """
+    ports, settings = {}, {}
+    section, key = None, None
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        body = line.strip()
+        if indent == 0 and not body.startswith("-"):
+            if not body.endswith(":"):
+                raise lb_template.ShapeError("values.yaml line %d: expected a top-level key, got %r" % (n, raw))
+            section, key = body[:-1].strip(), None
+            continue
+        if section == "ports":
+            if body.startswith("- "):
+                if key is None:
+                    raise lb_template.ShapeError("values.yaml line %d: list item outside a port" % n)
+                ports[key].append(body[2:].strip().strip("'\""))
+            elif body.endswith(":"):
+                key = body[:-1].strip().strip("'\"")
+                ports[key] = []
+            else:
+                raise lb_template.ShapeError("values.yaml line %d: unexpected %r under ports" % (n, raw))
+        elif section == "settings":
+            k, sep, v = body.partition(":")
+            if not sep:
+                raise lb_template.ShapeError("values.yaml line %d: unexpected %r under settings" % (n, raw))
+            settings[k.strip()] = v.strip().strip("'\"")
+    for k in ports:
+        if "." not in k or k.rsplit(".", 1)[1] not in ("tcp", "udp"):
+            raise lb_template.ShapeError("values.yaml: port key %r is not of the form <port>.<tcp|udp>" % k)
+    return {"ports": ports, "settings": settings}
+
+
+def udp_ports(values):
+    return sorted((k for k in values["ports"] if k.endswith(".udp")), key=lambda k: int(k.split(".")[0]))
+
+
+def upstreams_from_values(values):
+    """{upstream name: sorted 'node:port'} as k3d's template renders them."""
+    return dict((key.replace(".", "_"), sorted("%s:%s" % (node, key.split(".")[0]) for node in nodes))
+                for key, nodes in values["ports"].items())
+
+
+def _blocks(text, name):
+    """Yield (arguments, body) of every `name ... { }` block, nested ones too
+    (an unclosed one runs to the end)."""
+    plain = nginx_stream.blanked(text)
+    for m in re.finditer(r"(?m)^[ \t]*%s\b([^{;\n]*)\{" % name, plain):
+        close = nginx_stream.closing_brace(plain, m.end())
+        yield text[m.start(1):m.end(1)].strip(), text[m.end():len(text) if close is None else close]
+
+
+def _directive(text, name):
+    m = re.search(r"(?m)^[ \t]*%s[ \t]+([^;]+);" % name, text)
+    return m.group(1).strip() if m else None
+
+
+def parse_live(conf):
+    """Facts from nginx's config: the rendered nginx.conf, or `nginx -T`
+    output (which prints every file as "# configuration file <path>:")."""
+    parts = conf.split("# configuration file ", 2)
+    conf = parts[1].split(":\n", 1)[1] if len(parts) > 1 else conf
+    facts = {"worker_connections": None, "worker_rlimit_nofile": None,
+             "udp_servers": [], "tcp_servers": [], "upstreams": {}}
+    wc = _directive(conf, "worker_connections")
+    facts["worker_connections"] = int(wc) if wc and wc.isdigit() else None
+    rl = _directive(conf, "worker_rlimit_nofile")
+    facts["worker_rlimit_nofile"] = int(rl) if rl and rl.isdigit() else None
+    for dummy, stream in _blocks(conf, "stream"):
+        for name, body in _blocks(stream, "upstream"):
+            facts["upstreams"][name] = sorted(re.findall(r"(?m)^[ \t]*server[ \t]+(\S+?)[ \t;]", body))
+        for dummy, server in _blocks(stream, "server"):
+            listen = _directive(server, "listen") or ""
+            limit = re.search(r"(?m)^[ \t]*limit_conn[ \t]+(\S+)[ \t]+(\d+);", server)
+            entry = {
+                "listen": listen,
+                "port": listen.split()[0] if listen else "",
+                "proxy_responses": _directive(server, "proxy_responses"),
+                "proxy_timeout": _directive(server, "proxy_timeout"),
+                "limit_conn": int(limit.group(2)) if limit else None,
+                "limit_conn_log_level": _directive(server, "limit_conn_log_level"),
+            }
+            (facts["udp_servers"] if "udp" in listen.split()[1:] else facts["tcp_servers"]).append(entry)
+    return facts
+
+
+def timeout_seconds(value):
+    """nginx time ('10s', '600', '2m', '1h') -> seconds."""
+    if value is None:
+        return None
+    m = re.match(r"^(\d+)(ms|s|m|h)?$", value.strip())
+    if not m:
+        return None
+    n, unit = int(m.group(1)), m.group(2) or "s"
+    return {"ms": n / 1000.0, "s": n, "m": n * 60, "h": n * 3600}[unit]
+
+
+def shortfalls(facts, want):
+    """What the loaded config lacks of `want` (empty when fixed)."""
+    wc = facts["worker_connections"]
+    out = []
+    if wc is None or wc < want["worker_connections"]:
+        out.append("worker_connections %s below %d" % (wc, want["worker_connections"]))
+    elif want.get("cap") and wc > want["cap"]:
+        out.append("worker_connections %s above the open-file cap %d" % (wc, want["cap"]))
+    if facts["worker_rlimit_nofile"] != want["worker_rlimit_nofile"]:
+        out.append("worker_rlimit_nofile %s, not %d" % (facts["worker_rlimit_nofile"], want["worker_rlimit_nofile"]))
+    budget = lb_capacity.udp_budget(max(wc or 0, want["worker_connections"]), want["udp_share"])
+    for s in facts["udp_servers"]:
+        port = "UDP %s" % s["port"]
+        if s["proxy_responses"] != "1":
+            out.append("%s: proxy_responses %s" % (port, s["proxy_responses"] or "unset"))
+        if timeout_seconds(s["proxy_timeout"]) != want["udp_timeout"]:
+            out.append("%s: proxy_timeout %s" % (port, s["proxy_timeout"]))
+        if s["limit_conn"] != budget:
+            out.append("%s: session budget %s, not %d" % (port, s["limit_conn"], budget))
+        if s["limit_conn_log_level"] != want["budget_log_level"]:
+            out.append("%s: limit_conn_log_level %s" % (port, s["limit_conn_log_level"]))
+    return out
+
+
+def summarize(name, facts):
+    """The seed's --check line, from live facts."""
+    patched = sum(1 for s in facts["udp_servers"] if s["proxy_responses"] == "1")
+    return "%s: worker_connections %s, worker_rlimit_nofile %s, UDP servers %d, with proxy_responses %d" % (
+        name, facts["worker_connections"], facts["worker_rlimit_nofile"] or "unset",
+        len(facts["udp_servers"]), patched)
+
+
+def report(name, cluster, facts, open_file_limit):
+    """Per load balancer result: live settings and the capacity math."""
+    wc = facts["worker_connections"] or 0
+    udp = facts["udp_servers"]
+    timeouts = [timeout_seconds(s["proxy_timeout"]) or 600 for s in udp]
+    udp_timeout = max(timeouts) if timeouts else None
+    budgets = [s["limit_conn"] for s in udp if s["limit_conn"]]
+    nofile = open_file_limit or facts["worker_rlimit_nofile"]
+    out = {
+        "name": name,
+        "cluster": cluster,
+        "worker_connections": facts["worker_connections"],
+        "worker_rlimit_nofile": facts["worker_rlimit_nofile"],
+        "open_file_limit": nofile,
+        "udp_servers": len(udp),
+        "udp_servers_patched": sum(1 for s in udp if s["proxy_responses"] == "1"),
+        "udp_ports": [s["port"] for s in udp],
+        "udp_timeout": udp_timeout,
+        # the weakest server decides how much of the worker UDP can take
+        "udp_session_budget": min(budgets) if len(budgets) == len(udp) and budgets else None,
+        "exhaustion_rate": lb_capacity.exhaustion_rate(wc, udp_timeout) if udp and wc else None,
+        "summary": summarize(name, facts),
+        "warnings": [],
+    }
+    if nofile and wc > nofile:
+        out["warnings"].append(
+            "%s: %d worker_connections exceed the open file limit %d: the real ceiling is %d"
+            % (name, wc, nofile, nofile))
+    if out["udp_servers"] and out["udp_session_budget"] is None:
+        out["warnings"].append(
+            "%s: UDP servers have no session budget: a hung DNS server can exhaust the connections "
+            "that HTTPS and the API share (at %s new sessions/s)" % (name, out["exhaustion_rate"]))
+    return out
