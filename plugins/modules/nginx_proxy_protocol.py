@@ -31,6 +31,10 @@ description:
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
+  backup:
+    description: Keep a timestamped copy of each nginx configuration file before changing it.
+    type: bool
+    default: false
   upstreams:
     description: Addresses (C(host:port)) of the servers behind the proxy that receive PROXY protocol.
     type: list
@@ -54,10 +58,6 @@ options:
     description: Ask the upstreams (before) and nginx's listeners (after). Turn off only to force a change.
     type: bool
     default: true
-  backup:
-    description: Keep a timestamped copy of a file before changing it.
-    type: bool
-    default: false
 extends_documentation_fragment:
   - homelab.edge.attributes
 attributes:

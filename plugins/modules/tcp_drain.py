@@ -93,21 +93,19 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
-from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV
 
 
 class Namespace(object):
+    """The host's network namespace, or a running container's (entered with nsenter)."""
+
     def __init__(self, module, container):
-        self.module = module
+        self.module, self.prefix, self.where, self.root = module, [], "the host", host.is_root()
         self.sysctl = module.get_bin_path("sysctl", required=True)
-        self.prefix = []
-        self.where = "the host"
-        self.root = host.is_root()
         if container:
             docker = module.get_bin_path("docker", required=True)
             nsenter = module.get_bin_path("nsenter", required=True)
             rc, out, err = module.run_command([docker, "inspect", "-f", "{{.State.Running}} {{.State.Pid}}", container],
-                                              environ_update=C_ENV)
+                                              environ_update=host.C_ENV)
             if rc != 0:
                 module.fail_json(msg="container %s: %s" % (container, (err or out).strip()))
             running, pid = out.split()
@@ -117,14 +115,14 @@ class Namespace(object):
             self.where = "container %s" % container
 
     def read(self, key):
-        rc, out, err = self.module.run_command(self.prefix + [self.sysctl, "-n", key], environ_update=C_ENV)
+        rc, out, err = self.module.run_command(self.prefix + [self.sysctl, "-n", key], environ_update=host.C_ENV)
         if rc != 0:
             return None, td.classify_error(err or out, self.root)
         return int(out.strip().split()[0]), None
 
     def write(self, key, value):
         rc, out, err = self.module.run_command(self.prefix + [self.sysctl, "-w", "%s=%d" % (key, value)],
-                                               environ_update=C_ENV)
+                                               environ_update=host.C_ENV)
         return None if rc == 0 else td.classify_error(err or out, self.root)
 
 

@@ -38,6 +38,10 @@ description:
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
+  backup:
+    description: Keep a timestamped copy of each of the user's files (static config, compose, provider file) before replacing it.
+    type: bool
+    default: false
   container:
     description: The running Traefik container (name or ID).
     type: str
@@ -125,10 +129,6 @@ options:
     description: Seconds to wait for Traefik to answer with every router after a change.
     type: int
     default: 60
-  backup:
-    description: Keep a timestamped copy of each user file before replacing it.
-    type: bool
-    default: false
 extends_documentation_fragment:
   - homelab.edge.attributes
 attributes:
