@@ -47,6 +47,16 @@ def slower(live, want):
 RANGES = {FIN_TIMEOUT: (1, 600), ABORT_ON_OVERFLOW: (0, 1), CT_TIME_WAIT: (1, 3600), CT_FIN_WAIT: (1, 3600)}
 
 
+def remember_before(recorded, keys):
+    """The values to put back with state=absent: what was recorded, plus the
+    value before of each key the module just changed for the first time."""
+    out = dict(recorded or {})
+    for key, entry in keys.items():
+        if entry["status"] == "changed" and key not in out and entry["before"] is not None:
+            out[key] = entry["before"]
+    return out
+
+
 def validate(values):
     """Problems with a {key: value} mapping (unknown keys, non-integers, ranges)."""
     problems = []

@@ -22,13 +22,23 @@ description:
   - Values set this way last until the namespace goes away (reboot, container re-creation). Persist
     host values with a C(/etc/sysctl.d) drop-in (the C(homelab.edge.tcp_drain) role writes one) and
     container values with compose C(sysctls:) or C(docker run --sysctl).
+  - The value a key had before the module first changed it is recorded in O(state_dir), per namespace.
+    O(state=absent) sets each recorded key back to that value and forgets the record.
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
   values:
-    description: Sysctl keys and integer values. Only the keys listed above are accepted.
+    description: Sysctl keys and integer values. Only the keys listed above are accepted. Required with O(state=present).
     type: dict
-    required: true
+  state:
+    description: C(present) sets O(values); C(absent) sets every key the module changed back to its value before.
+    type: str
+    choices: [present, absent]
+    default: present
+  state_dir:
+    description: Where the values before the first change are kept (one JSON file per namespace).
+    type: path
+    default: /var/lib/homelab-edge/tcp-drain
   container:
     description: Name or ID of a running Docker container whose network namespace to use. Omit for the host.
     type: str
@@ -88,6 +98,9 @@ namespace:
   type: str
 """
 
+
+import json
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -156,24 +169,33 @@ def live_diff(namespace, keys):
             "before": text["before"], "after": text["after"]}
 
 
+def record_path(p):
+    return os.path.join(p["state_dir"], ("container-%s" % p["container"] if p["container"] else "host") + ".json")
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            values=dict(type="dict", required=True),
+            values=dict(type="dict"),
             container=dict(type="str"),
             unsupported=dict(type="str", choices=["fail", "skip"], default="fail"),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            state_dir=dict(type="path", default="/var/lib/homelab-edge/tcp-drain"),
         ),
+        required_if=[("state", "present", ["values"])],
         supports_check_mode=True,
     )
     p = module.params
-    problems = td.validate(p["values"])
+    recorded = json.loads(host.read_text(record_path(p)) or "{}").get("before") or {}
+    values = p["values"] if p["state"] == "present" else recorded
+    problems = td.validate(values)
     if problems:
         module.fail_json(msg="; ".join(problems))
     ns = Namespace(module, p["container"])
     result = dict(changed=False, keys={}, skipped=[],
                   namespace="container:%s" % p["container"] if p["container"] else "host")
     cannot, mismatched = [], []
-    for key, want in sorted(td.normalize(p["values"]).items()):
+    for key, want in sorted(td.normalize(values).items()):
         entry, problem, mismatch = set_key(module, ns, key, want)
         result["keys"][key] = entry
         result["changed"] = result["changed"] or entry["status"] == "changed"
@@ -185,6 +207,13 @@ def main():
         module.fail_json(msg="values did not take: %s" % "; ".join(mismatched), **result)
     if cannot and p["unsupported"] == "fail":
         module.fail_json(msg="cannot set: %s" % "; ".join(cannot), **result)
+    if not module.check_mode:
+        keep = td.remember_before(recorded, result["keys"]) if p["state"] == "present" else {}
+        if keep != recorded:
+            if not os.path.isdir(p["state_dir"]):
+                os.makedirs(p["state_dir"], 0o700)
+            host.write_text(module, record_path(p), json.dumps({"before": keep}, sort_keys=True) + "\n"
+                            if keep else None, new_mode=0o600)
     result["skipped"] = cannot
     for text in cannot:
         module.warn("skipped %s" % text)

@@ -35,6 +35,10 @@ description:
     restarted or re-created on the old files, and the task fails saying why.
   - inFlightReq is one limiter per router. A client's real bound is O(amount) x the routers on the limited
     entrypoints; the module returns it (RV(client_bound)) and warns when it exceeds O(client_bound_max).
+  - Each change is recorded in O(state_dir) - the user's original of every file it wrote, what it wrote, the
+    directories it created, the moved provider file. O(state=absent) puts every file back byte for byte, removes
+    what it created, moves the provider file back and restarts or re-creates Traefik on them. A file changed since
+    the module wrote it is not overwritten - the task fails before writing anything and says which file.
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
@@ -129,6 +133,17 @@ options:
     description: Seconds to wait for Traefik to answer with every router after a change.
     type: int
     default: 60
+  state:
+    description:
+      - C(present) puts the limit in place; C(absent) undoes every change the module recorded for O(container).
+      - With C(absent) only O(container) and O(state_dir) are used.
+    type: str
+    choices: [present, absent]
+    default: present
+  state_dir:
+    description: Where the module keeps its record of what it wrote (one JSON file per container, root only).
+    type: path
+    default: /var/lib/homelab-edge/traefik-inflight
 extends_documentation_fragment:
   - homelab.edge.attributes
 attributes:
@@ -163,56 +178,61 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+record:
+  description: With O(state=absent), the record the undo was read from.
+  returned: state is absent
+  type: str
+  sample: /var/lib/homelab-edge/traefik-inflight/traefik.json
 mode:
   description: Where Traefik takes its static config from, C(file) or C(flags).
-  returned: success
+  returned: state is present
   type: str
 static:
   description: The static config file on the host (null with flags).
-  returned: success
+  returned: state is present
   type: str
 format:
   description: C(yaml) or C(toml) (null with flags).
-  returned: success
+  returned: state is present
   type: str
 compose:
   description: The compose file Traefik was started from (null with docker run).
-  returned: success
+  returned: state is present
   type: str
 middleware:
   description: The middleware file on the host.
-  returned: success
+  returned: state is present
   type: str
 middleware_ref:
   description: The middleware as routers name it.
-  returned: success
+  returned: state is present
   type: str
   sample: inflight-limit@file
 provider:
   description: The file provider as found (C(kind) directory, filename or none; C(dir), C(dir_host); C(mount) when the module adds one).
-  returned: success
+  returned: state is present
   type: dict
 restart:
   description: Traefik was (or, in check mode, would be) restarted.
-  returned: success
+  returned: state is present
   type: bool
 recreate:
   description: Traefik was (or would be) re-created from its compose file.
-  returned: success
+  returned: state is present
   type: bool
 files:
-  description: The files changed (or that would change).
+  description: The files changed (or that would change); with O(state=absent), the files put back.
   returned: success
   type: list
   elements: str
 expected_routers:
   description: Routers that must be there after the change (the user's dynamic files, container labels, and what the API showed before).
-  returned: success
+  returned: state is present
   type: list
   elements: str
 client_bound:
   description: What one client can hold in flight - C(amount) x C(routers) on the limited entrypoints (empty when not read).
-  returned: success
+  returned: state is present
   type: dict
   sample: {"routers": 2, "names": ["auth@file", "site@file"], "amount": 400, "bound": 800, "max": 800, "within": true,
            "text": "800 in flight per client: 400 per router x 2 routers (auth@file, site@file)"}
@@ -232,7 +252,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik
+from ansible_collections.homelab.edge.plugins.module_utils import undo_record
 from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
+
+
+# Where the module keeps what it wrote over the user's files (state=absent undoes it).
+STATE_DIR = "/var/lib/homelab-edge/traefik-inflight"
+# What of the compose project a re-creation needs (kept in the record).
+COMPOSE_KEYS = ("project", "project_dir", "files", "env_files", "service")
 
 
 class Docker(object):
@@ -381,6 +408,7 @@ class Change(object):
     def __init__(self, module, docker, plan):
         self.module, self.docker, self.plan = module, docker, plan
         self.undo = []
+        self.dirs, self.moved = [], None  # for the undo record
 
     def make_dir(self, path):
         top = path
@@ -389,6 +417,12 @@ class Change(object):
         if not os.path.isdir(path):
             os.makedirs(path, 0o755)
             self.undo.append(lambda: shutil.rmtree(top))
+            made = path
+            while True:
+                self.dirs.append(made)
+                if made == top:
+                    break
+                made = os.path.dirname(made)
 
     def write(self, path, old, new):
         host.write_text(self.module, path, new, self.module.params["backup"])
@@ -407,6 +441,7 @@ class Change(object):
             raise EditError("%s is there already: the role would move %s onto it; nothing was changed" % (dest, src))
         os.rename(src, dest)
         os.symlink(os.path.relpath(dest, os.path.dirname(src)), src)
+        self.moved = {"src": src, "dest": dest}
 
         def back():
             os.remove(src)
@@ -476,13 +511,17 @@ def main():
             verify=dict(type="bool", default=True),
             verify_timeout=dict(type="int", default=60),
             backup=dict(type="bool", default=False),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            state_dir=dict(type="path", default=STATE_DIR),
         ),
         supports_check_mode=True,
     )
     p = module.params
     host.require_root(module, "reads Traefik's container through Docker and writes Traefik's files")
-    opts = options(p)
     docker = Docker(module, p["container"])
+    if p["state"] == "absent":
+        undo(module, docker)
+    opts = options(p)
     try:
         inflight = traefik.inflight_middleware(p["name"], p["amount"], p["source"], p["ip_depth"], p["excluded_ips"],
                                                p["header"])["http"]["middlewares"][p["name"]]["inFlightReq"]
@@ -538,8 +577,76 @@ def main():
         module.fail_json(msg="The change was rolled back: your previous static config, compose file and dynamic files "
                              "are in place again and Traefik was restarted on them. Why: %s" % "; ".join(problems),
                          **result)
+    extra = {"restart": True} if plan["restart"] or plan["recreate"] else {}
+    if plan["recreate"]:
+        extra["compose"] = dict((k, plan["compose"][k]) for k in COMPOSE_KEYS)
+    save_record(module, undo_record.remember(load_record(module), changes, change.dirs, change.moved, extra))
     result["client_bound"] = bound(api, plan, p["client_bound_max"])
     finish(module, result)
+
+
+def record_path(module):
+    return os.path.join(module.params["state_dir"], "%s.json" % module.params["container"])
+
+
+def load_record(module):
+    text = host.read_text(record_path(module))
+    return json.loads(text) if text else None
+
+
+def save_record(module, record):
+    if not os.path.isdir(module.params["state_dir"]):
+        os.makedirs(module.params["state_dir"], 0o700)
+    host.write_text(module, record_path(module), json.dumps(record, indent=1, sort_keys=True) + "\n", new_mode=0o600)
+
+
+def undo(module, docker):
+    """state=absent: every file the module wrote put back as it was before
+    the first run, what it created removed, the provider file moved back,
+    Traefik restarted on them. Refused, before anything is written, for a
+    file changed since the module wrote it."""
+    record = load_record(module)
+    result = dict(changed=False, files=[], record=record_path(module))
+    if not record:
+        module.exit_json(msg="no record of a change by homelab.edge.traefik_inflight to %s in %s: nothing to undo"
+                             % (module.params["container"], module.params["state_dir"]), **result)
+    current = dict((path, host.read_text(path)) for path in record.get("files") or {})
+    steps, changed_since = undo_record.undo_plan(record, current)
+    if changed_since:
+        module.fail_json(msg="%s changed since homelab.edge.traefik_inflight wrote %s: putting back the original "
+                             "would lose that change, so nothing was changed. Take the role's lines out by hand (the "
+                             "original and what the role wrote are in %s), then delete that record."
+                             % (", ".join(changed_since), "it" if len(changed_since) == 1 else "them",
+                                record_path(module)), **result)
+    moved = record.get("moved")
+    unmove = bool(moved and os.path.islink(moved["src"]) and os.path.exists(moved["dest"]))
+    dirs = [d for d in sorted(record.get("dirs") or [], key=len, reverse=True) if os.path.isdir(d)]
+    result.update(changed=bool(steps or unmove or dirs), files=[path for op, path, text in steps])
+    if module._diff:
+        result["diff"] = undo_record.undo_diff(steps, current)
+    if module.check_mode:
+        module.exit_json(**result)
+    for op, path, text in steps:
+        host.write_text(module, path, text if op == "write" else None)
+    if unmove:
+        os.remove(moved["src"])
+        os.rename(moved["dest"], moved["src"])
+    for d in dirs:
+        if os.listdir(d):
+            module.warn("%s was created by homelab.edge and holds files of someone else's now: it stays" % d)
+        else:
+            os.rmdir(d)
+    extra = record.get("extra") or {}
+    try:
+        if extra.get("compose"):
+            restart(module, docker, {"compose": extra["compose"], "recreate": True})
+        elif extra.get("restart"):
+            restart(module, docker, {"compose": None, "recreate": False, "restart": True})
+    except EditError as e:
+        module.fail_json(msg="your files are back as they were before homelab.edge, but restarting Traefik on them "
+                             "failed: %s" % e, **result)
+    os.remove(record_path(module))
+    module.exit_json(**result)
 
 
 def finish(module, result):

@@ -476,3 +476,81 @@ def test_a_watched_container_autoheal_cannot_heal_is_reported():
         assert "traefik-a" not in t.split("Warn about each")[1].split("PLAY RECAP")[0]
     finally:
         inner("rm", "-f", "nohealth", "alwayshealthy")
+
+
+# ---------------------------------------------------------------- undo (last: it takes the role out)
+
+SOURCES = {"traefik-a": "filename", "traefik-b": "directory", "traefik-c": "flags", "traefik-d": "docker",
+           "traefik-e": "toml"}
+
+
+def project(container):
+    """{path under the project: (mode, content)} of every file and link, as on the NAS now."""
+    out = NAS.check_output("cd /srv/%s && find . \\( -type f -o -type l \\) | sort | while read -r f; do "
+                           "printf '== %%s %%s %%s\\n' \"$f\" \"$(stat -c %%a \"$f\")\" \"$(readlink \"$f\")\"; "
+                           "[ -L \"$f\" ] || base64 -w0 \"$f\"; echo; done" % container)
+    lines = out.split("\n")
+    found = {}
+    for head, body in zip(lines[0::2], lines[1::2]):
+        dummy, path, mode, link = (head.split(" ") + [""])[:4]
+        found[path[2:]] = (mode, link or base64.b64decode(body))
+    return found
+
+
+def as_they_wrote_it(container):
+    """The same, of the user's project in the repository (what prepare.yml copied)."""
+    top = os.path.join(USER, SOURCES[container])
+    found = {}
+    for d, dummy, names in os.walk(top):
+        for name in names:
+            path = os.path.join(d, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, top)] = ("%o" % (os.stat(path).st_mode & 0o777), f.read())
+    return found
+
+
+def absent(host, **extra):
+    return role(host, dict(extra, traefik_inflight_state="absent"))
+
+
+def test_absent_refuses_a_file_changed_since_the_role_wrote_it_and_changes_nothing():
+    path = "/srv/traefik-b/config/traefik.yml"
+    theirs = NAS.file(path).content_string
+    NAS.check_output("echo '# added by hand' >> %s" % path)
+    try:
+        before = nas_files()
+        out = absent("nas-b")
+        t = text(out)
+        assert out.returncode != 0 and "%s changed since homelab.edge.traefik_inflight wrote it" % path in t, t[-3000:]
+        assert "nothing was changed" in t and nas_files() == before
+    finally:
+        NAS.check_output("cat > %s <<'EOF'\n%sEOF" % (path, theirs))
+
+
+@pytest.mark.parametrize("host", sorted(VARIANTS))
+def test_absent_puts_back_every_file_as_they_wrote_it_and_traefik_runs_on_them(host):
+    """present (converge, then every test above), then absent: the project
+    directory is byte for byte the user's, with their modes, nothing added
+    (no middleware file, directory or link), Traefik runs their config
+    (no middleware on the routers) and every route answers."""
+    container, port, dummy = VARIANTS[host]
+    out = absent(host)
+    assert out.returncode == 0, text(out)[-3000:]
+    assert project(container) == as_they_wrote_it(container)
+    t0 = time.time()
+    while time.time() - t0 < 30 and [get(port, name)[0] for name in ("site", "auth")] != [200, 200]:
+        time.sleep(1)
+    assert [get(port, name)[0] for name in ("site", "auth")] == [200, 200]
+    assert "inflight-limit@file" not in inner("inspect", "-f", "'{{json .Args}}'", container)
+    again = absent(host)
+    assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[1], text(again)[-2000:]
+
+
+def test_autoheal_absent_removes_it_and_what_the_role_wrote_only():
+    out = adhoc.playbook(INVENTORY, "- hosts: nas-a\n  gather_facts: false\n  become: true\n"
+                                    "  roles: [homelab.edge.autoheal]\n", "-e", "autoheal_state=absent")
+    assert out.returncode == 0, text(out)[-3000:]
+    assert not NAS.file("/srv/autoheal").exists
+    names = inner("ps", "-a", "--format", "{{.Names}}").split()
+    assert not [n for n in names if "autoheal" in n or "socket-proxy" in n], names
+    assert sorted(n for n in names if n.startswith("traefik-")) == sorted(SOURCES)

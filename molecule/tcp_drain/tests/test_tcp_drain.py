@@ -86,6 +86,44 @@ def test_the_old_name_redirects_to_the_new():
     assert not res.get("failed") and not res["changed"]
 
 
+def role(state):
+    out = adhoc.playbook(INVENTORY, "- hosts: drain-lab\n  gather_facts: false\n  become: true\n"
+                                    "  roles: [homelab.edge.tcp_drain]\n", "-e", "tcp_drain_state=%s" % state)
+    assert out.returncode == 0, out.stdout[-3000:]
+    return out
+
+
+def host_state():
+    """Every file of /etc/sysctl.d (path and content), the live values on
+    the host and in drain-app."""
+    files = HOST.check_output("cd /etc/sysctl.d && for f in $(ls -A | sort); do echo \"== $f\"; cat \"$f\"; done")
+    return files, [(k, live(k)) for k in sorted(WANT)], [(k, live(k, "drain-app")) for k in sorted(WANT)
+                                                         if not k.startswith("net.netfilter")]
+
+
+def test_absent_puts_back_exactly_what_was_there_before_the_role():
+    """A file of the user's in /etc/sysctl.d and a key they had set
+    themselves: the role's own undo (converge ran it first) leaves both, and
+    present then absent is byte-identical to before."""
+    HOST.check_output("printf '# mine\\nvm.swappiness = 10\\n' > /etc/sysctl.d/99-user.conf")
+    try:
+        role("absent")
+        before = host_state()
+        assert not HOST.file(DROPIN).exists
+        assert dict(before[1])["net.ipv4.tcp_fin_timeout"] == 60 and dict(before[2])["net.ipv4.tcp_fin_timeout"] == 60
+        HOST.check_output("sysctl -w net.ipv4.tcp_abort_on_overflow=1")  # theirs, set before the role
+        before = host_state()
+        assert "changed=0" not in role("present").stdout.split("PLAY RECAP")[1]
+        assert host_state() != before
+        role("absent")
+        assert host_state() == before  # their abort_on_overflow=1 too: the role found it so and left it
+        again = role("absent")
+        assert "changed=0" in again.stdout.split("PLAY RECAP")[1]
+    finally:
+        HOST.check_output("rm -f /etc/sysctl.d/99-user.conf")
+        role("present")
+
+
 def test_values_return_after_a_reboot_from_the_dropin():
     """Last: a restarted host has a new network namespace (kernel defaults
     again) and drain-app is stopped; `sysctl --system` is what boot runs."""

@@ -41,3 +41,12 @@ def test_a_refused_write_as_a_plain_user_says_become():
     assert td.classify_error(err, root=False) == "not-root"
     assert td.classify_error(err, root=True) == "read-only"
     assert "become: true" in td.explain("net.ipv4.tcp_fin_timeout", "not-root", "the host")
+
+
+def test_only_the_keys_the_module_changed_are_put_back_and_the_first_value_before_wins():
+    keys = {"net.ipv4.tcp_fin_timeout": {"before": 60, "after": 15, "status": "changed"},
+            "net.ipv4.tcp_abort_on_overflow": {"before": 1, "after": 1, "status": "ok"},
+            "net.netfilter.nf_conntrack_tcp_timeout_time_wait": {"before": None, "after": None, "status": "missing"}}
+    assert td.remember_before({}, keys) == {"net.ipv4.tcp_fin_timeout": 60}
+    later = {"net.ipv4.tcp_fin_timeout": {"before": 15, "after": 20, "status": "changed"}}
+    assert td.remember_before({"net.ipv4.tcp_fin_timeout": 60}, later) == {"net.ipv4.tcp_fin_timeout": 60}
