@@ -102,6 +102,16 @@ MUTATIONS = {
         'lambda m: m != DRAIN_WANT, lambda m: m == DRAIN_WANT),',
         'lambda m: m != DRAIN_WANT, lambda m: True),',
         "tests/unit/test_demo_proof.py"),
+    "undo puts back the original over a file changed since": (
+        "plugins/module_utils/undo_record.py",
+        'if now != f["written"] or f.get("diverged"):',
+        'if False:',
+        UNIT + "test_undo_record.py::test_a_file_changed_since_the_module_wrote_it_is_not_put_back"),
+    "diagnose drain: held to the kernel's defaults, not to what tcp_drain sets": (
+        "plugins/module_utils/diagnose.py",
+        "    want = want or DRAIN_WANT\n",
+        "    want = dict(td.KERNEL_DEFAULTS)\n",
+        UNIT + "test_diagnose.py::test_drain_values_are_held_to_what_tcp_drain_sets"),
 }
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "output", "results", "build", "*.tar.gz")

@@ -186,7 +186,10 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    recorded = json.loads(host.read_text(record_path(p)) or "{}").get("before") or {}
+    if p["state"] == "absent":
+        host.require_root(module, "reads its record of the values before and sets them back")
+    # the record is root's (a user other than root cannot change a value either: per key, not-root)
+    recorded = json.loads(host.read_text(record_path(p)) or "{}").get("before") or {} if host.is_root() else {}
     values = p["values"] if p["state"] == "present" else recorded
     problems = td.validate(values)
     if problems:
@@ -207,7 +210,7 @@ def main():
         module.fail_json(msg="values did not take: %s" % "; ".join(mismatched), **result)
     if cannot and p["unsupported"] == "fail":
         module.fail_json(msg="cannot set: %s" % "; ".join(cannot), **result)
-    if not module.check_mode:
+    if not module.check_mode and host.is_root():
         keep = td.remember_before(recorded, result["keys"]) if p["state"] == "present" else {}
         if keep != recorded:
             if not os.path.isdir(p["state_dir"]):
