@@ -316,7 +316,7 @@ extras() {
 # Lab images: one directory each under lab/images/. The tag
 # homelab-edge/<name>:lab points at the build whose label matches the hash of
 # its whole build context and the base tag.
-LAB_IMAGES="k3d-proxy k3d-proxy-busybox k3d-server k3d-tools host nas nas-v2 autoheal socket-proxy client"
+LAB_IMAGES="k3d-proxy k3d-proxy-busybox k3d-server k3d-tools host nas nas-v2 autoheal socket-proxy client monitor"
 image_dir() { case "$1" in nas-v2) echo nas ;; k3d-proxy-busybox) echo k3d-proxy ;; *) echo "$1" ;; esac; }
 
 cmd_images() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test suite. `tests/run.sh all` (what `make test` runs) = unit, mutations, lint,
-# sanity, build, publish (Galaxy's importer, ansible-builder, the changelog,
+# rules (promtool), sanity, build, publish (Galaxy's importer, ansible-builder, the changelog,
 # the oldest target Python), compat (the oldest and newest ansible-core) and
 # every Molecule scenario. Each step's result is counted;
 # the last line says "N passed, N failed" and the exit code is non-zero when
@@ -40,6 +40,19 @@ mutations() {
 
 lint() {
   ansible-lint --offline --profile production
+}
+
+rules() {
+  # the roles' Prometheus rules as the roles write them (their defaults), checked and unit-tested
+  # (tests/prometheus/*.test.yml: every alert firing on its fault, quiet beside it) by Debian's
+  # promtool (the lab image homelab-edge/monitor)
+  local tmp; tmp=$(mktemp -d)
+  python tests/support/prometheus_rules.py "$tmp" >/dev/null && cp tests/prometheus/*.test.yml "$tmp"/ &&
+    docker run --rm -v "$tmp:/r:ro" -w /r homelab-edge/monitor:lab \
+      sh -c 'promtool check rules *.rules.yml && promtool test rules *.test.yml'
+  local rc=$?
+  rm -rf "$tmp"
+  return $rc
 }
 
 sanity() {
@@ -199,6 +212,7 @@ case "$what" in
   unit) step unit unit ;;
   mutations) step mutations mutations ;;
   lint) step lint lint ;;
+  rules) step rules rules ;;
   sanity) step sanity sanity ;;
   build) step build build ;;
   publish) step publish publish ;;
@@ -208,7 +222,7 @@ case "$what" in
   bench) step bench bench ;;
   molecule|all)
     if [ "$what" = all ]; then
-      step unit unit; step mutations mutations; step lint lint; step sanity sanity; step build build; step publish publish; step docs docs
+      step unit unit; step mutations mutations; step lint lint; step rules rules; step sanity sanity; step build build; step publish publish; step docs docs
       step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
       step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13"
     fi
@@ -216,7 +230,7 @@ case "$what" in
       s=$(basename "$(dirname "$s")"); step "molecule $s" scenario "$s"
     done ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|unit|mutations|lint|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|unit|mutations|lint|rules|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

@@ -44,8 +44,12 @@ def log_signals(log_text):
     return {"not_enough": alerts, "not_enough_total": sum(alerts.values()), "exceed_open_file_limit": exceed}
 
 
+# the files nginx's workers hold open (each connection is one), and the UDP
+# sessions: nginx's connected UDP sockets toward the upstreams (a listener's
+# remote address is 0)
 _FDS = ("n=0; for p in $(pgrep -f 'nginx: worker process'); do "
-        "n=$((n + $(ls /proc/$p/fd 2>/dev/null | wc -l))); done; echo $n")
+        "n=$((n + $(ls /proc/$p/fd 2>/dev/null | wc -l))); done; echo $n; "
+        "cat /proc/net/udp /proc/net/udp6 2>/dev/null | awk '$3 ~ /:/ && $3 !~ /^0+:0000$/' | wc -l")
 
 
 def signals(container, want, since, dns_probe=None):
@@ -63,7 +67,8 @@ def signals(container, want, since, dns_probe=None):
     raw = container.logs(since=int(since)).decode("utf-8", "replace")
     entry.update(log_signals(raw), drift=reasons, template_patched=new_template == state["template"])
     rc, out = lb_container._exec(container, ["sh", "-c", _FDS])[:2]
-    entry["open_files"] = int(out.strip()) if rc == 0 and out.strip().isdigit() else None
+    counts = [int(x) if x.isdigit() else None for x in out.split()] if rc == 0 else []
+    entry["open_files"], entry["udp_sessions"] = (counts + [None, None])[:2]
     entry["dns_upstreams"] = []
     if dns_probe:
         for key in lb_config.udp_ports(lb_config.parse_values(state["values"])):

@@ -34,6 +34,14 @@ API_ROUTER = "homelab-edge-api"
 # Seconds one read of that API may take (a wedged Traefik accepts and never answers;
 # `timeout` bounds it: the official image's busybox and Debian's coreutils have it).
 API_TIMEOUT = 5
+# Prometheus metrics on an entrypoint of their own (traefik_inflight_metrics): on
+# every interface of Traefik's network namespace, so Prometheus on the host or a
+# Docker network reaches it; never published. The entrypoint and router labels
+# carry inFlightReq's 429s (code="429").
+METRICS_ENTRYPOINT = "homelab-edge-metrics"
+METRICS = {"entryPoint": METRICS_ENTRYPOINT, "addEntryPointsLabels": True, "addRoutersLabels": True}
+# Entrypoints of the role's own: never the user's, never limited or trusted.
+OWN_ENTRYPOINTS = (API_ENTRYPOINT, METRICS_ENTRYPOINT, "traefik")
 # Traefik looks for its static config file here when no --configFile is given.
 DEFAULT_STATIC_FILES = ("/etc/traefik/traefik.yml", "/etc/traefik/traefik.yaml", "/etc/traefik/traefik.toml")
 DYNAMIC_SUFFIXES = (".yml", ".yaml", ".toml")
@@ -208,6 +216,15 @@ def dynamic_text(opts):
 
 # ------------------------------------------------------------ the change
 
+def check_metrics_port(port, addresses):
+    """Refuse a metrics port one of the user's entrypoints ({name: address}) listens on."""
+    taken = sorted(e for e, address in addresses.items() if e != METRICS_ENTRYPOINT and
+                   str(address or "").rsplit(":", 1)[-1].split("/")[0] == str(port))
+    if taken:
+        raise TraefikConfigError("metrics port %d is the port of entrypoint %s: choose another "
+                                 "(traefik_inflight_metrics_port)" % (port, ", ".join(taken)))
+
+
 def static_changes(static, opts):
     """The edits a static config needs, as data: a list of (op, path,
     value), op one of text_edit's append, ensure, set, delete and replace
@@ -238,7 +255,7 @@ def static_changes(static, opts):
     if trusted is not None:
         # every entrypoint the proxy in front may forward to (all of the user's): one without the
         # trust would read the PROXY header as a broken request
-        for name in sorted(e for e in eps if e not in (API_ENTRYPOINT, "traefik")):
+        for name in sorted(e for e in eps if e not in OWN_ENTRYPOINTS):
             have = lookup(eps, [name, "proxyProtocol", "trustedIPs"])
             if trusted and have != list(trusted):
                 changes.append(("set", ["entryPoints", name, "proxyProtocol", "trustedIPs"], list(trusted)))
@@ -256,6 +273,12 @@ def static_changes(static, opts):
             changes.append(("ensure", ["api"], {}))
         if ci(eps, API_ENTRYPOINT) is None:
             changes.append(("ensure", ["entryPoints", API_ENTRYPOINT], {"address": "127.0.0.1:%d" % API_PORT}))
+    port = opts.get("metrics_port")
+    if port and lookup(static, ["metrics"]) is None:  # the user's own metrics are kept as they are
+        check_metrics_port(port, dict((e, lookup(eps, [e, "address"])) for e in eps))
+        changes.append(("ensure", ["metrics"], {"prometheus": dict(METRICS)}))
+        if ci(eps, METRICS_ENTRYPOINT) is None:
+            changes.append(("ensure", ["entryPoints", METRICS_ENTRYPOINT], {"address": ":%d" % port}))
     return changes
 
 
@@ -280,7 +303,7 @@ def flag_changes(flags, opts):
 
     trusted = opts.get("proxy_protocol_trusted_ips")
     defined = sorted(set(k.split(".")[1] for k in flags if k.startswith("entrypoints.") and k.endswith(".address")))
-    for ep in (e for e in defined if e not in (API_ENTRYPOINT, "traefik")):
+    for ep in (e for e in defined if e not in OWN_ENTRYPOINTS):
         pkey = "entrypoints.%s.proxyprotocol.trustedips" % ep
         if trusted and flags.get(pkey) != ",".join(trusted):
             add[pkey] = ",".join(trusted)
@@ -299,6 +322,13 @@ def flag_changes(flags, opts):
             add["api"] = "true"
         if "entrypoints.%s.address" % API_ENTRYPOINT not in flags:
             add["entrypoints.%s.address" % API_ENTRYPOINT] = "127.0.0.1:%d" % API_PORT
+    port = opts.get("metrics_port")
+    if port and not any(k == "metrics" or k.startswith("metrics.") for k in flags):
+        check_metrics_port(port, dict((k.split(".")[1], v) for k, v in flags.items()
+                                      if k.startswith("entrypoints.") and k.endswith(".address")))
+        add.update({"metrics.prometheus": "true", "metrics.prometheus.entrypoint": METRICS_ENTRYPOINT,
+                    "metrics.prometheus.addentrypointslabels": "true", "metrics.prometheus.addrouterslabels": "true",
+                    "entrypoints.%s.address" % METRICS_ENTRYPOINT: ":%d" % port})
     return add, remove
 
 

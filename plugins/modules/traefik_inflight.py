@@ -133,6 +133,15 @@ options:
     description: Seconds to wait for Traefik to answer with every router after a change.
     type: int
     default: 60
+  metrics_port:
+    description:
+      - Turn on Traefik's Prometheus metrics on an entrypoint of their own, C(homelab-edge-metrics), on this port
+        in Traefik's network namespace (all its interfaces; not published), with entrypoint and router labels.
+        inFlightReq's 429s count there (C(code="429")). C(0) leaves metrics as they are.
+      - A static config that has C(metrics) already (or C(--metrics.*) flags) is kept as it is.
+      - Refused when one of the user's entrypoints listens on that port.
+    type: int
+    default: 0
   state:
     description:
       - C(present) puts the limit in place; C(absent) undoes every change the module recorded for O(container).
@@ -317,7 +326,8 @@ def options(p):
             "excluded_ips": p["excluded_ips"], "header": p["header"], "entrypoints": p["entrypoints"],
             "dynamic_dir": p["dynamic_dir"], "verify_api": p["verify"],
             "proxy_protocol_trusted_ips": p["proxy_protocol_trusted_ips"], "autoheal_label": p["autoheal_label"],
-            "healthcheck": p["healthcheck"], "sysctls": p["sysctls"], "http2_max_streams": p["http2_max_streams"]}
+            "healthcheck": p["healthcheck"], "sysctls": p["sysctls"], "http2_max_streams": p["http2_max_streams"],
+            "metrics_port": p["metrics_port"]}
 
 
 def read_dynamic(provider, own):
@@ -503,6 +513,7 @@ def main():
             entrypoints=dict(type="list", elements="str", default=["websecure"]),
             dynamic_dir=dict(type="str", default=""),
             http2_max_streams=dict(type="int", default=32),
+            metrics_port=dict(type="int", default=0),
             client_bound_max=dict(type="int", default=0),
             proxy_protocol_trusted_ips=dict(type="list", elements="str"),
             autoheal_label=dict(type="str", default=""),

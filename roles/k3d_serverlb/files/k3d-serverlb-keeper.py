@@ -23,6 +23,11 @@ without systemd, as a daemon process:
   k3d-serverlb-keeper.py --config FILE --daemon   start unless running
   k3d-serverlb-keeper.py --config FILE --restart  stop, then start
   k3d-serverlb-keeper.py --config FILE --stop
+  k3d-serverlb-keeper.py --config FILE --metrics-once
+
+With metrics_dir in its configuration it also writes, every metrics_interval
+seconds, node_exporter textfile metrics of every load balancer (its state,
+connections, UDP sessions, "not enough" lines): homelab_edge_k3d.prom.
 """
 
 import argparse
@@ -34,19 +39,22 @@ import threading
 import time
 
 # the module's library, installed beside this file by the role: see load_library()
-lb = lb_container = lb_template = None
+lb = lb_container = lb_template = lb_signals = lb_metrics = None
 
 EVENTS = ["create", "start", "extract-to-dir"]
 ATTEMPTS = 6
 
 
 def load_library():
-    global lb, lb_container, lb_template
+    global lb, lb_container, lb_template, lb_signals, lb_metrics
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import k3d_serverlb
     import k3d_serverlb_container
+    import k3d_serverlb_metrics
+    import k3d_serverlb_signals
     import k3d_serverlb_template
     lb, lb_container, lb_template = k3d_serverlb, k3d_serverlb_container, k3d_serverlb_template
+    lb_signals, lb_metrics = k3d_serverlb_signals, k3d_serverlb_metrics
 
 
 def log(msg):
@@ -67,6 +75,10 @@ class Keeper(object):
         self.clusters = cfg.get("clusters") or []
         self.want = dict((k, cfg[k]) for k in lb.DEFAULTS)
         self.render_timeout = cfg.get("render_timeout", lb.RENDER_TIMEOUT)
+        self.metrics_dir = cfg.get("metrics_dir") or ""
+        self.metrics_interval = max(5, int(cfg.get("metrics_interval") or 30))
+        self.not_enough = {}
+        self.metrics_since = int(time.time())
 
     def fix(self, container):
         """handle() until the load balancer is fixed: one that just started
@@ -120,8 +132,43 @@ class Keeper(object):
         elif action == "extract-to-dir" and container.status == "running":
             threading.Thread(target=self.on_values, args=(container,), daemon=True).start()
 
+    def write_metrics(self, client, not_found):
+        """One pass: every load balancer's signals (no DNS probe) into the
+        textfile, atomically (node_exporter never reads half a file)."""
+        now = int(time.time())
+        entries = []
+        for name, container, dummy in lb_container.find_load_balancers(client, self.names, self.clusters,
+                                                                       not_found=not_found):
+            if container is None or container.status != "running":
+                continue
+            try:
+                entry = lb_signals.signals(container, self.want, self.metrics_since)
+            except Exception as e:  # deliberate: one load balancer going away must not stop the metrics
+                log("%s: metrics: %s: %s" % (name, type(e).__name__, e))
+                continue
+            lb_metrics.add_not_enough(self.not_enough, entry)
+            entries.append(entry)
+        self.metrics_since = now
+        os.makedirs(self.metrics_dir, exist_ok=True)
+        path = os.path.join(self.metrics_dir, lb_metrics.FILE)
+        with open(path + ".tmp", "w") as f:
+            f.write(lb_metrics.text(entries, self.not_enough, now))
+        os.chmod(path + ".tmp", 0o644)
+        os.rename(path + ".tmp", path)
+
+    def metrics_loop(self):
+        import docker
+        while True:
+            try:
+                self.write_metrics(docker.from_env(), docker.errors.NotFound)
+            except Exception as e:  # deliberate: the engine restarting; try again next interval
+                log("metrics: %s: %s" % (type(e).__name__, e))
+            time.sleep(self.metrics_interval)
+
     def run(self):
         import docker
+        if self.metrics_dir:
+            threading.Thread(target=self.metrics_loop, daemon=True).start()
         while True:
             try:
                 client = docker.from_env()
@@ -203,6 +250,8 @@ def main():
     g.add_argument("--daemon", action="store_true")
     g.add_argument("--restart", action="store_true")
     g.add_argument("--stop", action="store_true")
+    g.add_argument("--metrics-once", action="store_true",
+                   help="write the metrics once (log window: the last 60 s) and exit; fixes nothing")
     a = ap.parse_args()
     if not a.config:
         load_library()
@@ -215,6 +264,13 @@ def main():
     with open(a.config) as f:
         cfg = json.load(f)
     keeper = Keeper(cfg, a.config)  # refuses a file with missing or bad options, saying which
+    if a.metrics_once:
+        import docker
+        if not keeper.metrics_dir:
+            sys.exit("%s sets no metrics_dir" % a.config)
+        keeper.metrics_since = int(time.time()) - 60
+        keeper.write_metrics(docker.from_env(), docker.errors.NotFound)
+        return
     if a.restart:
         stop(pidfile)
     if a.restart or a.daemon:

@@ -386,3 +386,37 @@ def test_the_api_check_waits_for_the_middleware_exactly_as_written():
     assert problems and "not reloaded yet" in problems[0]
     new = [dict(old[0], inFlightReq={"amount": 400, "sourceCriterion": {"ipStrategy": {"excludedIPs": ["10.0.0.9"]}}})]
     assert traefik.check_api(ROUTERS, new, [], ["websecure"], "inflight-limit@file", 400, want) == []
+
+
+def test_metrics_get_an_entrypoint_of_their_own_unless_the_user_has_metrics():
+    new = edit(STATIC, metrics_port=9101)
+    doc = yaml.safe_load(new)
+    assert doc["metrics"] == {"prometheus": {"entryPoint": "homelab-edge-metrics", "addEntryPointsLabels": True,
+                                             "addRoutersLabels": True}}
+    assert doc["entryPoints"]["homelab-edge-metrics"] == {"address": ":9101"}
+    assert "homelab-edge-metrics" not in str(doc["entryPoints"]["websecure"])  # not limited
+    theirs = STATIC + "metrics:\n  prometheus:\n    entryPoint: web\n"
+    assert yaml.safe_load(edit(theirs, metrics_port=9101))["metrics"] == {"prometheus": {"entryPoint": "web"}}
+    with pytest.raises(traefik.TraefikConfigError, match="metrics port 443 is the port of entrypoint websecure"):
+        edit(STATIC, metrics_port=443)
+    # never trusted for PROXY protocol, as the API's
+    trusted = yaml.safe_load(edit(new, metrics_port=9101, proxy_protocol_trusted_ips=["10.8.0.1"],
+                                  provider={"kind": "directory", "dir": "/etc/traefik/dynamic"}))
+    assert "proxyProtocol" not in trusted["entryPoints"]["homelab-edge-metrics"]
+
+
+def test_metrics_in_flags_and_in_toml():
+    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443"},
+                                       dict(OPTS, metrics_port=9101, provider={"kind": "directory", "dir": "/d"}))
+    assert add["metrics.prometheus.entrypoint"] == "homelab-edge-metrics"
+    assert add["entrypoints.homelab-edge-metrics.address"] == ":9101"
+    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443", "metrics.prometheus": "true"},
+                                       dict(OPTS, metrics_port=9101, provider={"kind": "directory", "dir": "/d"}))
+    assert not [k for k in add if "metrics" in k]
+    text = '[entryPoints]\n  [entryPoints.websecure]\n    address = ":443"\n'
+    changes = traefik.static_changes(traefik.parse_static(text, "/t.toml"),
+                                     dict(OPTS, metrics_port=9101, provider={"kind": "directory", "dir": "/d"}))
+    new = traefik.edit_static(text, changes, "/t.toml")
+    doc = traefik.parse_static(new, "/t.toml")
+    assert doc["metrics"]["prometheus"]["entryPoint"] == "homelab-edge-metrics"
+    assert new.startswith(text)

@@ -1,0 +1,65 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""k3d's load balancer fix: the keeper's metrics, in Prometheus's text format
+for node_exporter's textfile collector (the load balancer itself has none).
+Pure: entries as k3d_serverlb_signals.signals() returns them in, text out.
+The alert rules over them: roles/k3d_serverlb/templates/prometheus-rules.yml.j2."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+FILE = "homelab_edge_k3d.prom"
+STATES = ("fixed", "capped", "not_fixed")
+# name: (type, help); one line per load balancer each (labels lb, cluster)
+GAUGES = (
+    ("homelab_edge_k3d_lb_open_files", "open_files",
+     "Files the load balancer's nginx workers hold open: its connections, plus a few listeners and logs."),
+    ("homelab_edge_k3d_lb_worker_connections", "worker_connections",
+     "worker_connections as nginx runs it: the connections HTTPS, the API and DNS share."),
+    ("homelab_edge_k3d_lb_udp_sessions", "udp_sessions",
+     "UDP (DNS) sessions open now: nginx's connected UDP sockets toward the servers."),
+    ("homelab_edge_k3d_lb_udp_session_budget", "udp_session_budget",
+     "UDP sessions the fix allows at once (absent: no budget, k3d's stock template)."),
+)
+
+
+def _labels(**kw):
+    return "{%s}" % ",".join('%s="%s"' % (k, str(v).replace("\\", "\\\\").replace('"', '\\"'))
+                             for k, v in sorted(kw.items()))
+
+
+def add_not_enough(totals, entry):
+    """The keeper's running count of "worker_connections are not enough"
+    lines, by load balancer and server (a counter: it only grows)."""
+    for server, count in (entry.get("not_enough") or {}).items():
+        key = (entry["name"], entry.get("cluster") or "", server)
+        totals[key] = totals.get(key, 0) + count
+    return totals
+
+
+def text(entries, not_enough_totals, now):
+    """The textfile: every load balancer's state (one of STATES is 1),
+    gauges, the not-enough counter, and when the keeper wrote it."""
+    out = ["# HELP homelab_edge_k3d_lb_state The load balancer's state: 1 for the one it is in (%s)."
+           % ", ".join(STATES), "# TYPE homelab_edge_k3d_lb_state gauge"]
+    for e in entries:
+        for state in STATES:
+            out.append("homelab_edge_k3d_lb_state%s %d" % (_labels(lb=e["name"], cluster=e.get("cluster") or "",
+                                                                    state=state), e.get("state") == state))
+    for name, key, helptext in GAUGES:
+        out += ["# HELP %s %s" % (name, helptext), "# TYPE %s gauge" % name]
+        for e in entries:
+            if e.get(key) is not None:
+                out.append("%s%s %d" % (name, _labels(lb=e["name"], cluster=e.get("cluster") or ""), e[key]))
+    out += ["# HELP homelab_edge_k3d_lb_not_enough_total 'worker_connections are not enough' lines in the load "
+            "balancer's log since the keeper started, by server.",
+            "# TYPE homelab_edge_k3d_lb_not_enough_total counter"]
+    for (lb, cluster, server), count in sorted(not_enough_totals.items()):
+        out.append("homelab_edge_k3d_lb_not_enough_total%s %d" % (_labels(lb=lb, cluster=cluster, server=server),
+                                                                  count))
+    out += ["# HELP homelab_edge_k3d_keeper_last_write_timestamp_seconds When the keeper last wrote these metrics.",
+            "# TYPE homelab_edge_k3d_keeper_last_write_timestamp_seconds gauge",
+            "homelab_edge_k3d_keeper_last_write_timestamp_seconds %d" % now]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,37 @@
+"""The roles' Prometheus rule files as the roles write them (their templates
+with the roles' defaults), for promtool: `python prometheus_rules.py DIR`
+renders every one into DIR as <role>.rules.yml."""
+import glob
+import os
+import sys
+
+import jinja2
+import yaml
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def roles():
+    return sorted(os.path.basename(os.path.dirname(os.path.dirname(p)))
+                  for p in glob.glob(os.path.join(ROOT, "roles", "*", "templates", "prometheus-rules.yml.j2")))
+
+
+def render(role, overrides=None):
+    with open(os.path.join(ROOT, "roles", role, "defaults", "main.yml")) as f:
+        values = yaml.safe_load(f)
+    values.update(overrides or {}, ansible_managed="Managed by homelab.edge")
+    with open(os.path.join(ROOT, "roles", role, "templates", "prometheus-rules.yml.j2")) as f:
+        return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
+            f.read()).render(values)
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    for role in roles():
+        with open(os.path.join(out, "%s.rules.yml" % role), "w") as f:
+            f.write(render(role))
+        print(os.path.join(out, "%s.rules.yml" % role))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,37 @@
+"""The keeper's textfile metrics: Prometheus's text format, one state of three, a counter that only grows."""
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_metrics as m
+
+STOCK = {"name": "k3d-a-serverlb", "cluster": "a", "state": "not_fixed", "open_files": 1030, "worker_connections": 1029,
+         "udp_sessions": 512, "udp_session_budget": None, "not_enough": {"udp 53": 3}}
+FIXED = {"name": "k3d-b-serverlb", "cluster": "b", "state": "fixed", "open_files": 12, "worker_connections": 4096,
+         "udp_sessions": 0, "udp_session_budget": 1024, "not_enough": {}}
+
+
+def samples(text):
+    return dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def test_each_load_balancer_is_in_one_state_with_its_gauges():
+    got = samples(m.text([STOCK, FIXED], m.add_not_enough({}, STOCK), 1700000000))
+    assert got['homelab_edge_k3d_lb_state{cluster="a",lb="k3d-a-serverlb",state="not_fixed"}'] == "1"
+    assert got['homelab_edge_k3d_lb_state{cluster="a",lb="k3d-a-serverlb",state="fixed"}'] == "0"
+    assert got['homelab_edge_k3d_lb_state{cluster="b",lb="k3d-b-serverlb",state="fixed"}'] == "1"
+    assert got['homelab_edge_k3d_lb_open_files{cluster="a",lb="k3d-a-serverlb"}'] == "1030"
+    assert got['homelab_edge_k3d_lb_udp_session_budget{cluster="b",lb="k3d-b-serverlb"}'] == "1024"
+    assert 'homelab_edge_k3d_lb_udp_session_budget{cluster="a",lb="k3d-a-serverlb"}' not in got  # no budget: absent
+    assert got['homelab_edge_k3d_lb_not_enough_total{cluster="a",lb="k3d-a-serverlb",server="udp 53"}'] == "3"
+    assert got["homelab_edge_k3d_keeper_last_write_timestamp_seconds"] == "1700000000"
+
+
+def test_the_not_enough_count_only_grows():
+    totals = m.add_not_enough({}, STOCK)
+    totals = m.add_not_enough(totals, dict(STOCK, not_enough={"udp 53": 2, "tcp 443": 1}))
+    assert totals == {("k3d-a-serverlb", "a", "udp 53"): 5, ("k3d-a-serverlb", "a", "tcp 443"): 1}
+
+
+def test_every_metric_has_help_and_type_and_label_values_are_escaped():
+    text = m.text([dict(FIXED, name='we"ird\\lb')], {}, 1)
+    names = set(line.split("{")[0].split(" ")[0] for line in text.splitlines() if not line.startswith("#"))
+    for name in names:
+        assert "# HELP %s " % name in text and "# TYPE %s " % name in text
+    assert 'lb="we\\"ird\\\\lb"' in text
