@@ -46,8 +46,8 @@ def text(entries, not_enough_totals, now):
            % ", ".join(STATES), "# TYPE homelab_edge_k3d_lb_state gauge"]
     for e in entries:
         for state in STATES:
-            out.append("homelab_edge_k3d_lb_state%s %d" % (_labels(lb=e["name"], cluster=e.get("cluster") or "",
-                                                                    state=state), e.get("state") == state))
+            labels = _labels(lb=e["name"], cluster=e.get("cluster") or "", state=state)
+            out.append("homelab_edge_k3d_lb_state%s %d" % (labels, e.get("state") == state))
     for name, key, helptext in GAUGES:
         out += ["# HELP %s %s" % (name, helptext), "# TYPE %s gauge" % name]
         for e in entries:

@@ -1,0 +1,161 @@
+"""The roles' alert rules in a real Prometheus (Debian's, lab/monitoring.py),
+on the NAS (Traefik's metrics entrypoint, node_exporter) and on the k3d host
+(the keeper's textfile through node_exporter): quiet on the healthy lab, each
+firing on the fault it names, quiet again once the fix is in; and autoheal's
+message about a restart arriving at a receiver."""
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import docker
+import pytest
+import testinfra
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins", "module_utils")]
+import adhoc  # noqa: E402
+import hosts  # noqa: E402
+import k3d  # noqa: E402
+import k3d_serverlb as lb  # noqa: E402
+import monitoring  # noqa: E402
+import probes  # noqa: E402
+
+INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
+NAS = testinfra.get_host("docker://lab-nas")
+KEEPER = os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py")
+INSTALLED_KEEPER = "/usr/local/lib/homelab-edge/k3d-serverlb-keeper.py"  # beside its library (the role's default)
+
+
+@pytest.fixture(scope="module")
+def client():
+    return docker.from_env()
+
+
+def nas_prometheus():
+    return "http://%s:%d" % (hosts.address("lab-nas", "lab-lan"), monitoring.NAS_PROMETHEUS)
+
+
+def k3d_prometheus():
+    return "http://127.0.0.1:%d" % monitoring.K3D_PROMETHEUS
+
+
+def api(prom, path, **params):
+    url = prom + path + ("?" + urllib.parse.urlencode(params) if params else "")
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.load(r)["data"]
+
+
+def reload_rules(prom):
+    urllib.request.urlopen(urllib.request.Request(prom + "/-/reload", method="POST"), timeout=10).close()
+
+
+def traefik_target():
+    """Traefik's metrics entrypoint where it is now (re-creations move it)."""
+    ip = NAS.check_output("docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}' traefik").split()[0]
+    NAS.check_output("echo '[{\"targets\": [\"%s:9101\"]}]' > %s/targets/traefik.json" % (ip, monitoring.NAS_DIR))
+
+
+def firing(prom, name=None):
+    return [a for a in api(prom, "/api/v1/alerts")["alerts"]
+            if a["state"] == "firing" and (name is None or a["labels"]["alertname"] == name)]
+
+
+def wait(what, check, seconds=60):
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        got = check()
+        if got:
+            return got
+        time.sleep(1)
+    raise AssertionError("%s: not within %d s" % (what, seconds))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prometheus_ready():
+    traefik_target()
+    for prom in (nas_prometheus(), k3d_prometheus()):
+        reload_rules(prom)
+    wait("every target up", lambda: all(t["health"] == "up" for prom in (nas_prometheus(), k3d_prometheus())
+                                        for t in api(prom, "/api/v1/targets")["activeTargets"]), 60)
+
+
+def test_each_prometheus_loads_the_roles_rules_and_scrapes_the_keepers_metrics():
+    groups = dict((p, sorted(g["name"] for g in api(p, "/api/v1/rules")["groups"]))
+                  for p in (nas_prometheus(), k3d_prometheus()))
+    assert groups[nas_prometheus()] == ["homelab-edge-drain", "homelab-edge-traefik"]
+    assert groups[k3d_prometheus()] == ["homelab-edge-k3d-serverlb"]
+    jobs = sorted(t["labels"]["job"] for t in api(nas_prometheus(), "/api/v1/targets")["activeTargets"])
+    assert jobs == ["node", "traefik"]
+    states = wait("the keeper's metrics in Prometheus", lambda: api(
+        k3d_prometheus(), "/api/v1/query", query='homelab_edge_k3d_lb_state{state="fixed"} == 1')["result"])
+    assert sorted(r["metric"]["lb"] for r in states) == ["k3d-lab-serverlb", "k3d-lab2-serverlb"]
+
+
+def test_the_healthy_lab_fires_no_alert():
+    time.sleep(10)  # a few evaluations (every 2 s here)
+    assert [a["labels"]["alertname"] for p in (nas_prometheus(), k3d_prometheus()) for a in firing(p)] == []
+
+
+def test_the_429_alert_fires_during_a_flood_through_the_vps_and_not_after(client):
+    vps = hosts.address("lab-vps", "lab-wan")
+    flood = probes.https_flood(client.containers.get("lab-client1"), vps, "/slower", 150, 443, "site.nas.lab")
+    try:
+        alerts = wait("TraefikRateLimited firing", lambda: firing(nas_prometheus(), "TraefikRateLimited"), 40)
+        routers = firing(nas_prometheus(), "TraefikRouterRateLimited")
+    finally:
+        counts = flood.result()
+    adhoc.record("monitoring", "alert_429", counts=counts, alerts=[a["labels"] for a in alerts + routers])
+    assert [a["labels"]["entrypoint"] for a in alerts] == ["websecure"]
+    assert [a for a in routers if "site@" in a["labels"]["router"]], routers
+    wait("TraefikRateLimited quiet again", lambda: not firing(nas_prometheus(), "TraefikRateLimited"), 90)
+
+
+def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_the_role(client):
+    """As test_diagnose: the keeper stopped, k3d re-creates lab2's load
+    balancer (stock), 100 DNS queries/s; the keeper's metrics written once
+    (it fixes nothing then). Then the k3d tag, the same load: quiet."""
+    subprocess.run([sys.executable, KEEPER, "--config", lb.KEEPER_CONFIG, "--stop"], check=True, capture_output=True)
+    ep = k3d.endpoints(10100)
+    try:
+        k3d.port_add("lab2", "127.0.0.1:10186:854/udp@loadbalancer")
+        k3d.wait_serving(client, "lab2")
+        probes.dns_load("127.0.0.1", ep["dns"], rate=100, count=1500)
+        subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", lb.KEEPER_CONFIG, "--metrics-once"],
+                       check=True, capture_output=True, timeout=120)
+        high = wait("K3dLoadBalancerConnectionsHigh firing", lambda: [
+            a for a in firing(k3d_prometheus(), "K3dLoadBalancerConnectionsHigh")
+            if a["labels"]["lb"] == "k3d-lab2-serverlb"], 30)
+        out_of = [a["labels"]["lb"] for a in firing(k3d_prometheus(), "K3dLoadBalancerOutOfConnections")]
+        adhoc.record("monitoring", "alert_k3d_stock", value=high[0]["value"], out_of_connections=out_of)
+        assert out_of == ["k3d-lab2-serverlb"]
+    finally:
+        out = subprocess.run(["ansible-playbook", "-i", INVENTORY, os.path.join(ROOT, "site.yml"), "--tags", "k3d"],
+                             capture_output=True, text=True, check=False)
+        assert out.returncode == 0, out.stdout[-2000:]
+    probes.dns_load("127.0.0.1", ep["dns"], rate=100, count=1500)
+    time.sleep(12)  # the keeper writes every 5 s (inventories/lab), Prometheus scrapes every 2 s
+    fixed = api(k3d_prometheus(), "/api/v1/query", query='homelab_edge_k3d_lb_state{lb="k3d-lab2-serverlb",state="fixed"}')
+    assert fixed["result"] and fixed["result"][0]["value"][1] == "1"
+    assert [a for a in firing(k3d_prometheus(), "K3dLoadBalancerConnectionsHigh")] == []
+
+
+def test_autoheal_tells_the_receiver_when_it_restarts_a_wedged_traefik():
+    for net in NAS.check_output("docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "
+                                "autoheal").split():
+        NAS.run("docker network connect %s %s" % (net, monitoring.RECEIVER))
+    NAS.check_output(": > %s" % monitoring.RECEIVED)
+    NAS.check_output("docker kill -s STOP traefik")
+    try:
+        got = wait("autoheal's message at the receiver",
+                   lambda: NAS.file(monitoring.RECEIVED).content_string.strip(), 90)
+    finally:
+        NAS.run("docker kill -s CONT traefik")
+    adhoc.record("monitoring", "autoheal_webhook", message=got.splitlines()[0])
+    assert "Container traefik" in got and "found to be unhealthy" in got and "Successfully restarted" in got
+    wait("Traefik served again", lambda: NAS.run("curl -sk -o /dev/null -w '%{http_code}' --resolve "
+                                                 "site.nas.lab:443:127.0.0.1 https://site.nas.lab/").stdout == "200", 60)
+    traefik_target()  # re-created? its address for the next scrape
