@@ -7,6 +7,7 @@ a BusyBox userland, as in k3d's real Alpine-based image.
 
 The load balancers are judged from the outside (lb_check, crossplane and
 /proc), not with the module's own parser."""
+import glob
 import json
 import os
 import subprocess
@@ -164,7 +165,8 @@ def test_busybox_userland_keeper_fixes_a_recreated_load_balancer(client, busybox
     with open(cfg_path, "w") as f:
         json.dump(dict(lb.DEFAULTS, clusters=[BUSYBOX], names=[], render_timeout=30), f)
     lib = os.path.dirname(cfg_path)
-    for src in (KEEPER, os.path.join(ROOT, "plugins", "module_utils", "k3d_serverlb.py")):
+    library = glob.glob(os.path.join(ROOT, "plugins", "module_utils", "k3d_serverlb*.py"))
+    for src in [KEEPER, os.path.join(ROOT, "plugins", "module_utils", "nginx_stream.py")] + library:
         subprocess.run(["cp", src, lib], check=True)
     keeper = os.path.join(lib, os.path.basename(KEEPER))
     subprocess.run([sys.executable, keeper, "--config", cfg_path, "--daemon"], check=True, capture_output=True)
