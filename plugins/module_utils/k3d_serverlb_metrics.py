@@ -14,10 +14,12 @@ FILE = "homelab_edge_k3d.prom"
 STATES = ("fixed", "capped", "not_fixed")
 # name: (type, help); one line per load balancer each (labels lb, cluster)
 GAUGES = (
-    ("homelab_edge_k3d_lb_open_files", "open_files",
-     "Files the load balancer's nginx workers hold open: its connections, plus a few listeners and logs."),
+    ("homelab_edge_k3d_lb_connections", "connections",
+     "Connections of the busiest nginx worker: its open files plus its UDP sessions (nginx counts each twice)."),
     ("homelab_edge_k3d_lb_worker_connections", "worker_connections",
-     "worker_connections as nginx runs it: the connections HTTPS, the API and DNS share."),
+     "worker_connections as nginx runs it, per worker: the connections HTTPS, the API and DNS share."),
+    ("homelab_edge_k3d_lb_open_files", "open_files",
+     "Files all nginx workers hold open."),
     ("homelab_edge_k3d_lb_udp_sessions", "udp_sessions",
      "UDP (DNS) sessions open now: nginx's connected UDP sockets toward the servers."),
     ("homelab_edge_k3d_lb_udp_session_budget", "udp_session_budget",

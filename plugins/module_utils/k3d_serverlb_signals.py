@@ -44,12 +44,28 @@ def log_signals(log_text):
     return {"not_enough": alerts, "not_enough_total": sum(alerts.values()), "exceed_open_file_limit": exceed}
 
 
-# the files nginx's workers hold open (each connection is one), and the UDP
-# sessions: nginx's connected UDP sockets toward the upstreams (a listener's
-# remote address is 0)
-_FDS = ("n=0; for p in $(pgrep -f 'nginx: worker process'); do "
-        "n=$((n + $(ls /proc/$p/fd 2>/dev/null | wc -l))); done; echo $n; "
-        "cat /proc/net/udp /proc/net/udp6 2>/dev/null | awk '$3 ~ /:/ && $3 !~ /^0+:0000$/' | wc -l")
+# Per current nginx worker (not one of an earlier reload, still draining), a
+# line "FILES UDP": the files it holds open, and how many of them are UDP
+# sessions toward the servers (connected UDP sockets; a listener's remote
+# address is 0). nginx counts a UDP session twice (its client side shares the
+# listening socket), so a worker's connections are FILES + UDP.
+_WORKER_LOAD = ("t=/tmp/.homelab-edge-inodes; for p in $(pgrep -f 'nginx: worker process'); do "
+                "grep -q 'shutting down' /proc/$p/cmdline 2>/dev/null && continue; "
+                "ls -l /proc/$p/fd 2>/dev/null | sed -n 's/.*socket:\\[\\([0-9]*\\)\\].*/\\1/p' > $t; "
+                "u=$(cat /proc/net/udp /proc/net/udp6 2>/dev/null "
+                "| awk '$3 ~ /:/ && $3 !~ /^0+:0000$/ {print $10}' | grep -cxFf $t); "
+                "echo \"$(ls /proc/$p/fd 2>/dev/null | wc -l) $u\"; done; rm -f $t")
+
+
+def worker_load(output):
+    """From _WORKER_LOAD's lines: (open files of all workers, UDP sessions of
+    all workers, connections of the busiest worker - what worker_connections
+    limits, per worker)."""
+    rows = [tuple(int(x) for x in line.split()) for line in output.splitlines()
+            if len(line.split()) == 2 and all(x.isdigit() for x in line.split())]
+    if not rows:
+        return None, None, None
+    return sum(f for f, u in rows), sum(u for f, u in rows), max(f + u for f, u in rows)
 
 
 def signals(container, want, since, dns_probe=None):
@@ -66,9 +82,8 @@ def signals(container, want, since, dns_probe=None):
     entry.update(state=code, state_text=lb.state_text(code, cap), open_file_cap=cap)
     raw = container.logs(since=int(since)).decode("utf-8", "replace")
     entry.update(log_signals(raw), drift=reasons, template_patched=new_template == state["template"])
-    rc, out = lb_container._exec(container, ["sh", "-c", _FDS])[:2]
-    counts = [int(x) if x.isdigit() else None for x in out.split()] if rc == 0 else []
-    entry["open_files"], entry["udp_sessions"] = (counts + [None, None])[:2]
+    rc, out = lb_container._exec(container, ["sh", "-c", _WORKER_LOAD])[:2]
+    entry["open_files"], entry["udp_sessions"], entry["connections"] = worker_load(out if rc == 0 else "")
     entry["dns_upstreams"] = []
     if dns_probe:
         for key in lb_config.udp_ports(lb_config.parse_values(state["values"])):

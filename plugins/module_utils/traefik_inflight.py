@@ -659,14 +659,17 @@ def service_changes(compose, facts, opts):
 
 def access_records(log_lines):
     """The JSON records among log lines (Traefik's access log on stdout,
-    mixed with its own log lines)."""
+    mixed with its own log lines), of the user's entrypoints: the role's own
+    (its API reads, Prometheus's scrapes) are not the users' requests."""
     for line in log_lines:
         line = line.strip()
         if line.startswith("{"):
             try:
-                yield json.loads(line)
+                record = json.loads(line)
             except ValueError:
                 continue
+            if record.get("entryPointName") not in OWN_ENTRYPOINTS:
+                yield record
 
 
 def _count(log_lines, field):

@@ -85,6 +85,8 @@ load_balancers:
     not_enough_total: {description: All of them., type: int}
     exceed_open_file_limit: {description: "nginx's warning that the connections exceed the open-file limit, or null.", type: dict}
     open_files: {description: Files the nginx workers hold open now., type: int}
+    udp_sessions: {description: UDP sessions open now (connected UDP sockets of the workers)., type: int}
+    connections: {description: Connections of the busiest worker (its open files plus its UDP sessions)., type: int}
     drift: {description: What the load balancer lacks of the fix (of the capped fix where its open files are capped)., type: list, elements: str}
     state: {description: "C(fixed), C(capped) (fixed with a cap on open files) or C(not_fixed), as M(homelab.edge.k3d_serverlb) says.", type: str}
     state_text: {description: The state in words., type: str, sample: fixed with a cap (1024 open files)}

@@ -1,7 +1,7 @@
 """The keeper's textfile metrics: Prometheus's text format, one state of three, a counter that only grows."""
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_metrics as m
 
-STOCK = {"name": "k3d-a-serverlb", "cluster": "a", "state": "not_fixed", "open_files": 1030, "worker_connections": 1029,
+STOCK = {"name": "k3d-a-serverlb", "cluster": "a", "state": "not_fixed", "open_files": 1030, "connections": 1029, "worker_connections": 1029,
          "udp_sessions": 512, "udp_session_budget": None, "not_enough": {"udp 53": 3}}
 FIXED = {"name": "k3d-b-serverlb", "cluster": "b", "state": "fixed", "open_files": 12, "worker_connections": 4096,
          "udp_sessions": 0, "udp_session_budget": 1024, "not_enough": {}}
@@ -17,6 +17,7 @@ def test_each_load_balancer_is_in_one_state_with_its_gauges():
     assert got['homelab_edge_k3d_lb_state{cluster="a",lb="k3d-a-serverlb",state="fixed"}'] == "0"
     assert got['homelab_edge_k3d_lb_state{cluster="b",lb="k3d-b-serverlb",state="fixed"}'] == "1"
     assert got['homelab_edge_k3d_lb_open_files{cluster="a",lb="k3d-a-serverlb"}'] == "1030"
+    assert got['homelab_edge_k3d_lb_connections{cluster="a",lb="k3d-a-serverlb"}'] == "1029"
     assert got['homelab_edge_k3d_lb_udp_session_budget{cluster="b",lb="k3d-b-serverlb"}'] == "1024"
     assert 'homelab_edge_k3d_lb_udp_session_budget{cluster="a",lb="k3d-a-serverlb"}' not in got  # no budget: absent
     assert got['homelab_edge_k3d_lb_not_enough_total{cluster="a",lb="k3d-a-serverlb",server="udp 53"}'] == "3"
@@ -35,3 +36,10 @@ def test_every_metric_has_help_and_type_and_label_values_are_escaped():
     for name in names:
         assert "# HELP %s " % name in text and "# TYPE %s " % name in text
     assert 'lb="we\\"ird\\\\lb"' in text
+
+
+def test_the_busiest_worker_decides_the_connections():
+    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_signals as sig
+    assert sig.worker_load("520 510\n12 0\n") == (532, 510, 1030)
+    assert sig.worker_load("") == (None, None, None)
+    assert sig.worker_load("garbage\n7 x\n") == (None, None, None)

@@ -420,3 +420,12 @@ def test_metrics_in_flags_and_in_toml():
     doc = traefik.parse_static(new, "/t.toml")
     assert doc["metrics"]["prometheus"]["entryPoint"] == "homelab-edge-metrics"
     assert new.startswith(text)
+
+
+def test_requests_on_the_roles_own_entrypoints_are_not_the_users():
+    """Prometheus's scrapes (every few seconds, one address) and the role's API
+    reads would make the per-IP limit look blind: they are left out."""
+    scrapes = ['{"ClientHost": "172.18.0.1", "DownstreamStatus": 200, "entryPointName": "homelab-edge-metrics"}'] * 60
+    api = ['{"ClientHost": "127.0.0.1", "DownstreamStatus": 200, "entryPointName": "homelab-edge-api"}'] * 10
+    assert traefik.client_share(ACCESS_LOG + scrapes + api) == ("10.8.0.1", 0.75, 4)
+    assert traefik.status_counts(scrapes + ACCESS_LOG) == {"200": 2, "429": 2}
