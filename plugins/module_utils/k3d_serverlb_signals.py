@@ -25,17 +25,22 @@ except ImportError:  # beside the keeper (no collection there): the files sit si
 
 _NOT_ENOUGH = re.compile(r"worker_connections are not enough.*?(?P<proto>udp|tcp) client: [^,]+, server: "
                          r"[^,]*?:(?P<port>\d+)")
+# the server of a "not enough" line that does not name one
+UNNAMED = "unnamed"
 _EXCEED = re.compile(r"(\d+) worker_connections exceed open file resource limit: (\d+)")
 
 
 def log_signals(log_text):
     """From a load balancer's log: "not enough" alerts by protocol and
-    server port, and the open-file warning nginx gives at start."""
+    server port ("unnamed" where nginx's line names none: a UDP datagram
+    no connection was left for), and the open-file warning nginx gives at
+    start."""
     alerts, exceed = {}, None
     for line in log_text.splitlines():
         m = _NOT_ENOUGH.search(line)
-        if m:
-            key = "%s %s" % (m.group("proto"), m.group("port"))
+        if m or "worker_connections are not enough" in line:
+            # a datagram nginx had no connection for is logged without its client and server
+            key = "%s %s" % (m.group("proto"), m.group("port")) if m else UNNAMED
             alerts[key] = alerts.get(key, 0) + 1
             continue
         m = _EXCEED.search(line)

@@ -43,3 +43,16 @@ def test_the_busiest_worker_decides_the_connections():
     assert sig.worker_load("520 510\n12 0\n") == (532, 510, 1030)
     assert sig.worker_load("") == (None, None, None)
     assert sig.worker_load("garbage\n7 x\n") == (None, None, None)
+
+
+def test_not_enough_lines_with_and_without_their_server_are_counted():
+    """nginx names the client and server when connecting upstream fails, not
+    when a datagram finds no free connection (seen on k3d's stock load
+    balancer under DNS load: every line was the bare one)."""
+    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_signals as sig
+    log = ("2026/12/02 03:18:46 [alert] 45#45: 1024 worker_connections are not enough\n"
+           "2026/12/02 03:18:46 [alert] 45#45: *9 1024 worker_connections are not enough while connecting to "
+           "upstream, udp client: 172.18.0.1, server: 0.0.0.0:53, upstream: \"172.18.0.3:53\"\n"
+           "2026/12/02 03:18:47 [alert] 45#45: 1024 worker_connections are not enough\n")
+    got = sig.log_signals(log)
+    assert got["not_enough"] == {"unnamed": 2, "udp 53": 1} and got["not_enough_total"] == 3
