@@ -178,7 +178,7 @@ def test_autoheal_tells_the_receiver_when_it_restarts_a_wedged_traefik():
                    lambda: NAS.file(monitoring.RECEIVED).content_string.strip(), 90)
     finally:
         NAS.run("docker kill -s CONT traefik")
-    adhoc.record("monitoring", "autoheal_webhook", message=got.splitlines()[0])
+    adhoc.record("monitoring", "autoheal_webhook", message=" ".join(got.split())[:200])
     assert "Container traefik" in got and "found to be unhealthy" in got and "Successfully restarted" in got
     wait("Traefik served again", lambda: NAS.run("curl -sk -o /dev/null -w '%{http_code}' --resolve "
                                                  "site.nas.lab:443:127.0.0.1 https://site.nas.lab/").stdout == "200", 60)
