@@ -164,7 +164,7 @@ def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_th
     time.sleep(12)  # the keeper writes every 5 s (inventories/lab), Prometheus scrapes every 2 s
     fixed = api(k3d_prometheus(), "/api/v1/query", query='homelab_edge_k3d_lb_state{lb="k3d-lab2-serverlb",state="fixed"}')
     assert fixed["result"] and fixed["result"][0]["value"][1] == "1"
-    assert [a for a in firing(k3d_prometheus(), "K3dLoadBalancerConnectionsHigh")] == []
+    assert firing(k3d_prometheus(), "K3dLoadBalancerConnectionsHigh") == []
 
 
 def test_autoheal_tells_the_receiver_when_it_restarts_a_wedged_traefik():
@@ -172,10 +172,13 @@ def test_autoheal_tells_the_receiver_when_it_restarts_a_wedged_traefik():
                                 "autoheal").split():
         NAS.run("docker network connect %s %s" % (net, monitoring.RECEIVER))
     NAS.check_output(": > %s" % monitoring.RECEIVED)
+
+    def received():
+        return NAS.file(monitoring.RECEIVED).content_string.strip()
+
     NAS.check_output("docker kill -s STOP traefik")
     try:
-        got = wait("autoheal's message at the receiver",
-                   lambda: NAS.file(monitoring.RECEIVED).content_string.strip(), 90)
+        got = wait("autoheal's message at the receiver", received, 90)
     finally:
         NAS.run("docker kill -s CONT traefik")
     adhoc.record("monitoring", "autoheal_webhook", message=" ".join(got.split())[:200])
