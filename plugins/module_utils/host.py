@@ -4,13 +4,14 @@
 """What every module that touches a host shares: commands run in the C
 locale (their output is parsed), one way to say "run me as root", one way
 to read a file of the host that may be missing and one way to write (or
-remove) one."""
+remove) one, and the records a module keeps of what it changed."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 import errno
+import json
 import os
 import tempfile
 
@@ -62,3 +63,18 @@ def write_text(module, path, text, backup=False, new_mode=0o644, add_mode=0):
     module.atomic_move(tmp, path, unsafe_writes=False)
     os.chmod(path, mode)
     return saved
+
+
+def read_record(path):
+    """A record a module keeps for itself (JSON), or None when there is none."""
+    text = read_text(path)
+    return json.loads(text) if text else None
+
+
+def write_record(module, path, record):
+    """Keep `record` as JSON, root's only (a 0700 directory, a 0600 file);
+    None forgets it."""
+    if record is not None and not os.path.isdir(os.path.dirname(path)):
+        os.makedirs(os.path.dirname(path), 0o700)
+    write_text(module, path, None if record is None else json.dumps(record, indent=1, sort_keys=True) + "\n",
+               new_mode=0o600)

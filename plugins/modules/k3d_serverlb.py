@@ -187,7 +187,6 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
 from ansible_collections.homelab.edge.plugins.module_utils.docker_engine import connect, docker
 

@@ -102,11 +102,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
-
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_signals as lb_signals
-
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
 from ansible_collections.homelab.edge.plugins.module_utils.docker_engine import connect, docker
 

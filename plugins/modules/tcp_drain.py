@@ -99,7 +99,6 @@ namespace:
 """
 
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -189,7 +188,7 @@ def main():
     if p["state"] == "absent":
         host.require_root(module, "reads its record of the values before and sets them back")
     # the record is root's (a user other than root cannot change a value either: per key, not-root)
-    recorded = json.loads(host.read_text(record_path(p)) or "{}").get("before") or {} if host.is_root() else {}
+    recorded = (host.read_record(record_path(p)) or {}).get("before") or {} if host.is_root() else {}
     values = p["values"] if p["state"] == "present" else recorded
     problems = td.validate(values)
     if problems:
@@ -213,10 +212,7 @@ def main():
     if not module.check_mode and host.is_root():
         keep = td.remember_before(recorded, result["keys"]) if p["state"] == "present" else {}
         if keep != recorded:
-            if not os.path.isdir(p["state_dir"]):
-                os.makedirs(p["state_dir"], 0o700)
-            host.write_text(module, record_path(p), json.dumps({"before": keep}, sort_keys=True) + "\n"
-                            if keep else None, new_mode=0o600)
+            host.write_record(module, record_path(p), {"before": keep} if keep else None)
     result["skipped"] = cannot
     for text in cannot:
         module.warn("skipped %s" % text)

@@ -591,7 +591,9 @@ def main():
     extra = {"restart": True} if plan["restart"] or plan["recreate"] else {}
     if plan["recreate"]:
         extra["compose"] = dict((k, plan["compose"][k]) for k in COMPOSE_KEYS)
-    save_record(module, undo_record.remember(load_record(module), changes, change.dirs, change.moved, extra))
+    host.write_record(module, record_path(module),
+                      undo_record.remember(host.read_record(record_path(module)), changes, change.dirs, change.moved,
+                                           extra))
     result["client_bound"] = bound(api, plan, p["client_bound_max"])
     finish(module, result)
 
@@ -600,23 +602,12 @@ def record_path(module):
     return os.path.join(module.params["state_dir"], "%s.json" % module.params["container"])
 
 
-def load_record(module):
-    text = host.read_text(record_path(module))
-    return json.loads(text) if text else None
-
-
-def save_record(module, record):
-    if not os.path.isdir(module.params["state_dir"]):
-        os.makedirs(module.params["state_dir"], 0o700)
-    host.write_text(module, record_path(module), json.dumps(record, indent=1, sort_keys=True) + "\n", new_mode=0o600)
-
-
 def undo(module, docker):
     """state=absent: every file the module wrote put back as it was before
     the first run, what it created removed, the provider file moved back,
     Traefik restarted on them. Refused, before anything is written, for a
     file changed since the module wrote it."""
-    record = load_record(module)
+    record = host.read_record(record_path(module))
     result = dict(changed=False, files=[], record=record_path(module))
     if not record:
         module.exit_json(msg="no record of a change by homelab.edge.traefik_inflight to %s in %s: nothing to undo"
@@ -638,7 +629,7 @@ def undo(module, docker):
     if module.check_mode:
         module.exit_json(**result)
     for op, path, text in steps:
-        host.write_text(module, path, text if op == "write" else None)
+        host.write_text(module, path, text)  # a "remove" step's text is None
     if unmove:
         os.remove(moved["src"])
         os.rename(moved["dest"], moved["src"])
@@ -656,7 +647,7 @@ def undo(module, docker):
     except EditError as e:
         module.fail_json(msg="your files are back as they were before homelab.edge, but restarting Traefik on them "
                              "failed: %s" % e, **result)
-    os.remove(record_path(module))
+    host.write_record(module, record_path(module), None)
     module.exit_json(**result)
 
 

@@ -68,3 +68,13 @@ def test_require_root_says_what_to_do(monkeypatch, check_mode, reads, fails):
     else:
         host.require_root(m, "writes a file", check_mode_reads=reads)
         assert m.failed is None
+
+
+def test_a_record_is_roots_only_and_none_forgets_it(tmp_path):
+    path = str(tmp_path / "state" / "traefik.json")
+    assert host.read_record(path) is None
+    host.write_record(Module(), path, {"files": {"/s.yml": {"original": "theirs\n", "written": "ours\n"}}})
+    assert host.read_record(path) == {"files": {"/s.yml": {"original": "theirs\n", "written": "ours\n"}}}
+    assert os.stat(path).st_mode & 0o7777 == 0o600 and os.stat(os.path.dirname(path)).st_mode & 0o7777 == 0o700
+    host.write_record(Module(), path, None)
+    assert not os.path.exists(path) and host.read_record(path) is None
