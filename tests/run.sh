@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite. `tests/run.sh all` (what `make test` runs) = unit, mutations, lint,
+# The test suite. `tests/run.sh all` (what `make test` runs) = versions (of the lab's binaries and images), unit, mutations, lint,
 # rules (promtool), sanity, build, publish (Galaxy's importer, ansible-builder, the changelog,
 # the oldest target Python), compat (the oldest and newest ansible-core) and
 # every Molecule scenario. Each step's result is counted;
@@ -26,6 +26,11 @@ step() { # name, command...
   else
     failed=$((failed + 1)); failures+=("$name"); echo "=== $name: FAILED ($((SECONDS - t0)) s)"
   fi
+}
+
+versions() {
+  # every lab binary reports the version the lab pins; every lab image names the versions inside it
+  lab/lab.sh versions
 }
 
 unit() {
@@ -209,6 +214,7 @@ bench() {
 
 what=${1:-all}
 case "$what" in
+  versions) step versions versions ;;
   unit) step unit unit ;;
   mutations) step mutations mutations ;;
   lint) step lint lint ;;
@@ -222,7 +228,7 @@ case "$what" in
   bench) step bench bench ;;
   molecule|all)
     if [ "$what" = all ]; then
-      step unit unit; step mutations mutations; step lint lint; step rules rules; step sanity sanity; step build build; step publish publish; step docs docs
+      step versions versions; step unit unit; step mutations mutations; step lint lint; step rules rules; step sanity sanity; step build build; step publish publish; step docs docs
       step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
       step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13"
     fi
@@ -230,7 +236,7 @@ case "$what" in
       s=$(basename "$(dirname "$s")"); step "molecule $s" scenario "$s"
     done ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|unit|mutations|lint|rules|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|unit|mutations|lint|rules|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo
