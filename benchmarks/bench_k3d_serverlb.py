@@ -26,8 +26,8 @@
 2. role: the role's wall time over 1, 4 and 16 load balancers, its
    no-change rerun, and homelab.edge.diagnose over 1 and 16.
 3. capped: a load balancer whose container caps open files at 1,024
-   (`k3d cluster create --runtime-ulimit nofile=1024:1024`, what Docker 29
-   with containerd 2 gives every container), after the role: the state it
+   (`k3d cluster create --runtime-ulimit nofile=1024:1024`, a hard limit;
+   stock Docker 29 gives soft 1024, hard 524288: no cap), after the role: the state it
    reports, the seed's 9,000 queries at 300 q/s, and the DNS server hung
    under 1,500 q/s, with the same probes and alerts as in 1.
 

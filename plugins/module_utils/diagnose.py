@@ -58,8 +58,8 @@ def k3d(host, lbs, window):
                                "/proc: the workers' hard open-file limit is %s; nginx.conf: worker_connections %s, "
                                "UDP budget %s" % (e.get("open_file_cap"), e.get("worker_connections"),
                                                   e.get("udp_session_budget")),
-                               "the container's hard open-file limit (Docker 29 with containerd 2 starts "
-                               "containers at 1024; k3d's --runtime-ulimit) is below worker_rlimit_nofile, and "
+                               "the container's hard open-file limit (k3d's --runtime-ulimit, or dockerd's "
+                               "default-ulimits) is below worker_rlimit_nofile, and "
                                "nginx cannot raise it: DNS is fixed, TCP has fewer connections",
                                "k3d cluster create ... --runtime-ulimit nofile=16384:16384, or dockerd's "
                                "default-ulimits nofile and recreate the load balancer", name, code="k3d_lb_capped"))

@@ -31,6 +31,14 @@ class ApplyError(RuntimeError):
     """Applying to a container failed; the message says why."""
 
 
+def event_of(event):
+    """(container ID, action) of a Docker container event, in either shape:
+    Engine 29 (API 1.52) sends only Action and Actor.ID; older engines also
+    send the deprecated id and status. (None, None) for anything else."""
+    actor = event.get("Actor") or {}
+    return (actor.get("ID") or event.get("id") or None), (event.get("Action") or event.get("status") or None)
+
+
 def is_renamed_leftover(name):
     """k3d renames the old load balancer to <name>-<5 chars> while recreating it."""
     return bool(RENAMED_LEFTOVER.match(name))

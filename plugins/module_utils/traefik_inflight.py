@@ -148,12 +148,50 @@ def host_path(container_path, mounts):
     return best
 
 
+VERSION_RE = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?$")
+# The label the official Traefik image carries ("v3.6.12"), and OCI's generally.
+IMAGE_VERSION_LABEL = "org.opencontainers.image.version"
+
+
 def parse_version(output):
-    """'Version: 3.6.12' (from `traefik version`) -> (3, '3.6.12')."""
+    """'Version: 3.6.12' (from `traefik version`) -> (3, '3.6.12'), or None
+    when the binary does not say (a build without a version reports 'dev')."""
     m = re.search(r"(?m)^Version:\s+v?(\d+)\.(\d+)\.(\d+)\S*\s*$", output or "")
-    if not m:
-        raise TraefikConfigError("cannot tell Traefik's version from %r" % (output or "")[:200])
-    return int(m.group(1)), "%s.%s.%s" % m.groups()
+    return (int(m.group(1)), "%s.%s.%s" % m.groups()) if m else None
+
+
+def given_version(text):
+    """'3', '3.6', 'v3.6.12' -> (3, '3.6.12' as given, without a 'v'), or None."""
+    m = VERSION_RE.match((text or "").strip())
+    return (int(m.group(1)), ".".join(g for g in m.groups() if g is not None)) if m else None
+
+
+def traefik_version(version_output, labels, given=None):
+    """{major, version, source} of the Traefik a container runs: what the
+    binary reports; where it does not (a build that says 'dev'), the version
+    the user gave (option traefik_version), else the image's version label.
+    TraefikConfigError saying what to do when none of them tells."""
+    reported = parse_version(version_output)
+    if given and not given_version(given):
+        raise TraefikConfigError("traefik_version %r is not a version: give the one Traefik runs, e.g. 3 or 3.6.12"
+                                 % given)
+    if reported:
+        if given and given_version(given)[0] != reported[0]:
+            raise TraefikConfigError("traefik_version says %s, but `traefik version` reports %s: remove "
+                                     "traefik_version (it is only for a Traefik that does not say its version) or "
+                                     "correct it; nothing was changed" % (given, reported[1]))
+        return {"major": reported[0], "version": reported[1], "source": "traefik version"}
+    if given:
+        major, version = given_version(given)
+        return {"major": major, "version": version, "source": "traefik_version"}
+    label = given_version((labels or {}).get(IMAGE_VERSION_LABEL))
+    if label:
+        return {"major": label[0], "version": label[1], "source": "image label %s" % IMAGE_VERSION_LABEL}
+    said = " ".join((version_output or "").split()[:4]) or "nothing"
+    raise TraefikConfigError("cannot tell which Traefik version runs: `traefik version` says %r (a build without "
+                             "a version, or not Traefik), and the image has no %s label. Set traefik_version "
+                             "(traefik_inflight_traefik_version in the role) to the version it runs, e.g. 3 or "
+                             "3.6.12; nothing was changed" % (said, IMAGE_VERSION_LABEL))
 
 
 def compose_labels(inspect):
@@ -172,15 +210,17 @@ def compose_labels(inspect):
             "env_files": listed("com.docker.compose.project.environment_file")}
 
 
-def container_facts(inspect, version_output, default_files):
-    """What the running container says about its Traefik."""
+def container_facts(inspect, version_output, default_files, given_version=None):
+    """What the running container says about its Traefik (given_version: the
+    user's word for a Traefik that does not report its version)."""
     args = traefik_args(inspect)
-    major, version = parse_version(version_output)
     config = inspect.get("Config") or {}
+    found = traefik_version(version_output, config.get("Labels"), given_version)
+    major, version = found["major"], found["version"]
     state = inspect.get("State") or {}
     health = (config.get("Healthcheck") or {}).get("Test") or ["NONE"]
     return {"name": inspect.get("Name", "").lstrip("/"), "running": bool(state.get("Running")), "pid": state.get("Pid"),
-            "version": version, "major": major, "args": args, "source": static_source(args, default_files),
+            "version": version, "major": major, "version_source": found["source"], "args": args, "source": static_source(args, default_files),
             "mounts": inspect.get("Mounts") or [], "compose": compose_labels(inspect),
             "healthcheck": health[0] != "NONE", "labels": config.get("Labels") or {}}
 

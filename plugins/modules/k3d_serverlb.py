@@ -95,7 +95,9 @@ options:
   require_full_fix:
     description:
       - A load balancer whose container caps open files below O(worker_rlimit_nofile) (nginx cannot raise its
-        hard limit; Docker 29 with containerd 2 starts containers at 1024) still gets the whole DNS fix -
+        hard limit, as with C(k3d cluster create --runtime-ulimit nofile=1024:1024) or dockerd's C(default-ulimits); a
+        stock Docker 29 with containerd 2 gives soft 1024 but hard 524288, which is no cap) still gets the whole
+        DNS fix -
         C(proxy_responses 1), the short timeout and the session budget - with C(worker_connections) fitted under
         the cap. It is reported as C(fixed with a cap), with a warning naming the limit, what it costs and the
         remedy.

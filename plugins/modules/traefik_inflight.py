@@ -142,6 +142,14 @@ options:
       - Refused when one of the user's entrypoints listens on that port.
     type: int
     default: 0
+  traefik_version:
+    description:
+      - The Traefik version the container runs (C(3), C(3.6) or C(3.6.12)), for a Traefik that does not say it
+        (a build from source without its version reports C(dev)). Used only then; where C(traefik version) reports
+        one, it counts, and a O(traefik_version) of another major version is refused.
+      - Unset - what C(traefik version) reports, else the image's C(org.opencontainers.image.version) label
+        (the official image has it); with neither, the task fails and names this option.
+    type: str
   state:
     description:
       - C(present) puts the limit in place; C(absent) undoes every change the module recorded for O(container).
@@ -192,6 +200,12 @@ record:
   returned: state is absent
   type: str
   sample: /var/lib/homelab-edge/traefik-inflight/traefik.json
+version:
+  description: The Traefik version the plan is for, and where it was read (C(traefik version), C(traefik_version),
+    or the image's label).
+  returned: state is present
+  type: dict
+  sample: {"version": "3.6.12", "major": 3, "source": "traefik version"}
 mode:
   description: Where Traefik takes its static config from, C(file) or C(flags).
   returned: state is present
@@ -356,7 +370,7 @@ def read_and_plan(module, docker, opts):
         raise EditError("%s does not answer `traefik version` (%s): is it Traefik?" % (container, (err or version).strip()))
     rc, found, err = docker.exec_("sh", "-c", 'for f in %s; do [ -f "$f" ] && echo "$f"; done; true'
                                   % " ".join(traefik.DEFAULT_STATIC_FILES))
-    facts = traefik.container_facts(inspect, version, found.split())
+    facts = traefik.container_facts(inspect, version, found.split(), module.params["traefik_version"])
     static_path = None
     if facts["source"]["mode"] == "file":
         where = traefik.host_path(facts["source"]["path"], facts["mounts"])
@@ -522,6 +536,7 @@ def main():
             verify=dict(type="bool", default=True),
             verify_timeout=dict(type="int", default=60),
             backup=dict(type="bool", default=False),
+            traefik_version=dict(type="str"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
             state_dir=dict(type="path", default=STATE_DIR),
         ),
@@ -550,6 +565,7 @@ def main():
     provider = plan["provider"]
     moves = provider["kind"] == "filename" and not os.path.islink(provider["file_host"])
     result = dict(changed=bool(changes) or moves or not os.path.isdir(provider["dir_host"]),
+                  version={"version": facts["version"], "major": facts["major"], "source": facts["version_source"]},
                   mode=plan["mode"], static=(plan["static"] or {}).get("path"),
                   format=traefik.static_format(plan["static"]["path"]) if plan["static"] else None,
                   compose=(plan["compose"] or {}).get("path"), middleware=plan["middleware"]["path"],

@@ -86,3 +86,31 @@ def test_after_the_engine_goes_away_the_keeper_connects_again_checks_and_reacts(
     fixed = run(keeper, engine, monkeypatch)
     # only a keeper that reconnected can have checked both again and reacted to the new start
     assert fixed == ["k3d-a-serverlb", "k3d-a-serverlb", "k3d-b-serverlb", "k3d-b-serverlb"]
+
+
+# The same container event as each engine sends it (Docker 29 at API 1.52 and later: no id, status, from)
+EVENT_API_152 = {"Type": "container", "Action": "start", "scope": "local", "time": 1764662400,
+                 "timeNano": 1764662400000000000,
+                 "Actor": {"ID": "k3d-b-serverlb", "Attributes": {"k3d.role": "loadbalancer", "name": "k3d-b-serverlb"}}}
+EVENT_API_143 = dict(EVENT_API_152, id="k3d-b-serverlb", status="start", **{"from": "homelab-edge/k3d-proxy:lab"})
+
+
+@pytest.mark.parametrize("event", [EVENT_API_152, EVENT_API_143], ids=["api-1.52", "api-1.43"])
+def test_the_keeper_reacts_to_either_event_shape(keeper, monkeypatch, event):
+    engine = Engine([([], [event])])
+    assert run(keeper, engine, monkeypatch) == ["k3d-b-serverlb"]
+
+
+def test_an_event_without_a_container_is_skipped_not_a_reconnect(keeper, monkeypatch):
+    engine = Engine([([], [{"Type": "container", "Action": "start"}, EVENT_API_152])])
+    assert run(keeper, engine, monkeypatch) == ["k3d-b-serverlb"]
+
+
+@pytest.mark.parametrize("event, want", [
+    (EVENT_API_152, ("k3d-b-serverlb", "start")),
+    (EVENT_API_143, ("k3d-b-serverlb", "start")),
+    ({"id": "abc", "status": "create"}, ("abc", "create")),
+    ({"Type": "container"}, (None, None)),
+])
+def test_event_of(event, want):
+    assert lb_container.event_of(event) == want

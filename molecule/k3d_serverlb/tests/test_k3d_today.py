@@ -1,6 +1,6 @@
 """k3d on today's engines: a load balancer whose container caps open files at
-1024 (k3d cluster create --runtime-ulimit nofile=1024:1024, what Docker 29
-with containerd 2 gives every container) still gets the whole DNS fix, with
+1024 (k3d cluster create --runtime-ulimit nofile=1024:1024: a hard limit;
+stock Docker 29 with containerd 2 gives soft 1024, hard 524288, no cap) still gets the whole DNS fix, with
 worker_connections fitted under the cap, and says so; and the commands the
 module, check, diagnose and the keeper run inside the load balancer work on
 a BusyBox userland, as in k3d's real Alpine-based image.

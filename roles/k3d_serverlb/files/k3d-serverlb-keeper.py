@@ -117,13 +117,16 @@ class Keeper(object):
             log("%s: checking the render: %s: %s" % (container.name, type(e).__name__, e))
 
     def react(self, client, event, not_found):
+        cid, action = lb_container.event_of(event)
+        if not cid or not action:
+            log("an event the keeper cannot read (no container ID or action): %s" % json.dumps(event)[:200])
+            return
         try:
-            container = client.containers.get(event["id"])
+            container = client.containers.get(cid)
         except not_found:
             return
         if not lb_container.wanted(container, self.names, self.clusters):
             return
-        action = event.get("Action") or event.get("status")
         if action == "create":
             self.on_create(container)  # at once: k3d starts it a moment later
         elif action == "start":

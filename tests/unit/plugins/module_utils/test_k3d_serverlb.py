@@ -431,7 +431,8 @@ def capped_fake():
     return c
 
 
-@pytest.mark.parametrize("hard, cap", [(None, None), (16384, None), (65536, None), (1024, 1024), (4000, 4000)])
+@pytest.mark.parametrize("hard, cap", [(None, None), (16384, None), (65536, None), (524288, None), (1024, 1024),
+                                       (4000, 4000)])
 def test_capped_want_fits_under_the_hard_limit(hard, cap):
     want, got = lb_capacity.capped_want(WANT, hard)
     assert got == cap
@@ -480,6 +481,18 @@ def test_without_the_capped_path_the_whole_fix_is_rolled_back():
         lb_capacity.capped_want = original
     assert c.fs[lb_container.TEMPLATE_PATH] == K3D
     del clock
+
+
+def test_a_stock_docker_29_load_balancer_is_fixed_in_full():
+    """Docker 29 with containerd 2 starts containers with systemd's limits,
+    soft 1024 and hard 524288 (moby#51485): nginx raises its own soft limit
+    up to the hard one, so the whole fix takes and nothing is capped."""
+    c = Fake(limits=[1024], hard="524288")
+    entry = lb.handle(c, "k3d-core-serverlb", False, WANT)
+    assert not entry["failed"] and entry["changed"], entry["msg"]
+    assert entry["state"] == "fixed" and not entry.get("open_file_cap")
+    assert not [w for w in entry["warnings"] if "cap" in w]
+    assert "worker_rlimit_nofile 16384;" in c.fs[lb_container.TEMPLATE_PATH]
 
 
 def test_require_full_fix_makes_a_capped_load_balancer_a_failure():

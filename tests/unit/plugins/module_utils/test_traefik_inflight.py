@@ -268,10 +268,55 @@ def test_the_api_check():
         "router auth@file does not run inflight-limit@file"]
 
 
+DEV = "Version:      dev\nCodename:     cheddar\nGo version:   go1.26.8\n"
+LABEL = {"org.opencontainers.image.version": "v3.6.12"}
+
+
 def test_version():
     assert traefik.parse_version("Version:      2.11.30\nCodename: cheddar\n") == (2, "2.11.30")
-    with pytest.raises(traefik.TraefikConfigError):
-        traefik.parse_version("nope")
+    assert traefik.parse_version("nope") is None
+    assert traefik.parse_version(DEV) is None
+
+
+@pytest.mark.parametrize("output, labels, given, want", [
+    # what the binary reports counts
+    ("Version:      3.6.12\n", {}, None, (3, "3.6.12", "traefik version")),
+    ("Version:      3.6.12\n", {"org.opencontainers.image.version": "v2.11.0"}, None, (3, "3.6.12", "traefik version")),
+    ("Version:      3.6.12\n", {}, "3", (3, "3.6.12", "traefik version")),
+    # a build that says "dev": the user's word, then the image's label
+    (DEV, {}, "3", (3, "3", "traefik_version")),
+    (DEV, LABEL, "v2.11.31", (2, "2.11.31", "traefik_version")),
+    (DEV, LABEL, None, (3, "3.6.12", "image label org.opencontainers.image.version")),
+    (DEV, {"org.opencontainers.image.version": "3.6"}, None, (3, "3.6", "image label org.opencontainers.image.version")),
+])
+def test_traefik_version_where_it_comes_from(output, labels, given, want):
+    got = traefik.traefik_version(output, labels, given)
+    assert (got["major"], got["version"], got["source"]) == want
+
+
+@pytest.mark.parametrize("output, labels, given, words", [
+    # a dev build with neither: the refusal names the option (in the module and the role) and what it read
+    (DEV, {}, None, ["'Version: dev Codename: cheddar'", "traefik_version (traefik_inflight_traefik_version in the role)",
+                     "org.opencontainers.image.version", "nothing was changed"]),
+    (DEV, {"org.opencontainers.image.version": "latest"}, None, ["traefik_version"]),
+    ("", {}, None, ["says 'nothing'"]),
+    # the user's word against the binary's: refused, naming both
+    ("Version:      3.6.12\n", {}, "2", ["traefik_version says 2", "reports 3.6.12"]),
+    (DEV, {}, "three", ["'three' is not a version"]),
+])
+def test_traefik_version_refusals_say_what_to_do(output, labels, given, words):
+    with pytest.raises(traefik.TraefikConfigError) as e:
+        traefik.traefik_version(output, labels, given)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_container_facts_on_a_dev_build():
+    inspect = {"Name": "/traefik", "Config": {"Labels": LABEL, "Cmd": []}, "State": {"Running": True}}
+    facts = traefik.container_facts(inspect, DEV, [])
+    assert (facts["major"], facts["version"]) == (3, "3.6.12")
+    facts = traefik.container_facts(dict(inspect, Config={"Cmd": []}), DEV, [], "2.11.31")
+    assert (facts["major"], facts["version"], facts["version_source"]) == (2, "2.11.31", "traefik_version")
 
 
 ACCESS_LOG = ['{"ClientHost": "10.8.0.1", "DownstreamStatus": 200}', '{"ClientHost": "10.8.0.1", "DownstreamStatus": 429}',
