@@ -43,7 +43,18 @@ METRICS = {"entryPoint": METRICS_ENTRYPOINT, "addEntryPointsLabels": True, "addR
 # Entrypoints of the role's own: never the user's, never limited or trusted.
 OWN_ENTRYPOINTS = (API_ENTRYPOINT, METRICS_ENTRYPOINT, "traefik")
 # Traefik looks for its static config file here when no --configFile is given.
-DEFAULT_STATIC_FILES = ("/etc/traefik/traefik.yml", "/etc/traefik/traefik.yaml", "/etc/traefik/traefik.toml")
+# Where Traefik looks for its static config file, in its own order (v2.11 and
+# v3.6 alike: pkg/cli/loader_file.go, paerser's file finder): an explicit
+# --configFile first (when it exists), then each base path with each extension;
+# every path expanded as os.ExpandEnv does (an unset variable is empty, so
+# "$XDG_CONFIG_HOME/traefik" is "/traefik"), "./" being the working directory.
+# The first that exists is the static config, and every flag and TRAEFIK_*
+# variable is then ignored; with none, any argument makes the flags the config,
+# and only without arguments do the environment variables count.
+STATIC_BASES = ("/etc/traefik/traefik", "$XDG_CONFIG_HOME/traefik", "$HOME/.config/traefik", "./traefik")
+STATIC_EXTENSIONS = ("toml", "yaml", "yml")
+# Only these two spellings name the file (paerser matches the key exactly, with one or two dashes).
+CONFIGFILE_FLAGS = ("configFile", "configfile")
 DYNAMIC_SUFFIXES = (".yml", ".yaml", ".toml")
 
 
@@ -115,18 +126,65 @@ def parse_flags(args):
     return flags
 
 
-def static_source(args, existing_files=()):
-    """Where Traefik takes its static config from, as Traefik decides: an
-    explicit --configFile; else a file in a default location (which makes
-    Traefik ignore every other flag); else the flags; else the environment.
-    `existing_files` are the default locations that exist in the container."""
+def configfile_flag(args):
+    """The value of --configFile/--configfile (the last one given), or None."""
+    value, i = None, 0
+    while i < len(args):
+        key, sep, rest = args[i].lstrip("-").partition("=")
+        if args[i].startswith("-") and key in CONFIGFILE_FLAGS:
+            if sep:
+                value = rest
+            elif i + 1 < len(args) and not args[i + 1].startswith("-"):
+                value, i = args[i + 1], i + 1
+        i += 1
+    return value
+
+
+def expand_env(text, env):
+    """os.ExpandEnv: $NAME and ${NAME}, an unset name expanding to ''."""
+    return re.sub(r"\$\{([^}]*)\}|\$([A-Za-z0-9_]+)", lambda m: env.get(m.group(1) or m.group(2), ""), text)
+
+
+def container_env(inspect):
+    """(environment, working directory) Traefik runs with, from `docker
+    inspect`: Docker sets HOME when the image does not (root's /root)."""
+    config = inspect.get("Config") or {}
+    env = dict(e.partition("=")[::2] for e in config.get("Env") or [])
+    if "HOME" not in env:
+        user = str(config.get("User") or "").split(":")[0]
+        env["HOME"] = "/root" if user in ("", "root", "0") else "/"
+    return env, config.get("WorkingDir") or "/"
+
+
+def static_candidates(args, env, workdir):
+    """Every path Traefik tries for its static config, in its order, as
+    absolute paths in the container."""
+    paths = []
+    given = configfile_flag(args)
+    if given and given.strip():
+        paths.append(given)
+    paths += ["%s.%s" % (base, ext) for base in STATIC_BASES for ext in STATIC_EXTENSIONS]
+    out = []
+    for path in paths:
+        path = posixpath.normpath(posixpath.join(workdir, expand_env(path, env)))
+        if path not in out:
+            out.append(path)
+    return out
+
+
+def static_source(args, existing_files=(), env=None, workdir="/"):
+    """Where Traefik takes its static config from, as Traefik decides: the
+    first of static_candidates() that exists (an explicit --configFile that
+    does not falls back to the search); else the flags (any argument);
+    else the environment. `existing_files` are the candidates that exist in
+    the container. A file found makes Traefik ignore every flag: those are
+    returned as `ignored`."""
     flags = parse_flags(args)
-    if "configfile" in flags:
-        return {"mode": "file", "path": flags["configfile"]}
-    for path in DEFAULT_STATIC_FILES:
+    for path in static_candidates(args, env or {"HOME": "/root"}, workdir):
         if path in existing_files:
-            return {"mode": "file", "path": path}
-    if flags:
+            ignored = sorted(k for k in flags if k not in ("configfile",))
+            return {"mode": "file", "path": path, "ignored": ignored}
+    if args:
         return {"mode": "flags", "flags": flags}
     return {"mode": "env"}
 
@@ -210,17 +268,20 @@ def compose_labels(inspect):
             "env_files": listed("com.docker.compose.project.environment_file")}
 
 
-def container_facts(inspect, version_output, default_files, given_version=None):
-    """What the running container says about its Traefik (given_version: the
-    user's word for a Traefik that does not report its version)."""
+def container_facts(inspect, version_output, existing_files, given_version=None):
+    """What the running container says about its Traefik (existing_files: which
+    of static_candidates() exist in it; given_version: the user's word for a
+    Traefik that does not report its version)."""
     args = traefik_args(inspect)
+    env, workdir = container_env(inspect)
     config = inspect.get("Config") or {}
     found = traefik_version(version_output, config.get("Labels"), given_version)
     major, version = found["major"], found["version"]
     state = inspect.get("State") or {}
     health = (config.get("Healthcheck") or {}).get("Test") or ["NONE"]
     return {"name": inspect.get("Name", "").lstrip("/"), "running": bool(state.get("Running")), "pid": state.get("Pid"),
-            "version": version, "major": major, "version_source": found["source"], "args": args, "source": static_source(args, default_files),
+            "version": version, "major": major, "version_source": found["source"], "args": args,
+            "source": static_source(args, existing_files, env, workdir), "workdir": workdir,
             "mounts": inspect.get("Mounts") or [], "compose": compose_labels(inspect),
             "healthcheck": health[0] != "NONE", "labels": config.get("Labels") or {}}
 
@@ -551,8 +612,12 @@ def locate(facts, static_text, opts):
     src = facts["source"]
     out = {"mode": src["mode"], "static": None, "provider": None, "format": None}
     if src["mode"] == "env":
-        raise TraefikConfigError("%s takes its static config from TRAEFIK_* environment variables; the role changes a "
-                                 "static config file or command-line flags only" % facts["name"])
+        raise TraefikConfigError("%s has no static config file (Traefik looked in /etc/traefik/, $XDG_CONFIG_HOME/, "
+                                 "$HOME/.config/ and its working directory %s for traefik.toml, .yaml or .yml) and no "
+                                 "command-line flags: it takes its static config from TRAEFIK_* environment variables, "
+                                 "which the role does not change. Mount a traefik.yml at /etc/traefik/traefik.yml or "
+                                 "give the settings as flags in a compose file; nothing was changed"
+                                 % (facts["name"], facts.get("workdir", "/")))
     if src["mode"] == "file":
         if not src["path"].lower().endswith((".yml", ".yaml", ".toml")):
             raise TraefikConfigError("%s reads %s: the role changes YAML and TOML static configs only"

@@ -368,9 +368,12 @@ def read_and_plan(module, docker, opts):
     rc, version, err = docker.exec_("traefik", "version")
     if rc != 0:
         raise EditError("%s does not answer `traefik version` (%s): is it Traefik?" % (container, (err or version).strip()))
-    rc, found, err = docker.exec_("sh", "-c", 'for f in %s; do [ -f "$f" ] && echo "$f"; done; true'
-                                  % " ".join(traefik.DEFAULT_STATIC_FILES))
-    facts = traefik.container_facts(inspect, version, found.split(), module.params["traefik_version"])
+    env, workdir = traefik.container_env(inspect)
+    candidates = traefik.static_candidates(traefik.traefik_args(inspect), env, workdir)
+    # as Traefik does: whatever exists there (os.Stat), file or not
+    rc, found, err = docker.exec_("sh", "-c", 'for f in "$@"; do [ -e "$f" ] && echo "$f"; done; true', "sh",
+                                  *candidates)
+    facts = traefik.container_facts(inspect, version, found.splitlines(), module.params["traefik_version"])
     static_path = None
     if facts["source"]["mode"] == "file":
         where = traefik.host_path(facts["source"]["path"], facts["mounts"])

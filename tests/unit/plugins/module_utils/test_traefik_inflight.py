@@ -204,12 +204,65 @@ def test_service_changes_add_label_health_check_and_sysctls_in_the_users_style()
 
 
 def test_where_traefik_takes_its_static_config_from():
-    assert traefik.static_source(["--configFile=/c/t.yml", "--ping"]) == {"mode": "file", "path": "/c/t.yml"}
+    assert traefik.static_source(["--configFile=/c/t.yml", "--ping"], ["/c/t.yml"]) == {
+        "mode": "file", "path": "/c/t.yml", "ignored": ["ping"]}
     # a file in a default place wins over every flag, as in Traefik
-    assert traefik.static_source(["--ping"], ["/etc/traefik/traefik.yml"]) == {"mode": "file",
-                                                                               "path": "/etc/traefik/traefik.yml"}
+    assert traefik.static_source(["--ping"], ["/etc/traefik/traefik.yml"]) == {
+        "mode": "file", "path": "/etc/traefik/traefik.yml", "ignored": ["ping"]}
     assert traefik.static_source(["--entryPoints.web.address=:80"])["flags"] == {"entrypoints.web.address": ":80"}
     assert traefik.static_source([]) == {"mode": "env"}
+
+
+ROOT_ENV = {"HOME": "/root"}
+ORDER = ["/etc/traefik/traefik.toml", "/etc/traefik/traefik.yaml", "/etc/traefik/traefik.yml",
+         "/traefik.toml", "/traefik.yaml", "/traefik.yml",
+         "/root/.config/traefik.toml", "/root/.config/traefik.yaml", "/root/.config/traefik.yml"]
+
+
+def test_the_candidates_in_traefiks_own_order():
+    # the official image: no XDG_CONFIG_HOME ("$XDG_CONFIG_HOME/traefik" is "/traefik"), working directory /
+    assert traefik.static_candidates([], ROOT_ENV, "/") == ORDER
+    assert traefik.static_candidates([], {"HOME": "/home/t", "XDG_CONFIG_HOME": "/config"}, "/app") == [
+        "/etc/traefik/traefik.toml", "/etc/traefik/traefik.yaml", "/etc/traefik/traefik.yml",
+        "/config/traefik.toml", "/config/traefik.yaml", "/config/traefik.yml",
+        "/home/t/.config/traefik.toml", "/home/t/.config/traefik.yaml", "/home/t/.config/traefik.yml",
+        "/app/traefik.toml", "/app/traefik.yaml", "/app/traefik.yml"]
+    # an explicit file first, relative to the working directory
+    assert traefik.static_candidates(["--configfile", "conf/t.yml"], ROOT_ENV, "/app")[0] == "/app/conf/t.yml"
+    assert traefik.static_candidates(["-configFile=${HOME}/t.toml"], ROOT_ENV, "/")[0] == "/root/t.toml"
+
+
+@pytest.mark.parametrize("args, existing, env, workdir, want", [
+    # the guides' ./traefik.yml:/traefik.yml: found (as $XDG_CONFIG_HOME/traefik.yml), flags beside it ignored
+    (["--api.insecure=true"], ["/traefik.yml"], ROOT_ENV, "/", ("file", "/traefik.yml")),
+    ([], ["/traefik.yaml"], ROOT_ENV, "/", ("file", "/traefik.yaml")),
+    # two files side by side: the one Traefik reads (toml before yaml before yml)
+    ([], ["/etc/traefik/traefik.yml", "/etc/traefik/traefik.toml"], ROOT_ENV, "/", ("file", "/etc/traefik/traefik.toml")),
+    ([], ["/etc/traefik/traefik.yml", "/etc/traefik/traefik.yaml"], ROOT_ENV, "/", ("file", "/etc/traefik/traefik.yaml")),
+    # /etc/traefik before the working directory
+    ([], ["/traefik.yml", "/etc/traefik/traefik.yml"], ROOT_ENV, "/", ("file", "/etc/traefik/traefik.yml")),
+    # the working directory of another image
+    ([], ["/srv/traefik.yml"], ROOT_ENV, "/srv", ("file", "/srv/traefik.yml")),
+    (["--ping"], ["/root/.config/traefik.yml"], ROOT_ENV, "/", ("file", "/root/.config/traefik.yml")),
+    # --configFile beats the defaults; one that does not exist falls back to them, then to the flags
+    (["--configFile=/c/t.yml"], ["/c/t.yml", "/etc/traefik/traefik.yml"], ROOT_ENV, "/", ("file", "/c/t.yml")),
+    (["--configFile=/c/t.yml"], ["/etc/traefik/traefik.yml"], ROOT_ENV, "/", ("file", "/etc/traefik/traefik.yml")),
+    (["--configFile=/c/t.yml", "--ping"], [], ROOT_ENV, "/", ("flags", None)),
+    # other spellings are not Traefik's configFile
+    (["--ConfigFile=/c/t.yml", "--ping"], ["/c/t.yml"], ROOT_ENV, "/", ("flags", None)),
+    # no file and no argument: TRAEFIK_* variables
+    ([], [], ROOT_ENV, "/", ("env", None)),
+])
+def test_the_static_config_traefik_reads(args, existing, env, workdir, want):
+    got = traefik.static_source(args, existing, env, workdir)
+    assert (got["mode"], got.get("path")) == want
+
+
+def test_container_env_as_docker_gives_it():
+    assert traefik.container_env({"Config": {"Env": ["PATH=/bin", "A=b=c"], "WorkingDir": ""}}) == (
+        {"PATH": "/bin", "A": "b=c", "HOME": "/root"}, "/")
+    assert traefik.container_env({"Config": {"Env": ["HOME=/h"], "WorkingDir": "/w", "User": "1000"}})[0]["HOME"] == "/h"
+    assert traefik.container_env({"Config": {"User": "1000:1000"}})[0]["HOME"] == "/"
 
 
 MOUNTS = [{"Type": "bind", "Source": "/srv/t/config", "Destination": "/etc/traefik", "RW": False},
@@ -223,8 +276,9 @@ def test_host_paths_through_the_longest_mount():
 
 
 def facts(args, mounts=None, compose=None):
+    given = traefik.configfile_flag(args)
     return {"name": "traefik", "version": "3.6.12", "major": 3, "args": args, "mounts": MOUNTS if mounts is None else mounts,
-            "source": traefik.static_source(args), "compose": compose}
+            "source": traefik.static_source(args, [given] if given else []), "compose": compose}
 
 
 def test_locate_refuses_what_it_cannot_reach_before_anything_changes():
