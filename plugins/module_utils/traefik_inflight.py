@@ -42,7 +42,6 @@ METRICS_ENTRYPOINT = "homelab-edge-metrics"
 METRICS = {"entryPoint": METRICS_ENTRYPOINT, "addEntryPointsLabels": True, "addRoutersLabels": True}
 # Entrypoints of the role's own: never the user's, never limited or trusted.
 OWN_ENTRYPOINTS = (API_ENTRYPOINT, METRICS_ENTRYPOINT, "traefik")
-# Traefik looks for its static config file here when no --configFile is given.
 # Where Traefik looks for its static config file, in its own order (v2.11 and
 # v3.6 alike: pkg/cli/loader_file.go, paerser's file finder): an explicit
 # --configFile first (when it exists), then each base path with each extension;
@@ -56,6 +55,23 @@ STATIC_EXTENSIONS = ("toml", "yaml", "yml")
 # Only these two spellings name the file (paerser matches the key exactly, with one or two dashes).
 CONFIGFILE_FLAGS = ("configFile", "configfile")
 DYNAMIC_SUFFIXES = (".yml", ".yaml", ".toml")
+# ping, api.insecure and metrics without an entryPoint of their own make Traefik
+# create this entrypoint where the user has none of that name (static_config.go,
+# SetEffectiveConfiguration, v2.0 to v3.6).
+IMPLICIT_ENTRYPOINT, IMPLICIT_ADDRESS = "traefik", ":8080"
+# The least Traefik version of each setting the module writes, read from Traefik's
+# source at each release tag (the first vX.Y.0 whose static config has the field):
+# key -> (version, what it is, essential). Below an essential one the change is
+# refused; others are left out with a warning that names the version.
+MIN_VERSIONS = {
+    "entrypoint_middlewares": ((2, 2, 0), "entryPoints.<name>.http.middlewares (pkg/config/static/entrypoints.go, v2.2.0)",
+                               True),
+    "inflightreq": ((2, 0, 0), "the inFlightReq middleware (v2.0.0)", True),
+    "http2_max_streams": ((2, 8, 0), "entryPoints.<name>.http2.maxConcurrentStreams (entrypoints.go, v2.8.0)", False),
+    "metrics_routers_labels": ((2, 5, 0), "metrics.prometheus.addRoutersLabels (pkg/types/metrics.go, v2.5.0)",
+                               False),
+}
+BOM = "\ufeff"
 
 
 class TraefikConfigError(EditError):
@@ -224,6 +240,30 @@ def given_version(text):
     return (int(m.group(1)), ".".join(g for g in m.groups() if g is not None)) if m else None
 
 
+def version_tuple(version):
+    """'3.6.12' -> (3, 6, 12); '3' -> (3, 0, 0): the least release it can be."""
+    parts = [int(p) for p in str(version).split(".")[:3]]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def supports(version, key):
+    """Whether Traefik `version` ('2.11.30', or '2' as the user gave it) has the setting MIN_VERSIONS[key]."""
+    return version_tuple(version) >= MIN_VERSIONS[key][0]
+
+
+def gate(version, key):
+    """None when `version` has the setting; else the warning (or, for an
+    essential one, the TraefikConfigError) that names the version it needs."""
+    if supports(version, key):
+        return None
+    least, what, essential = MIN_VERSIONS[key]
+    words = "%s needs Traefik %s or later; this one is %s" % (what, ".".join(map(str, least)), version)
+    if essential:
+        raise TraefikConfigError("%s (give the full version in traefik_version if it is newer): upgrade Traefik; "
+                                 "nothing was changed" % words)
+    return words + ": left out"
+
+
 def traefik_version(version_output, labels, given=None):
     """{major, version, source} of the Traefik a container runs: what the
     binary reports; where it does not (a build that says 'dev'), the version
@@ -292,7 +332,9 @@ def static_format(path):
 
 
 def parse_static(text, path):
-    """A static config file's data ({} when empty)."""
+    """A static config file's data ({} when empty). A byte-order mark is
+    skipped, as Traefik's TOML and YAML parsers do."""
+    text = (text or "")[1:] if (text or "").startswith(BOM) else text
     if static_format(path) == "toml":
         return toml_text.parse(text or "", path)
     return yaml_text.parse(text or "", path)
@@ -302,6 +344,8 @@ def edit_static(text, changes, path):
     """The static config's new text: `changes` made as line edits in its own format."""
     if not changes:
         return text
+    if text.startswith(BOM):  # kept as it was
+        return BOM + edit_static(text[1:], changes, path)
     if static_format(path) == "toml":
         return toml_text.edit_toml(text, changes, path)
     return yaml_text.edit_yaml(text, changes, path)
@@ -317,49 +361,109 @@ def dynamic_text(opts):
 
 # ------------------------------------------------------------ the change
 
+def port_of(address):
+    """The TCP port an entrypoint address binds (':8080', '0.0.0.0:8080/tcp',
+    '[::]:8080'); None for a UDP entrypoint or no port."""
+    host_port, dummy, proto = str(address or "").strip().partition("/")
+    if proto.lower() == "udp":
+        return None
+    port = host_port.rsplit(":", 1)[-1]
+    return int(port) if port.isdigit() else None
+
+
+def is_udp(address):
+    return str(address or "").strip().lower().endswith("/udp")
+
+
 def check_metrics_port(port, addresses):
     """Refuse a metrics port one of the user's entrypoints ({name: address}) listens on."""
-    taken = sorted(e for e, address in addresses.items() if e != METRICS_ENTRYPOINT and
-                   str(address or "").rsplit(":", 1)[-1].split("/")[0] == str(port))
+    taken = sorted(e for e, address in addresses.items() if e != METRICS_ENTRYPOINT and port_of(address) == int(port))
     if taken:
         raise TraefikConfigError("metrics port %d is the port of entrypoint %s: choose another "
                                  "(traefik_inflight_metrics_port)" % (port, ", ".join(taken)))
 
 
-def static_changes(static, opts):
+def own_entrypoints(addresses, opts, adds_ping):
+    """Where the module's own listeners go, clear of the user's entrypoints
+    ({name: address}): {"ping": the entrypoint ping gets (None: Traefik's
+    default)}. The API entrypoint's port taken by one of theirs, or ping's
+    default entrypoint (Traefik creates `traefik` on :8080 where none has that
+    name) on a port of theirs with no API entrypoint to put it on, is refused
+    naming the clash; nothing is written before."""
+    users = dict((e, a) for e, a in addresses.items() if e not in (API_ENTRYPOINT, METRICS_ENTRYPOINT))
+    verify = opts.get("verify_api", True)
+    if verify and API_ENTRYPOINT not in addresses:
+        taken = sorted(e for e, a in users.items() if port_of(a) == API_PORT)
+        if taken:
+            raise TraefikConfigError("the role's API entrypoint %s listens on 127.0.0.1:%d, the port of your entrypoint "
+                                     "%s: move yours to another port, or set traefik_inflight_verify: false; nothing "
+                                     "was changed" % (API_ENTRYPOINT, API_PORT, ", ".join(taken)))
+    out = {"ping": None}
+    if adds_ping and not any(e.lower() == IMPLICIT_ENTRYPOINT for e in users):
+        clash = sorted(e for e, a in users.items() if port_of(a) == port_of(IMPLICIT_ADDRESS))
+        if clash and not verify:
+            raise TraefikConfigError(
+                "ping (the health check's) would make Traefik open its default entrypoint %s on %s, where your "
+                "entrypoint %s listens: add ping with an entryPoint of yours to the static config, or leave "
+                "traefik_inflight_verify on (ping then goes on the role's API entrypoint); nothing was changed"
+                % (IMPLICIT_ENTRYPOINT, IMPLICIT_ADDRESS, ", ".join(clash)))
+        if clash:
+            out["ping"] = API_ENTRYPOINT
+    return out
+
+
+def static_changes(static, opts, warnings=None):
     """The edits a static config needs, as data: a list of (op, path,
     value), op one of text_edit's append, ensure, set, delete and replace
     (its sixth, flags, is for a compose command list: see flag_changes).
+    Settings the user's Traefik (opts["version"]) lacks are left out, each
+    with a line in `warnings`.
 
     Raises TraefikConfigError for input that cannot work (an entrypoint that
-    does not exist, a file provider the role cannot reach)."""
+    does not exist or is UDP, a file provider the role cannot reach, a
+    listener of the role's on a port of the user's)."""
     static = static or {}
+    warnings = [] if warnings is None else warnings
+    version = opts.get("version") or "3"
+    gate(version, "entrypoint_middlewares")
     eps = lookup(static, ["entryPoints"]) or {}
     missing = [e for e in opts["entrypoints"] if ci(eps, e) is None]
     if missing:
         raise TraefikConfigError("entrypoint(s) %s not defined in the static config (defined: %s)"
                                  % (", ".join(missing), ", ".join(sorted(eps)) or "none"))
+    addresses = dict((e, lookup(eps, [e, "address"])) for e in eps)
+    udp = [ci(eps, e) for e in opts["entrypoints"] if is_udp(addresses.get(ci(eps, e)))]
+    if udp:
+        raise TraefikConfigError("entrypoint(s) %s listen on UDP: an in-flight limit is for HTTP; name the HTTP "
+                                 "entrypoints in traefik_inflight_entrypoints" % ", ".join(udp))
     if opts.get("verify_api", True) and ci(eps, API_ENTRYPOINT) is not None and \
             (lookup(eps, [API_ENTRYPOINT, "address"]) != "127.0.0.1:%d" % API_PORT):
         raise TraefikConfigError("an entrypoint named %s exists with another address: rename yours" % API_ENTRYPOINT)
+    adds_ping = lookup(static, ["ping"]) is None
+    own = own_entrypoints(addresses, opts, adds_ping)
     ref = "%s@file" % opts["name"]
     changes = []
+    streams = opts.get("http2_max_streams")
+    if streams and not supports(version, "http2_max_streams"):
+        warnings.append(gate(version, "http2_max_streams"))
+        streams = 0
     for ep in opts["entrypoints"]:
         name = ci(eps, ep)
         mws = lookup(eps, [name, "http", "middlewares"]) or []
         if ref not in mws:
             changes.append(("append", ["entryPoints", name, "http", "middlewares"], ref))
-        streams = opts.get("http2_max_streams")
         if streams and lookup(eps, [name, "http2", "maxConcurrentStreams"]) != int(streams):
             changes.append(("set", ["entryPoints", name, "http2", "maxConcurrentStreams"], int(streams)))
     trusted = opts.get("proxy_protocol_trusted_ips")
     if trusted is not None:
-        # every entrypoint the proxy in front may forward to (all of the user's): one without the
-        # trust would read the PROXY header as a broken request
-        for name in sorted(e for e in eps if e not in OWN_ENTRYPOINTS):
+        # every TCP entrypoint the proxy in front may forward to (all of the user's): one without the
+        # trust would read the PROXY header as a broken request. The user's own trusted addresses are kept.
+        for name in sorted(e for e in eps if e not in OWN_ENTRYPOINTS and not is_udp(addresses.get(e))):
             have = lookup(eps, [name, "proxyProtocol", "trustedIPs"])
-            if trusted and have != list(trusted):
-                changes.append(("set", ["entryPoints", name, "proxyProtocol", "trustedIPs"], list(trusted)))
+            have = list(have) if isinstance(have, list) else []
+            merged = have + [t for t in trusted if t not in have]
+            if trusted and merged != have:
+                changes.append(("set", ["entryPoints", name, "proxyProtocol", "trustedIPs"], merged))
             elif not trusted and lookup(eps, [name, "proxyProtocol"]) is not None:
                 changes.append(("delete", ["entryPoints", name, "proxyProtocol"], None))
     provider = opts["provider"]
@@ -367,8 +471,8 @@ def static_changes(static, opts):
         changes.append(("replace", ["providers", "file", "filename"], ("directory", provider["dir"])))
     elif provider["kind"] == "none":
         changes.append(("ensure", ["providers", "file"], {"directory": provider["dir"], "watch": True}))
-    if lookup(static, ["ping"]) is None:
-        changes.append(("ensure", ["ping"], {}))
+    if adds_ping:
+        changes.append(("ensure", ["ping"], {"entryPoint": own["ping"]} if own["ping"] else {}))
     if opts.get("verify_api", True):
         if lookup(static, ["api"]) is None:
             changes.append(("ensure", ["api"], {}))
@@ -376,8 +480,12 @@ def static_changes(static, opts):
             changes.append(("ensure", ["entryPoints", API_ENTRYPOINT], {"address": "127.0.0.1:%d" % API_PORT}))
     port = opts.get("metrics_port")
     if port and lookup(static, ["metrics"]) is None:  # the user's own metrics are kept as they are
-        check_metrics_port(port, dict((e, lookup(eps, [e, "address"])) for e in eps))
-        changes.append(("ensure", ["metrics"], {"prometheus": dict(METRICS)}))
+        check_metrics_port(port, addresses)
+        metrics = dict(METRICS)
+        if not supports(version, "metrics_routers_labels"):
+            warnings.append(gate(version, "metrics_routers_labels"))
+            del metrics["addRoutersLabels"]
+        changes.append(("ensure", ["metrics"], {"prometheus": metrics}))
         if ci(eps, METRICS_ENTRYPOINT) is None:
             changes.append(("ensure", ["entryPoints", METRICS_ENTRYPOINT], {"address": ":%d" % port}))
     return changes
@@ -385,29 +493,41 @@ def static_changes(static, opts):
 
 # ---------------------------------------------------------------- flags
 
-def flag_changes(flags, opts):
+def flag_changes(flags, opts, warnings=None):
     """The same change for a Traefik configured with command-line flags:
     (flags to add or replace {name: value}, flags to remove [name])."""
+    warnings = [] if warnings is None else warnings
+    version = opts.get("version") or "3"
+    gate(version, "entrypoint_middlewares")
     ref = "%s@file" % opts["name"]
     add, remove = {}, []
+    addresses = dict((k.split(".")[1], v) for k, v in flags.items()
+                     if k.startswith("entrypoints.") and k.endswith(".address") and k.count(".") == 2)
+    streams = opts.get("http2_max_streams")
+    if streams and not supports(version, "http2_max_streams"):
+        warnings.append(gate(version, "http2_max_streams"))
+        streams = 0
     for ep in opts["entrypoints"]:
         if "entrypoints.%s.address" % ep.lower() not in flags:
             raise TraefikConfigError("entrypoint %s is not defined by the flags (--entrypoints.%s.address)" % (ep, ep))
+        if is_udp(addresses.get(ep.lower())):
+            raise TraefikConfigError("entrypoint %s listens on UDP: an in-flight limit is for HTTP; name the HTTP "
+                                     "entrypoints in traefik_inflight_entrypoints" % ep)
         key = "entrypoints.%s.http.middlewares" % ep.lower()
         have = [m for m in flags.get(key, "").split(",") if m]
         if ref not in have:
             add[key] = ",".join(have + [ref])
-        streams = opts.get("http2_max_streams")
         skey = "entrypoints.%s.http2.maxconcurrentstreams" % ep.lower()
         if streams and flags.get(skey) != str(int(streams)):
             add[skey] = str(int(streams))
 
     trusted = opts.get("proxy_protocol_trusted_ips")
-    defined = sorted(set(k.split(".")[1] for k in flags if k.startswith("entrypoints.") and k.endswith(".address")))
-    for ep in (e for e in defined if e not in OWN_ENTRYPOINTS):
+    for ep in sorted(e for e in addresses if e not in OWN_ENTRYPOINTS and not is_udp(addresses[e])):
         pkey = "entrypoints.%s.proxyprotocol.trustedips" % ep
-        if trusted and flags.get(pkey) != ",".join(trusted):
-            add[pkey] = ",".join(trusted)
+        have = [t for t in flags.get(pkey, "").split(",") if t]
+        merged = have + [t for t in trusted or [] if t not in have]
+        if trusted and merged != have:
+            add[pkey] = ",".join(merged)
         elif trusted is not None and not trusted and pkey in flags:
             remove.append(pkey)
     provider = opts["provider"]
@@ -416,8 +536,12 @@ def flag_changes(flags, opts):
         add["providers.file.directory"] = provider["dir"]
     elif provider["kind"] == "none":
         add["providers.file.directory"] = provider["dir"]
-    if "ping" not in flags:
+    adds_ping = not any(k == "ping" or k.startswith("ping.") for k in flags)
+    own = own_entrypoints(addresses, opts, adds_ping)
+    if adds_ping:
         add["ping"] = "true"
+        if own["ping"]:
+            add["ping.entrypoint"] = own["ping"]
     if opts.get("verify_api", True):
         if not any(k == "api" or k.startswith("api.") for k in flags):
             add["api"] = "true"
@@ -425,11 +549,14 @@ def flag_changes(flags, opts):
             add["entrypoints.%s.address" % API_ENTRYPOINT] = "127.0.0.1:%d" % API_PORT
     port = opts.get("metrics_port")
     if port and not any(k == "metrics" or k.startswith("metrics.") for k in flags):
-        check_metrics_port(port, dict((k.split(".")[1], v) for k, v in flags.items()
-                                      if k.startswith("entrypoints.") and k.endswith(".address")))
+        check_metrics_port(port, addresses)
         add.update({"metrics.prometheus": "true", "metrics.prometheus.entrypoint": METRICS_ENTRYPOINT,
-                    "metrics.prometheus.addentrypointslabels": "true", "metrics.prometheus.addrouterslabels": "true",
+                    "metrics.prometheus.addentrypointslabels": "true",
                     "entrypoints.%s.address" % METRICS_ENTRYPOINT: ":%d" % port})
+        if supports(version, "metrics_routers_labels"):
+            add["metrics.prometheus.addrouterslabels"] = "true"
+        else:
+            warnings.append(gate(version, "metrics_routers_labels"))
     return add, remove
 
 
@@ -680,7 +807,8 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
     `dynamic_texts`: the user's dynamic files {path: text}; `containers`:
     the labels of the running containers (for the Docker provider's routers)."""
     provider = where["provider"]
-    opts = dict(opts, provider=provider)
+    opts = dict(opts, provider=provider, version=facts["version"])
+    warnings = []
     routers, middlewares = dynamic_names(dynamic_texts)
     if opts["name"] in middlewares:
         raise TraefikConfigError("a middleware named %s already exists in your dynamic config (%s): choose another "
@@ -690,15 +818,20 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
     out = {"mode": where["mode"], "static": None, "compose": None, "restart": False, "recreate": False,
            "provider": provider, "middleware_ref": "%s@file" % opts["name"], "entrypoints": list(opts["entrypoints"]),
            "expected_routers": sorted(["%s@file" % r for r in routers] + docker_routers(where.get("docker"), containers)),
-           "version": facts["version"], "amount": int(opts["amount"])}
+           "version": facts["version"], "amount": int(opts["amount"]), "warnings": warnings}
+    if facts["source"].get("ignored"):
+        warnings.append("%s reads its static config from %s, so Traefik ignores its command-line flags (--%s): "
+                        "the change goes into the file" % (facts["name"], facts["source"]["path"],
+                                                            ", --".join(facts["source"]["ignored"])))
     compose_changes = []
     if where["mode"] == "file":
-        changes = static_changes(parse_static(static_text, where["static"]), opts)
+        changes = static_changes(parse_static(static_text, where["static"]), opts, warnings)
         new = edit_static(static_text, changes, where["static"])
         out["static"] = {"path": where["static"], "old": static_text, "new": new}
         out["restart"] = new != static_text
     else:
-        add, remove = flag_changes(facts["source"]["flags"], opts)
+        add, remove = flag_changes(facts["source"]["flags"], opts, warnings)
+        opts["flags_added"] = add
         if (add or remove) and not facts["compose"]:
             raise TraefikConfigError(
                 "%s was started with docker run and takes its static config from flags: add %s to its command and "
@@ -749,7 +882,12 @@ def service_changes(compose, facts, opts):
         if facts["source"]["mode"] == "file":
             argv.append("--configFile=%s" % facts["source"]["path"])
         else:
-            argv += [a for a in facts["args"] if a.lower().startswith(("--ping", "--entrypoints.traefik."))]
+            # what ping listens on: its flags and its entrypoint's, as they will be (the added ones too)
+            new_flags = ["--%s=%s" % kv for kv in sorted((opts.get("flags_added") or {}).items())]
+            ping_ep = (opts.get("flags_added") or {}).get("ping.entrypoint") or \
+                parse_flags(facts["args"]).get("ping.entrypoint") or IMPLICIT_ENTRYPOINT
+            argv += [a for a in facts["args"] + new_flags
+                     if a.lower().startswith(("--ping", "--entrypoints.%s." % ping_ep.lower()))]
         changes.append(("set", ["services", service, "healthcheck"], dict(test=argv, **hc)))
     for key, value in sorted((opts.get("sysctls") or {}).items()):
         have = svc.get("sysctls")

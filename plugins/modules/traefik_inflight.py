@@ -565,6 +565,8 @@ def main():
             validate_compose(docker, plan)
     except EditError as e:
         module.fail_json(msg=str(e), problems=[])
+    for warning in plan.get("warnings", []):
+        module.warn(warning)
     provider = plan["provider"]
     moves = provider["kind"] == "filename" and not os.path.islink(provider["file_host"])
     result = dict(changed=bool(changes) or moves or not os.path.isdir(provider["dir_host"]),

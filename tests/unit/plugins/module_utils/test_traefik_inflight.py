@@ -528,3 +528,136 @@ def test_requests_on_the_roles_own_entrypoints_are_not_the_users():
     api = ['{"ClientHost": "127.0.0.1", "DownstreamStatus": 200, "entryPointName": "homelab-edge-api"}'] * 10
     assert traefik.client_share(ACCESS_LOG + scrapes + api) == ("10.8.0.1", 0.75, 4)
     assert traefik.status_counts(scrapes + ACCESS_LOG) == {"200": 2, "429": 2}
+
+
+# ---- the role's own listeners never collide with the user's (ping's default entrypoint is `traefik` on :8080)
+
+ON_8080 = "entryPoints:\n  web:\n    address: \":8080\"\n  websecure:\n    address: \":8443\"\n"
+DIRECTORY = {"kind": "directory", "dir": "/d"}
+
+
+def test_ping_beside_a_user_entrypoint_on_8080_goes_on_the_roles_api_entrypoint():
+    doc = yaml.safe_load(edit(ON_8080, provider=DIRECTORY))
+    assert doc["ping"] == {"entryPoint": "homelab-edge-api"}
+    assert doc["entryPoints"]["homelab-edge-api"] == {"address": "127.0.0.1:9099"}
+    # no clash: ping stays on Traefik's default, as before
+    assert yaml.safe_load(edit(STATIC))["ping"] == {}
+    # an entrypoint of theirs named traefik: ping uses it, Traefik creates none
+    theirs = ON_8080.replace("  web:", "  traefik:")
+    assert yaml.safe_load(edit(theirs, provider=DIRECTORY))["ping"] == {}
+    # a UDP entrypoint on 8080 binds no TCP port
+    udp = ON_8080.replace('":8080"', '":8080/udp"')
+    assert yaml.safe_load(edit(udp, provider=DIRECTORY))["ping"] == {}
+
+
+def test_ping_clash_in_toml_and_flags():
+    text = '[entryPoints]\n  [entryPoints.web]\n    address = ":8080"\n  [entryPoints.websecure]\n    address = ":8443"\n'
+    opts = dict(OPTS, provider=DIRECTORY)
+    new = traefik.edit_static(text, traefik.static_changes(traefik.parse_static(text, "/t.toml"), opts), "/t.toml")
+    assert traefik.parse_static(new, "/t.toml")["ping"] == {"entryPoint": "homelab-edge-api"}
+    add, remove = traefik.flag_changes({"entrypoints.web.address": ":8080", "entrypoints.websecure.address": ":8443"},
+                                       opts)
+    assert add["ping"] == "true" and add["ping.entrypoint"] == "homelab-edge-api"
+    assert add["entrypoints.homelab-edge-api.address"] == "127.0.0.1:9099"
+    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443"}, opts)
+    assert "ping.entrypoint" not in add
+
+
+def test_the_health_check_asks_ping_where_it_listens():
+    facts = {"compose": {"service": "traefik"}, "source": {"mode": "flags"},
+             "args": ["--entrypoints.web.address=:8080", "--entrypoints.websecure.address=:8443"]}
+    compose = {"services": {"traefik": {"image": "traefik:v3.6"}}}
+    add, remove = traefik.flag_changes(traefik.parse_flags(facts["args"]), dict(OPTS, provider=DIRECTORY))
+    changes = traefik.service_changes(compose, facts, {"healthcheck": {"interval": "30s"}, "flags_added": add})
+    test = [c for c in changes if c[1][-1] == "healthcheck"][0][2]["test"]
+    assert test == ["CMD", "traefik", "healthcheck", "--ping", "--entrypoints.homelab-edge-api.address=127.0.0.1:9099",
+                    "--ping=true", "--ping.entrypoint=homelab-edge-api"]
+
+
+@pytest.mark.parametrize("text, opts, words", [
+    # the role's API entrypoint on a port of theirs
+    (ON_8080.replace('":8443"', '":9099"'), {}, "listens on 127.0.0.1:9099, the port of your entrypoint websecure"),
+    # ping would clash and there is no API entrypoint to put it on
+    (ON_8080, {"verify_api": False}, "default entrypoint traefik on :8080, where your entrypoint web listens"),
+    # an in-flight limit on a UDP entrypoint
+    ("entryPoints:\n  websecure:\n    address: \":443/udp\"\n", {}, "websecure listen on UDP"),
+])
+def test_clashes_are_refused_naming_them(text, opts, words):
+    with pytest.raises(traefik.TraefikConfigError, match=words.replace("(", "\\(")):
+        edit(text, provider=DIRECTORY, **opts)
+
+
+# ---- every setting held to the version the user's Traefik has
+
+def test_settings_newer_than_the_users_traefik_are_left_out_with_a_warning():
+    warnings = []
+    changes = traefik.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.5.7", http2_max_streams=32,
+                                                                  metrics_port=9101), warnings)
+    assert not [c for c in changes if "http2" in c[1]]
+    assert ("append", ["entryPoints", "websecure", "http", "middlewares"], "inflight-limit@file") in changes
+    assert warnings == ["entryPoints.<name>.http2.maxConcurrentStreams (entrypoints.go, v2.8.0) needs Traefik 2.8.0 "
+                        "or later; this one is 2.5.7: left out"]
+    warnings = []
+    changes = traefik.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.4.0", metrics_port=9101), warnings)
+    assert [c for c in changes if c[1] == ["metrics"]][0][2]["prometheus"] == {
+        "entryPoint": "homelab-edge-metrics", "addEntryPointsLabels": True}
+    assert "addRoutersLabels" in warnings[0] and "2.5.0" in warnings[0]
+    warnings = []
+    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443"}, dict(
+        OPTS, version="2.7.1", http2_max_streams=32, provider=DIRECTORY), warnings)
+    assert not [k for k in add if "http2" in k] and "2.8.0" in warnings[0]
+    # at and above each version, everything
+    warnings = []
+    changes = traefik.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.8.0", http2_max_streams=32), warnings)
+    assert [c for c in changes if "http2" in c[1]] and warnings == []
+
+
+def test_below_the_essential_version_the_change_is_refused():
+    with pytest.raises(traefik.TraefikConfigError, match="needs Traefik 2.2.0 or later; this one is 2.1.1"):
+        traefik.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.1.1"))
+    with pytest.raises(traefik.TraefikConfigError, match="give the full version in traefik_version"):
+        traefik.flag_changes({"entrypoints.websecure.address": ":443"}, dict(OPTS, version="2", provider=DIRECTORY))
+
+
+def test_version_tuples():
+    assert traefik.version_tuple("3") == (3, 0, 0) and traefik.version_tuple("2.11.30") == (2, 11, 30)
+    assert traefik.supports("2.10", "http2_max_streams") and not traefik.supports("2.7.9", "http2_max_streams")
+
+
+# ---- the user's trusted addresses are kept; HTTP settings only where HTTP is
+
+def test_trusted_ips_are_merged_with_the_users_and_skip_udp_entrypoints():
+    text = ("entryPoints:\n  websecure:\n    address: \":443\"\n    proxyProtocol:\n      trustedIPs:\n"
+            "        - 173.245.48.0/20   # Cloudflare\n  h3:\n    address: \":443/udp\"\n")
+    new = edit(text, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.8.0.1/32"])
+    doc = yaml.safe_load(new)
+    assert doc["entryPoints"]["websecure"]["proxyProtocol"]["trustedIPs"] == ["173.245.48.0/20", "10.8.0.1/32"]
+    assert "proxyProtocol" not in doc["entryPoints"]["h3"]
+    assert edit(new, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.8.0.1/32"]) == new  # idempotent
+    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443",
+                                        "entrypoints.websecure.proxyprotocol.trustedips": "173.245.48.0/20",
+                                        "entrypoints.h3.address": ":443/udp"},
+                                       dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.8.0.1/32"]))
+    assert add["entrypoints.websecure.proxyprotocol.trustedips"] == "173.245.48.0/20,10.8.0.1/32"
+    assert "entrypoints.h3.proxyprotocol.trustedips" not in add
+
+
+# ---- a byte-order mark (Traefik's parsers skip it) is kept as it was
+
+@pytest.mark.parametrize("path, text", [
+    ("/etc/traefik/traefik.yml", "\ufeff# mine\nentryPoints:\n  websecure:\n    address: \":443\"\n"),
+    ("/etc/traefik/traefik.toml", '\ufeff# mine\n[entryPoints]\n  [entryPoints.websecure]\n    address = ":443"\n'),
+])
+def test_a_byte_order_mark_is_read_past_and_kept(path, text):
+    doc = traefik.parse_static(text, path)
+    assert doc["entryPoints"]["websecure"]["address"] == ":443"
+    new = traefik.edit_static(text, traefik.static_changes(doc, dict(OPTS, provider=DIRECTORY)), path)
+    assert new.startswith(text) and new.count("\ufeff") == 1
+    assert traefik.parse_static(new, path)["entryPoints"]["websecure"]["http"]["middlewares"] == ["inflight-limit@file"]
+
+
+def test_flags_beside_the_file_traefik_reads_are_named_as_ignored():
+    f = facts(["--configFile=/etc/traefik/traefik.yml", "--api.insecure=true"])
+    where = traefik.locate(f, STATIC, {})
+    p = traefik.plan(f, where, STATIC, None, {}, dict(OPTS, verify_api=True))
+    assert "Traefik ignores its command-line flags (--api.insecure)" in p["warnings"][0]
