@@ -10,8 +10,9 @@ A change is data: (op, path, value) with op one of
 - set: path becomes value;
 - delete: path goes;
 - replace: the key at path is renamed to value[0] with the value value[1];
-- flags: the list of command-line flags at path gets value[0] ({name: value})
-  added or replaced and the names in value[1] removed.
+- flags: the command-line flags at path (a list, or one string that compose
+  splits as a shell does) get value[0] ({name: value}) added or replaced and
+  the names in value[1] removed.
 `apply_changes` gives the intended result as data; each editor makes the same
 change as text and checks that its text parses to exactly that.
 
@@ -23,6 +24,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import json
+import shlex
 
 
 class EditError(ValueError):
@@ -68,6 +71,26 @@ def edit_args(args, add, remove):
     return out + ["--%s=%s" % (k, v) for k, v in sorted(add.items()) if k not in done]
 
 
+class SplitCommand(list):
+    """The intended words of a command written as one string (compose splits
+    it as a shell does, without expanding anything): equal to any string that
+    splits into exactly these words, so an edit may keep the user's spacing,
+    quoting and line breaks."""
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            try:
+                return shlex.split(other) == list(self)
+            except ValueError:
+                return False
+        return list.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = None
+
+
 def unshared(value):
     """Parsed data as a plain tree: a node that YAML anchors and aliases
     share becomes separate copies, so a change meant for one place is not
@@ -99,7 +122,11 @@ def apply_changes(doc, changes):
         elif op == "delete":
             node.pop(last, None)
         elif op == "flags":
-            node[last] = edit_args(list(node.get(last) or []), value[0], value[1])
+            have = node.get(last)
+            if isinstance(have, str):
+                node[last] = SplitCommand(edit_args(shlex.split(have), value[0], value[1]))
+            else:
+                node[last] = edit_args(list(have or []), value[0], value[1])
         elif op == "replace":
             node.pop(last, None)
             node[value[0]] = value[1]
@@ -131,19 +158,26 @@ def check_result(got, want, what, changes, hint):
                         "change by hand: %s" % (what, hint, describe(changes)))
 
 
+def shown(value):
+    """A value as a user writes it (JSON for mappings and lists: YAML reads it too), not as Python prints it."""
+    if isinstance(value, (dict, list, bool)) or value is None:
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
 def describe(changes):
     """The changes in words a user can follow by hand."""
     words = []
     for op, path, value in changes:
         where = ".".join(path)
         if op == "append":
-            words.append("add %s to the list %s" % (value, where))
+            words.append("add %s to the list %s" % (shown(value), where))
         elif op in ("ensure", "set"):
-            words.append("set %s to %s" % (where, value if value != {} else "{}"))
+            words.append("set %s to %s" % (where, shown(value)))
         elif op == "delete":
             words.append("remove %s" % where)
         elif op == "replace":
-            words.append("replace %s with %s: %s" % (where, value[0], value[1]))
+            words.append("replace %s with %s: %s" % (where, value[0], shown(value[1])))
         elif op == "flags":
             flags = ", ".join("--%s=%s" % kv for kv in sorted(value[0].items()))
             gone = (" and remove " + ", ".join("--" + r for r in value[1])) if value[1] else ""

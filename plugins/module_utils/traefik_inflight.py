@@ -59,6 +59,8 @@ DYNAMIC_SUFFIXES = (".yml", ".yaml", ".toml")
 # create this entrypoint where the user has none of that name (static_config.go,
 # SetEffectiveConfiguration, v2.0 to v3.6).
 IMPLICIT_ENTRYPOINT, IMPLICIT_ADDRESS = "traefik", ":8080"
+# Set by swarm on a service's task containers.
+SWARM_SERVICE_LABEL = "com.docker.swarm.service.name"
 # The least Traefik version of each setting the module writes, read from Traefik's
 # source at each release tag (the first vX.Y.0 whose static config has the field):
 # key -> (version, what it is, essential). Below an essential one the change is
@@ -575,8 +577,9 @@ def compose_command_changes(compose, service, args, add, remove):
     if svc is None:
         raise TraefikConfigError("service %s is not in the compose file" % service)
     command = svc.get("command")
-    if isinstance(command, str) or command is None:
-        raise TraefikConfigError("the compose service %s has no command list; write its flags as a list" % service)
+    if command is None:
+        raise TraefikConfigError("the compose service %s has no command: its flags come from elsewhere (entrypoint, "
+                                 "an extended file): put them in its command; nothing was changed" % service)
     return [("flags", ["services", service, "command"], (add, remove))]
 
 
@@ -736,6 +739,14 @@ def locate(facts, static_text, opts):
     cannot work here (before anything is changed)."""
     if facts["major"] < 2:
         raise TraefikConfigError("Traefik %s is not supported (v2 and v3 are)" % facts["version"])
+    swarm = (facts.get("labels") or {}).get(SWARM_SERVICE_LABEL)
+    if swarm:
+        raise TraefikConfigError(
+            "%s is a task of the swarm service %s: its static config comes from the service (swarm configs, "
+            "mounts, arguments), which the role does not change; nothing was changed. By hand: put %s@file on the "
+            "entrypoints %s (entryPoints.<name>.http.middlewares) in the config the service uses, add the middleware "
+            "file to its file provider, then `docker service update` the service"
+            % (facts["name"], swarm, opts.get("name") or "inflight-limit", ", ".join(opts.get("entrypoints") or [])))
     src = facts["source"]
     out = {"mode": src["mode"], "static": None, "provider": None, "format": None}
     if src["mode"] == "env":
@@ -782,12 +793,13 @@ def locate(facts, static_text, opts):
                              "spec": _mount_spec(host_dir, provider["dir"], compose_dir)}
         where = {"host": host_dir}
     if where is None:
+        how = ("in its compose file, volumes: - ./dynamic:%s" if facts["compose"] else
+               "re-create it with -v /srv/traefik/dynamic:%s added to its docker run") % provider["dir"]
         raise TraefikConfigError(
             "the dynamic directory %s is not visible inside %s (no mount covers it; mounts: %s): mount a host "
-            "directory there (compose volumes: - ./dynamic:%s) or set traefik_inflight_dynamic_dir_in_container to "
-            "a directory under one of its mounts; nothing was changed"
-            % (provider["dir"], facts["name"], ", ".join(m["Destination"] for m in facts["mounts"]) or "none",
-               provider["dir"]))
+            "directory there (%s) or set traefik_inflight_dynamic_dir_in_container to a directory under one of its "
+            "mounts; nothing was changed"
+            % (provider["dir"], facts["name"], ", ".join(m["Destination"] for m in facts["mounts"]) or "none", how))
     provider["dir_host"] = where["host"]
     if provider["kind"] == "filename":
         where = host_path(filename, facts["mounts"])
@@ -843,6 +855,7 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
     if facts["compose"] and compose_text is not None:
         path = facts["compose"]["files"][0]
         compose = yaml_text.parse(compose_text, path)
+        check_service_home(compose, facts["compose"], path)
         compose_changes += service_changes(compose, facts, opts)
         new = yaml_text.edit_yaml(compose_text, compose_changes, path) if compose_changes else compose_text
         out["compose"] = {"path": path, "old": compose_text, "new": new, "files": facts["compose"]["files"],
@@ -851,6 +864,30 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
                           "project": facts["compose"]["project"]}
         out["recreate"] = new != compose_text
     return out
+
+
+def included_files(compose):
+    """The files a compose file includes (include: as strings or {path: ...}), as written."""
+    out = []
+    for entry in lookup(compose, ["include"]) or []:
+        paths = entry.get("path") if isinstance(entry, dict) else entry
+        out += [str(p) for p in (paths if isinstance(paths, list) else [paths]) if p]
+    return out
+
+
+def check_service_home(compose, project, path):
+    """Refuse, naming where it lives, a Traefik service that is not in the
+    first compose file (an included file, an override file): the role edits
+    that one file, and an edit there would make a second service."""
+    service = project["service"]
+    if lookup(compose, ["services", service]) is not None:
+        return
+    elsewhere = ["%s (include:)" % f for f in included_files(compose)] + list(project.get("files") or [])[1:]
+    raise TraefikConfigError(
+        "the compose service %s is not in %s, the compose file it was started from%s: the role edits that one "
+        "file; move the service %s into it, or make the change by hand where it is (README: layouts the role "
+        "refuses); nothing was changed" % (service, path, (", it comes from " + " or ".join(elsewhere)) if elsewhere
+                                           else "", service))
 
 
 def service_changes(compose, facts, opts):

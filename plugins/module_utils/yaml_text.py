@@ -30,6 +30,10 @@ except ImportError:  # the controller always has it; a target may not
 
 _KEY = re.compile(r"""^(?P<indent>[ ]*)(?P<q>["']?)(?P<key>[^"'#:\n]+?)(?P=q)[ ]*:(?:[ ]+|$)(?P<rest>.*)$""")
 _DOC_END = re.compile(r"^\.\.\.\s*(#.*)?$")
+# A flag word in a command string (after the start, blanks or a quote), and the
+# end of a one-line string: its closing quote, blanks and comment.
+_FLAG_WORD = re.compile(r"""(?P<pre>^|\s+|(?<=["']))--(?P<key>[^=\s"'#]+)(?:=[^\s"']*)?""")
+_STRING_END = re.compile(r"""^(?P<body>.*?)(?P<quote>["']?)(?P<tail>\s*(?:\s#.*)?)$""")
 
 
 def _is_content(line):
@@ -257,12 +261,17 @@ class YamlText(object):
     def flags(self, path, add, remove):
         """Edit a block list of command-line flags item by item: a flag
         that is there gets its new value on its own line, a removed one loses
-        its line, a new one is appended; comments and other items stay."""
+        its line, a new one is appended; comments and other items stay. A
+        command written as one string (plain, quoted, or a folded or literal
+        block) is edited word by word in place (flags_in_string)."""
         i, indent = self.find(path)
         rest = _value(self._key(i).group("rest"))
-        if rest:
+        if rest.startswith("["):
             raise EditError("line %d (%s): write the command as a block list to let the role edit it"
                             % (i + 1, self.lines[i].strip()))
+        if rest:
+            self.flags_in_string(i, add, remove)
+            return
         done = set()
         j = i + 1
         while j < self._end(i):
@@ -279,6 +288,59 @@ class YamlText(object):
             j += 1
         for key in sorted(k for k in add if k not in done):
             self.append(path, "--%s=%s" % (key, add[key]))
+
+    def flags_in_string(self, i, add, remove):
+        """The flags of a command written as one string, at the key on line
+        i: each flag that is there gets its new value where it stands or goes
+        with its word; new ones are added at the end of the string (a block
+        scalar: a line of their own at its indent; a quoted one: before its
+        closing quote; a plain one: before its comment)."""
+        nl = _nl(self.lines)
+        value_text = self._key(i).group("rest")
+        block = _value(value_text)[:1] in (">", "|")
+        span = [j for j in range(i + 1 if block else i, self._end(i)) if _is_content(self.lines[j])]
+        if not span:
+            raise EditError("line %d: the command block is empty" % (i + 1))
+        done = set()
+
+        def word(m):
+            key = m.group("key").lower()
+            if key in remove:
+                return ""
+            if key in add:
+                done.add(key)
+                return "%s--%s=%s" % (m.group("pre"), m.group("key"), add[key])
+            return m.group(0)
+        emptied = []
+        for j in span:
+            line = self.lines[j].rstrip("\r\n")
+            head = len(line) - len(value_text) if j == i else 0
+            edited = _FLAG_WORD.sub(word, line[head:])
+            # a first word removed takes the blank after it along (inside the quote, if any)
+            edited = re.sub(r"""^(["']?)\s+""", r"\1", edited) if edited != line[head:] and j == i else edited
+            if j != i and not edited.strip():
+                emptied.append(j)
+            self.lines[j] = line[:head] + edited + nl
+        for j in reversed(emptied):  # a line of the block whose only flag went
+            del self.lines[j]
+            span.remove(j)
+        if not span:
+            raise EditError("line %d: the command would be empty" % (i + 1))
+        new = " ".join("--%s=%s" % (k, add[k]) for k in sorted(add) if k not in done)
+        if not new:
+            return
+        last = span[-1] - len([j for j in emptied if j < span[-1]])
+        if block:
+            self.lines.insert(last + 1, " " * _indent(self.lines[last]) + new + nl)
+            return
+        value_text = self._key(i).group("rest")  # as edited above
+        line = self.lines[last].rstrip("\r\n")
+        head = len(line) - len(value_text) if last == i else 0
+        m = _STRING_END.match(line[head:])
+        body, quote = m.group("body"), m.group("quote")
+        if quote and not value_text.lstrip().startswith(quote):
+            body, quote = body + quote, ""  # a quote inside a plain string, not one around it
+        self.lines[last] = line[:head] + body + " " + new + quote + m.group("tail") + nl
 
     def delete(self, path):
         found = self.find(path)

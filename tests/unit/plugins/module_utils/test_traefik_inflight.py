@@ -429,7 +429,9 @@ def test_a_docker_provider_traefik_with_its_static_file_mounted_alone_gets_a_dir
 
 
 def test_the_same_started_by_docker_run_is_refused_with_the_mount_to_add():
-    with pytest.raises(traefik.TraefikConfigError, match="not visible inside traefik.*- ./dynamic:/etc/traefik/dynamic"):
+    # in docker run's terms, not compose's
+    with pytest.raises(traefik.TraefikConfigError,
+                       match="not visible inside traefik.*-v /srv/traefik/dynamic:/etc/traefik/dynamic added to its docker run"):
         traefik.locate(facts(["--configFile=/etc/traefik/traefik.yml"], ALONE, None), DOCKER_STATIC, {})
 
 
@@ -661,3 +663,63 @@ def test_flags_beside_the_file_traefik_reads_are_named_as_ignored():
     where = traefik.locate(f, STATIC, {})
     p = traefik.plan(f, where, STATIC, None, {}, dict(OPTS, verify_api=True))
     assert "Traefik ignores its command-line flags (--api.insecure)" in p["warnings"][0]
+
+
+# ---- a command written as one string (compose splits it as a shell does), plain, quoted or folded
+
+@pytest.mark.parametrize("command", [
+    "    command: --providers.docker --entrypoints.websecure.address=:443 --api.dashboard=true  # mine\n",
+    "    command: \"--providers.docker --entrypoints.websecure.address=:443 --api.dashboard=true\"\n",
+    "    command: >-\n      --providers.docker\n      --entrypoints.websecure.address=:443\n      --api.dashboard=true\n",
+    "    command: |\n      --providers.docker\n      --entrypoints.websecure.address=:443\n      --api.dashboard=true\n",
+])
+def test_a_string_command_is_edited_word_by_word_in_place(command):
+    text = "services:\n  traefik:\n    image: traefik:v3.6\n" + command + "    ports:\n      - 443:443\n"
+    args = ["--providers.docker", "--entrypoints.websecure.address=:443", "--api.dashboard=true"]
+    add, remove = traefik.flag_changes(traefik.parse_flags(args), dict(OPTS, provider=DIRECTORY))
+    changes = traefik.compose_command_changes(yaml.safe_load(text), "traefik", args, add, remove)
+    new = yaml_text.edit_yaml(text, changes, "compose")
+    got = yaml.safe_load(new)["services"]["traefik"]["command"]
+    import shlex
+    words = shlex.split(got)
+    assert words[:3] == args and "--entrypoints.websecure.http.middlewares=inflight-limit@file" in words
+    assert "--ping=true" in words and "--entrypoints.homelab-edge-api.address=127.0.0.1:9099" in words
+    assert removed_lines(text, new) == ([] if command.count("\n") > 1 else [command.rstrip("\n")])
+    assert new.endswith("    ports:\n      - 443:443\n")
+    # again: nothing more to do
+    again = traefik.flag_changes(traefik.parse_flags(words), dict(OPTS, provider=DIRECTORY))
+    assert again == ({}, [])
+
+
+def test_a_flag_in_a_string_command_is_replaced_where_it_stands():
+    text = ("services:\n  traefik:\n    command: >-\n      --entrypoints.websecure.address=:443\n"
+            "      --entrypoints.websecure.http.middlewares=auth@file\n      --ping\n")
+    args = ["--entrypoints.websecure.address=:443", "--entrypoints.websecure.http.middlewares=auth@file", "--ping"]
+    add, remove = traefik.flag_changes(traefik.parse_flags(args), dict(OPTS, provider=DIRECTORY, verify_api=False))
+    new = yaml_text.edit_yaml(text, traefik.compose_command_changes(yaml.safe_load(text), "traefik", args, add, remove),
+                              "compose")
+    assert "      --entrypoints.websecure.http.middlewares=auth@file,inflight-limit@file\n      --ping\n" in new
+
+
+# ---- where the role does not edit: said truly, in the user's terms
+
+def test_a_service_from_an_included_file_is_refused_naming_it():
+    compose = "include:\n  - ./traefik/compose.yml\n  - path: [./apps.yml]\nservices:\n  app:\n    image: nginx\n"
+    project = {"project": "p", "service": "traefik", "working_dir": "/srv/p", "files": ["/srv/p/compose.yml"]}
+    f = dict(facts(["--configFile=/etc/traefik/traefik.yml"], ALONE, project), labels={})
+    with pytest.raises(traefik.TraefikConfigError, match="not in /srv/p/compose.yml.*it comes from ./traefik/compose.yml "
+                                                         "\\(include:\\) or ./apps.yml \\(include:\\)"):
+        traefik.plan(f, traefik.locate(f, DOCKER_STATIC, {}), DOCKER_STATIC, compose, {}, dict(OPTS, autoheal_label="a"))
+
+
+def test_a_swarm_task_is_refused_with_the_change_in_swarm_terms():
+    f = dict(facts(["--configFile=/etc/traefik/traefik.yml"]), labels={"com.docker.swarm.service.name": "edge_traefik"})
+    with pytest.raises(traefik.TraefikConfigError, match="swarm service edge_traefik.*docker service update"):
+        traefik.locate(f, STATIC, {"name": "inflight-limit", "entrypoints": ["websecure"]})
+
+
+def test_a_refusal_spells_values_as_a_user_writes_them():
+    from ansible_collections.homelab.edge.plugins.module_utils import text_edit
+    words = text_edit.describe([("ensure", ["providers", "file"], {"directory": "/d", "watch": True}),
+                                ("ensure", ["ping"], {}), ("append", ["a"], "x@file")])
+    assert words == 'set providers.file to {"directory": "/d", "watch": true}; set ping to {}; add x@file to the list a'
