@@ -517,40 +517,36 @@ def bound(api, plan, limit):
     return traefik.client_bound(api[0], plan["entrypoints"], plan["middleware_ref"], plan["amount"], limit) if api else {}
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            container=dict(type="str", required=True),
-            name=dict(type="str", default="inflight-limit"),
-            amount=dict(type="int", default=400),
-            source=dict(type="str", choices=list(traefik.SOURCES), default="ip"),
-            ip_depth=dict(type="int", default=0),
-            excluded_ips=dict(type="list", elements="str", default=[]),
-            header=dict(type="str", default=""),
-            entrypoints=dict(type="list", elements="str", default=["websecure"]),
-            dynamic_dir=dict(type="str", default=""),
-            http2_max_streams=dict(type="int", default=32),
-            metrics_port=dict(type="int", default=0),
-            client_bound_max=dict(type="int", default=0),
-            proxy_protocol_trusted_ips=dict(type="list", elements="str"),
-            autoheal_label=dict(type="str", default=""),
-            healthcheck=dict(type="dict"),
-            sysctls=dict(type="dict", default={}),
-            verify=dict(type="bool", default=True),
-            verify_timeout=dict(type="int", default=60),
-            backup=dict(type="bool", default=False),
-            traefik_version=dict(type="str"),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            state_dir=dict(type="path", default=STATE_DIR),
-        ),
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = dict(
+    container=dict(type="str", required=True),
+    name=dict(type="str", default="inflight-limit"),
+    amount=dict(type="int", default=400),
+    source=dict(type="str", choices=list(traefik.SOURCES), default="ip"),
+    ip_depth=dict(type="int", default=0),
+    excluded_ips=dict(type="list", elements="str", default=[]),
+    header=dict(type="str", default=""),
+    entrypoints=dict(type="list", elements="str", default=["websecure"]),
+    dynamic_dir=dict(type="str", default=""),
+    http2_max_streams=dict(type="int", default=32),
+    metrics_port=dict(type="int", default=0),
+    client_bound_max=dict(type="int", default=0),
+    proxy_protocol_trusted_ips=dict(type="list", elements="str"),
+    autoheal_label=dict(type="str", default=""),
+    healthcheck=dict(type="dict"),
+    sysctls=dict(type="dict", default={}),
+    verify=dict(type="bool", default=True),
+    verify_timeout=dict(type="int", default=60),
+    backup=dict(type="bool", default=False),
+    traefik_version=dict(type="str"),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    state_dir=dict(type="path", default=STATE_DIR),
+)
+
+
+def read(module, docker):
+    """Step 1, read and plan: everything known, nothing written. Fails the
+    task (one message, nothing changed) when the module cannot work here."""
     p = module.params
-    host.require_root(module, "reads Traefik's container through Docker and writes Traefik's files")
-    docker = Docker(module, p["container"])
-    if p["state"] == "absent":
-        undo(module, docker)
-    opts = options(p)
     try:
         inflight = traefik.inflight_middleware(p["name"], p["amount"], p["source"], p["ip_depth"], p["excluded_ips"],
                                                p["header"])["http"]["middlewares"][p["name"]]["inFlightReq"]
@@ -558,18 +554,24 @@ def main():
             raise EditError("entrypoints is empty: name at least one entrypoint to limit")
         if p["http2_max_streams"] < 0:
             raise EditError("http2_max_streams must be >= 0 (0 leaves Traefik's own), got %d" % p["http2_max_streams"])
-        facts, plan = read_and_plan(module, docker, opts)
+        facts, plan = read_and_plan(module, docker, options(p))
         plan["inflight"] = inflight
-        changes = file_changes(plan)
         if plan["compose"] and plan["recreate"]:
             validate_compose(docker, plan)
     except EditError as e:
         module.fail_json(msg=str(e), problems=[])
     for warning in plan.get("warnings", []):
         module.warn(warning)
+    return facts, plan
+
+
+def planned(module, docker, facts, plan):
+    """The result as planned (what changes, the diff) and the routers that
+    must be there after it (the plan's and what Traefik's API shows now)."""
     provider = plan["provider"]
-    moves = provider["kind"] == "filename" and not os.path.islink(provider["file_host"])
-    result = dict(changed=bool(changes) or moves or not os.path.isdir(provider["dir_host"]),
+    changes = file_changes(plan)
+    plan["moves"] = provider["kind"] == "filename" and not os.path.islink(provider["file_host"])
+    result = dict(changed=bool(changes) or plan["moves"] or not os.path.isdir(provider["dir_host"]),
                   version={"version": facts["version"], "major": facts["major"], "source": facts["version_source"]},
                   mode=plan["mode"], static=(plan["static"] or {}).get("path"),
                   format=traefik.static_format(plan["static"]["path"]) if plan["static"] else None,
@@ -578,43 +580,83 @@ def main():
                   recreate=plan["recreate"], files=[c[0] for c in changes], client_bound={}, problems=[])
     if module._diff:
         result["diff"] = diff(plan, changes)
-    before = docker.api() if p["verify"] else None
+    before = docker.api() if module.params["verify"] else None
     baseline = set(r["name"] for r in before[0]) if before else set()
     expected = set(r for r in set(plan["expected_routers"]) | baseline if not r.startswith(traefik.API_ROUTER + "@"))
     result["expected_routers"] = sorted(expected)
+    return changes, result, before, expected
+
+
+def change(module, docker, plan, changes):
+    """Step 2, change: the directory, the moved provider file, each file, the
+    restart or re-creation; each step recorded for its undo."""
+    made = Change(module, docker, plan)
+    try:
+        made.make_dir(plan["provider"]["dir_host"])
+        if plan["moves"]:
+            made.move_provider_file()
+        for path, old, new in changes:
+            made.write(path, old, new)
+        restart(module, docker, plan)
+    except (EditError, OSError) as e:
+        return made, ["the change failed: %s" % e]
+    return made, []
+
+
+def verify(module, docker, plan, expected):
+    """Step 3, verify: Traefik's API shows every expected router, enabled and
+    running the middleware as written. (problems, the API's last answer)."""
+    if not module.params["verify"]:
+        return [], None
+    return wait_api(docker, plan, expected, module.params["verify_timeout"])
+
+
+def roll_back(module, docker, plan, made, problems, result):
+    """Step 4, undo on failure: every step in reverse, Traefik restarted on
+    the user's files; the task fails saying why."""
+    result["problems"] = problems
+    made.rollback()
+    try:
+        restart(module, docker, plan)
+    except EditError as e:
+        problems.append("and putting it back failed too: %s" % e)
+    module.fail_json(msg="The change was rolled back: your previous static config, compose file and dynamic files "
+                         "are in place again and Traefik was restarted on them. Why: %s" % "; ".join(problems),
+                     **result)
+
+
+def remember(module, plan, changes, made):
+    """What was written over the user's files, for state=absent."""
+    extra = {"restart": True} if plan["restart"] or plan["recreate"] else {}
+    if plan["recreate"]:
+        extra["compose"] = dict((k, plan["compose"][k]) for k in COMPOSE_KEYS)
+    host.write_record(module, record_path(module),
+                      undo_record.remember(host.read_record(record_path(module)), changes, made.dirs, made.moved,
+                                           extra))
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    host.require_root(module, "reads Traefik's container through Docker and writes Traefik's files")
+    docker = Docker(module, p["container"])
+    if p["state"] == "absent":
+        undo(module, docker)
+    facts, plan = read(module, docker)
+    changes, result, before, expected = planned(module, docker, facts, plan)
     if module.check_mode or not result["changed"]:
         if before and not module.check_mode:
             result["problems"] = traefik.check_api(before[0], before[1], expected, plan["entrypoints"],
                                                    plan["middleware_ref"], plan["amount"])
         result["client_bound"] = bound(before, plan, p["client_bound_max"])
         finish(module, result)
-    change = Change(module, docker, plan)
-    try:
-        change.make_dir(provider["dir_host"])
-        if moves:
-            change.move_provider_file()
-        for path, old, new in changes:
-            change.write(path, old, new)
-        restart(module, docker, plan)
-        problems, api = wait_api(docker, plan, expected, p["verify_timeout"]) if p["verify"] else ([], None)
-    except (EditError, OSError) as e:
-        problems, api = ["the change failed: %s" % e], None
+    made, problems = change(module, docker, plan, changes)
+    api = None
+    if not problems:
+        problems, api = verify(module, docker, plan, expected)
     if problems:
-        result["problems"] = problems
-        change.rollback()
-        try:
-            restart(module, docker, plan)
-        except EditError as e:
-            problems.append("and putting it back failed too: %s" % e)
-        module.fail_json(msg="The change was rolled back: your previous static config, compose file and dynamic files "
-                             "are in place again and Traefik was restarted on them. Why: %s" % "; ".join(problems),
-                         **result)
-    extra = {"restart": True} if plan["restart"] or plan["recreate"] else {}
-    if plan["recreate"]:
-        extra["compose"] = dict((k, plan["compose"][k]) for k in COMPOSE_KEYS)
-    host.write_record(module, record_path(module),
-                      undo_record.remember(host.read_record(record_path(module)), changes, change.dirs, change.moved,
-                                           extra))
+        roll_back(module, docker, plan, made, problems, result)
+    remember(module, plan, changes, made)
     result["client_bound"] = bound(api, plan, p["client_bound_max"])
     finish(module, result)
 
