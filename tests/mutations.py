@@ -112,6 +112,31 @@ MUTATIONS = {
         "    want = want or DRAIN_WANT\n",
         "    want = dict(td.KERNEL_DEFAULTS)\n",
         UNIT + "test_diagnose.py::test_drain_values_are_held_to_what_tcp_drain_sets"),
+    "Traefik static config: yml before toml (not Traefik's order)": (
+        "plugins/module_utils/traefik_inflight.py",
+        'STATIC_EXTENSIONS = ("toml", "yaml", "yml")',
+        'STATIC_EXTENSIONS = ("yml", "yaml", "toml")',
+        UNIT + "test_traefik_inflight.py::test_the_static_config_traefik_reads"),
+    "Traefik static config: the working directory left out of the search": (
+        "plugins/module_utils/traefik_inflight.py",
+        'STATIC_BASES = ("/etc/traefik/traefik", "$XDG_CONFIG_HOME/traefik", "$HOME/.config/traefik", "./traefik")',
+        'STATIC_BASES = ("/etc/traefik/traefik",)',
+        UNIT + "test_traefik_inflight.py::test_the_static_config_traefik_reads"),
+    "Traefik version gate: every option taken whatever the version": (
+        "plugins/module_utils/traefik_inflight.py",
+        '    return version_tuple(version) >= MIN_VERSIONS[key][0]',
+        '    return True',
+        UNIT + "test_traefik_inflight.py::test_settings_newer_than_the_users_traefik_are_left_out_with_a_warning"),
+    "Traefik ping: its default entrypoint's clash with a user's :8080 not seen": (
+        "plugins/module_utils/traefik_inflight.py",
+        '        clash = sorted(e for e, a in users.items() if port_of(a) == port_of(IMPLICIT_ADDRESS))',
+        '        clash = []',
+        UNIT + "test_traefik_inflight.py::test_ping_beside_a_user_entrypoint_on_8080_goes_on_the_roles_api_entrypoint"),
+    "keeper: Docker 29's events read by the old id field only": (
+        "plugins/module_utils/k3d_serverlb_container.py",
+        '    return (actor.get("ID") or event.get("id") or None)',
+        '    return (event.get("id") or None)',
+        "tests/unit/test_k3d_serverlb_keeper.py::test_the_keeper_reacts_to_either_event_shape"),
 }
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "output", "results", "build", "*.tar.gz")
