@@ -365,6 +365,12 @@ upstream_pin() { # the upstream commit or tag the source copy is (../shared/upst
     docker-socket-proxy) echo "tag v0.3.0" ;;
   esac
 }
+upstream_repo() {
+  case "$1" in
+    docker-autoheal) echo "github.com/willfarrell/docker-autoheal" ;;
+    docker-socket-proxy) echo "github.com/Tecnativa/docker-socket-proxy" ;;
+  esac
+}
 
 # upstream NAME DIR: fills the build context DIR with the upstream's files, or
 # with a Dockerfile FROM its published image.
@@ -387,7 +393,7 @@ upstream() {
   fi
   log "$name: no source and no image. Its published image $ref could not be pulled (no registry answers), and"
   log "  no copy of its source is at \$HOMELAB_EDGE_UPSTREAM/$name or $SHARED/upstream/$name."
-  log "  Put the upstream repository's files there (../shared/upstream/README.md names the commits), or"
+  log "  Put the files of $(upstream_repo "$name") at its $(upstream_pin "$name") there, or"
   log "  load the image ($ref) into this engine, then run make again."
   return 1
 }

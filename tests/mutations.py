@@ -137,6 +137,11 @@ MUTATIONS = {
         '    return (actor.get("ID") or event.get("id") or None)',
         '    return (event.get("id") or None)',
         "tests/unit/test_k3d_serverlb_keeper.py::test_the_keeper_reacts_to_either_event_shape"),
+    "lab: a binary's version matched through a pipe into grep -q (fails when grep exits first)": (
+        "lab/lab.sh",
+        '  if [ "$rc" -eq 0 ] && grep -q -E "$pattern" <<<"$got"; then return 0; fi',
+        '  if version_output "$1" "$2" | grep -q -E "$pattern"; then return 0; fi',
+        "tests/lab/test_lab_versions.py::test_a_binary_that_reports_its_pin_is_taken_whatever_it_writes_after"),
 }
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "output", "results", "build", "*.tar.gz")
