@@ -1,6 +1,7 @@
 """The NAS as its admin runs it: five hand-written Traefiks (v3 with a
 provider file, v2 with a provider directory, v3 with flags, v3 with the Docker
-provider and labels and traefik.yml mounted alone and .env, v2 with TOML),
+provider and labels and traefik.yml mounted alone at /traefik.yml beside a :8080
+entrypoint of theirs and .env, v2 with TOML),
 changed in place by the role over SSH with sudo; the real autoheal and socket proxy against a
 real wedge. The NAS is read from outside (its console: docker exec)."""
 import base64
@@ -272,7 +273,7 @@ def test_the_first_change_to_a_docker_provider_traefik_is_rolled_back_with_its_n
     assert out.returncode != 0 and "The change was rolled back" in t, t[-3000:]
     assert nas_files() == before
     mounts = json.loads(inner("inspect", "-f", "'{{json .Mounts}}'", "traefik-d"))
-    assert "/etc/traefik/dynamic" not in [m["Destination"] for m in mounts]
+    assert "/dynamic" not in [m["Destination"] for m in mounts]
     # re-created on the old files, Traefik's Docker provider finds the apps' labels again in a few seconds
     t0 = time.time()
     while time.time() - t0 < 30 and [get(11443, name)[0] for name in ("site", "auth")] != [200, 200]:
@@ -285,14 +286,30 @@ def test_the_first_change_to_a_docker_provider_traefik_is_rolled_back_with_its_n
 def test_the_docker_provider_traefik_reads_the_middleware_from_a_new_directory_mount_and_keeps_its_env():
     mounts = dict((m["Destination"], m["Source"]) for m in json.loads(
         inner("inspect", "-f", "'{{json .Mounts}}'", "traefik-d")))
-    assert mounts["/etc/traefik/dynamic"] == "/srv/traefik-d/dynamic"
-    assert mounts["/etc/traefik/traefik.yml"] == "/srv/traefik-d/traefik.yml"
+    # traefik.yml at the working directory, as the guides mount it: the directory goes beside it
+    assert mounts["/dynamic"] == "/srv/traefik-d/dynamic"
+    assert mounts["/traefik.yml"] == "/srv/traefik-d/traefik.yml"
     compose = NAS.file("/srv/traefik-d/compose.yml").content_string
     assert "    image: homelab-edge/nas:${NAS_TAG}   # stands for traefik:${TRAEFIK_VERSION}\n" in compose
-    assert "      - ./dynamic:/etc/traefik/dynamic:ro\n" in compose
+    assert "      - ./dynamic:/dynamic:ro\n" in compose
     labels = json.loads(inner("inspect", "-f", "'{{json .Config.Labels}}'", "traefik-d"))
     assert labels["com.docker.compose.project"] == "traefik-d"
     assert inner("inspect", "-f", "{{.Config.Image}}", "traefik-d").strip() == "homelab-edge/nas:lab"
+
+
+def test_ping_goes_on_the_roles_api_entrypoint_where_their_entrypoint_holds_8080():
+    """traefik-d's own `web` listens on :8080, the address of Traefik's
+    default entrypoint for ping: the role put ping on its own loopback API
+    entrypoint, so Traefik started, :8080 is still theirs, and the health
+    check (traefik healthcheck --ping) finds ping there."""
+    static = NAS.file("/srv/traefik-d/traefik.yml").content_string
+    assert "ping:\n  entryPoint: homelab-edge-api\n" in static
+    eps = dict((e["name"], e["address"]) for e in json.loads(
+        inner("exec", "traefik-d", "wget", "-q", "-O", "-", "http://127.0.0.1:9099/api/entrypoints")))
+    assert eps["web"] == ":8080" and "traefik" not in eps
+    said = inner("exec", "traefik-d", "traefik", "healthcheck", "--ping", "--configFile=/traefik.yml").strip()
+    assert said.startswith("OK") and "9099/ping" in said, said
+    assert inner("inspect", "-f", "{{.State.Health.Status}}", "traefik-d").strip() == "healthy"
 
 
 def test_the_docker_provider_without_exposed_by_default_is_changed_too():

@@ -1,0 +1,265 @@
+"""Traefik as the guides write it: every static config and compose file in
+tests/unit/fixtures/traefik_guides/ (each case a folder of files as a public
+guide, repository or Traefik's own docs has them, SOURCE.txt naming where)
+goes through the module's own pipeline - container_facts, locate, plan - as
+`docker inspect` would show the container that compose (or docker run)
+makes from it. Each case is either changed exactly as intended, every line of
+the user's kept but the ones the change is about, or refused for its true
+reason (EXPECT below), nothing written.
+
+tests/lab/test_traefik_live.py starts the real Traefik on one result of each
+kind (YAML, TOML, flags) and reads back what it loaded."""
+import os
+import re
+import shlex
+import shutil
+
+import pytest
+import yaml
+
+from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik, yaml_text
+from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GUIDES = os.path.join(HERE, "..", "..", "fixtures", "traefik_guides")
+COMPOSE_NAMES = ("docker-compose.yml", "docker-compose.yaml", "compose.yml", "compose.yaml")
+# The Traefik each image tag stands for here (a tag without a patch: that minor's first release).
+LATEST = "3.6.12"
+# Lines of theirs a change may rewrite: the provider file (moved into a directory), an entrypoint's
+# middlewares, HTTP/2 streams and trusted addresses, a flag, a command written as one string.
+MAY_CHANGE = re.compile(r"filename|middlewares|maxConcurrentStreams|trustedIPs|^\s*-?\s*[\"']?--|command:", re.I)
+
+
+def cases():
+    if not os.path.isdir(GUIDES):
+        return []
+    return sorted(d for d in os.listdir(GUIDES) if os.path.isdir(os.path.join(GUIDES, d)))
+
+
+def read(path):
+    with open(path, encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def dotenv(case):
+    env = {}
+    path = os.path.join(case, ".env")
+    if os.path.exists(path):
+        for line in read(path).splitlines():
+            if "=" in line and not line.lstrip().startswith("#"):
+                k, v = line.split("=", 1)
+                env[k.strip()] = v.strip().strip('"').strip("'")
+    return env
+
+
+def interpolate(value, env):
+    """compose's ${VAR}, ${VAR:-default}, ${VAR-default}, $VAR (unset: empty or the default)."""
+    if isinstance(value, dict):
+        return dict((k, interpolate(v, env)) for k, v in value.items())
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def one(m):
+        name, default = m.group(1) or m.group(3), m.group(2)
+        if default is None:
+            return env.get(name, "")
+        if default.startswith(":-"):
+            return env.get(name) or default[2:]
+        return env.get(name, default[1:])
+    return re.sub(r"\$\{([A-Za-z0-9_]+)((?::?-)[^}]*)?\}|\$([A-Za-z0-9_]+)", one, value.replace("$$", "\0")).replace(
+        "\0", "$")
+
+
+def version_of(image):
+    """`traefik version`'s first line for an image tag: traefik:v2.11 -> 2.11.0, none or latest -> LATEST."""
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else "latest"
+    m = re.match(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", tag)
+    if not m:
+        return "Version:      %s\n" % LATEST
+    major, minor, patch = m.group(1), m.group(2), m.group(3)
+    if minor is None:
+        return "Version:      %s\n" % (LATEST if major == "3" else "2.11.30" if major == "2" else major + ".0.0")
+    return "Version:      %s.%s.%s\n" % (major, minor, patch or "0")
+
+
+def mounts_of(volumes, base):
+    out = []
+    for v in volumes or []:
+        if isinstance(v, dict):
+            src, dst, kind = v.get("source", ""), v.get("target", ""), v.get("type", "volume")
+            rw = not v.get("read_only", False)
+        else:
+            parts = str(v).split(":")
+            src, dst = parts[0], parts[1] if len(parts) > 1 else parts[0]
+            rw = not (len(parts) > 2 and "ro" in parts[2].split(","))
+            kind = "bind" if src.startswith((".", "/", "~")) else "volume"
+        if kind == "bind":
+            src = os.path.normpath(os.path.join(base, os.path.expanduser(src)))
+        else:
+            src = "/var/lib/docker/volumes/%s/_data" % src
+        out.append({"Type": kind, "Source": src, "Destination": dst.rstrip("/") or "/", "RW": rw})
+    return out
+
+
+def docker_run(case):
+    """(inspect, None) from a docker-run.sh: its -v/--volume, -e/--env, -l/--label, --name, image and arguments."""
+    words = shlex.split(read(os.path.join(case, "docker-run.sh")).replace("\\\n", " "), comments=True)
+    words = words[words.index("run") + 1:]
+    volumes, env, labels, name, i = [], [], {}, "traefik", 0
+    takes = ("-p", "--publish", "--network", "--restart", "-w", "--workdir", "--hostname", "--user", "-u")
+    while i < len(words) and words[i].startswith("-"):
+        w = words[i]
+        key, sep, value = w.partition("=")
+        if not sep and key in ("-v", "--volume", "-e", "--env", "-l", "--label", "--name") + takes:
+            value, i = words[i + 1], i + 1
+        if key in ("-v", "--volume"):
+            volumes.append(value)
+        elif key in ("-e", "--env"):
+            env.append(value)
+        elif key in ("-l", "--label"):
+            k, dummy, v = value.partition("=")
+            labels[k] = v
+        elif key == "--name":
+            name = value
+        i += 1
+    image, args = words[i], words[i + 1:]
+    return {"Name": "/" + name, "Config": {"Image": image, "Cmd": args, "Env": env, "Labels": labels, "WorkingDir": ""},
+            "State": {"Running": True}, "Mounts": mounts_of(volumes, case)}, None
+
+
+def from_compose(case):
+    """(inspect, the compose project) of the Traefik service as compose makes it."""
+    path = next(os.path.join(case, n) for n in COMPOSE_NAMES if os.path.exists(os.path.join(case, n)))
+    env = dotenv(case)
+    compose = interpolate(yaml.safe_load(read(path).lstrip("\ufeff")), env)
+    services = compose.get("services") or {}
+    name = next((n for n, s in services.items() if "traefik" in str((s or {}).get("image", "")).split(":")[0]), None)
+    name = name or next((n for n in services if "traefik" in n), None) or "traefik"
+    svc = services.get(name) or {}
+    command = svc.get("command")
+    labels = svc.get("labels") or {}
+    if isinstance(labels, list):
+        labels = dict((item.split("=", 1) + [""])[:2] for item in labels)
+    environment = svc.get("environment") or {}
+    if isinstance(environment, dict):
+        environment = ["%s=%s" % kv for kv in environment.items()]
+    labels.update({"com.docker.compose.project": os.path.basename(case), "com.docker.compose.service": name,
+                   "com.docker.compose.project.working_dir": case, "com.docker.compose.project.config_files": path})
+    inspect = {"Name": "/" + str(svc.get("container_name") or name),
+               "Config": {"Image": str(svc.get("image", "traefik")), "Env": environment, "Labels": labels,
+                          "Cmd": shlex.split(command) if isinstance(command, str) else list(command or []),
+                          "WorkingDir": svc.get("working_dir") or ""},
+               "State": {"Running": True}, "Mounts": mounts_of(svc.get("volumes"), case)}
+    return inspect, compose
+
+
+def limited_entrypoints(facts, static_text, where):
+    """The entrypoints a user would name: the HTTPS ones (port 443 or 8443), else the first HTTP one."""
+    if facts["source"]["mode"] == "file":
+        eps = traefik.lookup(traefik.parse_static(static_text, where["static"]), ["entryPoints"]) or {}
+        addresses = dict((e, traefik.lookup(eps, [e, "address"])) for e in eps)
+    else:
+        addresses = dict((k.split(".")[1], v) for k, v in facts["source"]["flags"].items()
+                         if k.startswith("entrypoints.") and k.endswith(".address"))
+    tcp = [e for e, a in sorted(addresses.items()) if not traefik.is_udp(a) and e not in traefik.OWN_ENTRYPOINTS]
+    https = [e for e in tcp if traefik.port_of(addresses[e]) in (443, 8443)]
+    return https or tcp[:1] or ["websecure"]
+
+
+def run_case(name, tmp_path):
+    """The module's pipeline on a copy of the case. Returns (facts, plan, opts) or raises EditError."""
+    case = str(tmp_path / name)
+    shutil.copytree(os.path.join(GUIDES, name), case)
+    if os.path.exists(os.path.join(case, "docker-run.sh")):
+        inspect, compose = docker_run(case)
+    else:
+        inspect, compose = from_compose(case)
+    env, workdir = traefik.container_env(inspect)
+    candidates = traefik.static_candidates(traefik.traefik_args(inspect), env, workdir)
+    existing = []
+    for c in candidates:
+        where = traefik.host_path(c, inspect["Mounts"])
+        if where and os.path.exists(where["host"]):
+            existing.append(c)
+    facts = traefik.container_facts(inspect, version_of(inspect["Config"]["Image"]), existing)
+    static_text = ""
+    if facts["source"]["mode"] == "file":
+        where = traefik.host_path(facts["source"]["path"], facts["mounts"])
+        static_text = read(where["host"]) if where and os.path.isfile(where["host"]) else ""
+    opts = {"name": "inflight-limit", "amount": 400, "source": "ip", "depth": 0, "excluded_ips": [], "header": "",
+            "entrypoints": [], "dynamic_dir": "", "verify_api": True, "proxy_protocol_trusted_ips": None,
+            "autoheal_label": "autoheal", "healthcheck": {"interval": "30s", "timeout": "5s", "retries": 3},
+            "sysctls": {}, "http2_max_streams": 32, "metrics_port": 0}
+    located = traefik.locate(facts, static_text, dict(opts, entrypoints=["websecure"]))
+    opts["entrypoints"] = limited_entrypoints(facts, static_text, located)
+    compose_text = read(facts["compose"]["files"][0]) if facts["compose"] else None
+    dynamic = {}
+    directory = located["provider"]["dir_host"]
+    if os.path.isdir(directory):
+        for f in sorted(os.listdir(directory)):
+            if f.lower().endswith(traefik.DYNAMIC_SUFFIXES) and os.path.isfile(os.path.join(directory, f)):
+                dynamic[os.path.join(directory, f)] = read(os.path.join(directory, f))
+    labels = [((s or {}).get("labels") or {}) for s in ((compose or {}).get("services") or {}).values()]
+    labels = [dict((x.split("=", 1) + [""])[:2] for x in lb) if isinstance(lb, list) else lb for lb in labels]
+    return facts, traefik.plan(facts, located, static_text, compose_text, dynamic, opts, labels), opts
+
+
+def kept(old, new):
+    """Lines of theirs the change lost (the ones it is about excepted)."""
+    new_lines = set(new.splitlines())
+    return [ln for ln in old.splitlines() if ln.strip() and ln not in new_lines and not MAY_CHANGE.search(ln)]
+
+
+def check_changed(facts, plan, opts):
+    ref = "inflight-limit@file"
+    if plan["static"]:
+        old, new = plan["static"]["old"], plan["static"]["new"]
+        assert kept(old, new) == []
+        assert new.startswith("\ufeff") == old.startswith("\ufeff")
+        doc = traefik.parse_static(new, plan["static"]["path"])
+        eps = traefik.lookup(doc, ["entryPoints"])
+        for ep in opts["entrypoints"]:
+            assert ref in traefik.lookup(eps, [ep, "http", "middlewares"])
+        assert traefik.lookup(doc, ["ping"]) is not None
+        assert traefik.lookup(eps, [traefik.API_ENTRYPOINT, "address"]) == "127.0.0.1:%d" % traefik.API_PORT
+    else:
+        old, new = plan["compose"]["old"], plan["compose"]["new"]
+        command = traefik.lookup(yaml.safe_load(new), ["services", facts["compose"]["service"], "command"])
+        words = shlex.split(command) if isinstance(command, str) else command
+        flags = traefik.parse_flags(words)
+        for ep in opts["entrypoints"]:
+            assert ref in flags["entrypoints.%s.http.middlewares" % ep.lower()].split(",")
+        assert "ping" in flags or any(k.startswith("ping.") for k in flags)
+    if plan["compose"]:
+        old, new = plan["compose"]["old"], plan["compose"]["new"]
+        assert kept(old, new) == []
+        svc = traefik.lookup(yaml.safe_load(new), ["services", facts["compose"]["service"]])
+        labels = svc.get("labels") or {}
+        assert ("autoheal=true" in labels) if isinstance(labels, list) else str(labels.get("autoheal")) == "true"
+
+
+# Each collected case: "changed", or the words of its true refusal.
+EXPECT = {
+}
+
+
+@pytest.mark.parametrize("name", cases())
+def test_every_guide_config_is_changed_correctly_or_refused_for_its_true_reason(name, tmp_path):
+    want = EXPECT.get(name)
+    assert want is not None, "%s: no expectation in EXPECT" % name
+    if want == "changed":
+        facts, plan, opts = run_case(name, tmp_path)
+        check_changed(facts, plan, opts)
+    else:
+        with pytest.raises(EditError) as e:
+            run_case(name, tmp_path)
+        assert want in str(e.value)
+
+
+def test_enough_real_configs_are_collected():
+    assert len(cases()) >= 30
+    for name in cases():
+        source = os.path.join(GUIDES, name, "SOURCE.txt")
+        assert os.path.exists(source) and "http" in read(source), "%s names no source" % name
