@@ -55,13 +55,32 @@ def lookup(doc, path):
     return node
 
 
+def flag_key(arg):
+    """--name=value -> name (lower-cased), None for anything else."""
+    return arg[2:].partition("=")[0].lower() if arg.startswith("--") else None
+
+
+def in_place_of(key, add, present):
+    """The added flag that takes a removed flag's place (and its comment): one of
+    the same group (providers.file.filename -> providers.file.directory) that is
+    not there yet. None: the removed flag just goes."""
+    group = key.rpartition(".")[0]
+    return next((k for k in sorted(add) if k.rpartition(".")[0] == group and k not in present), None)
+
+
 def edit_args(args, add, remove):
-    """A list of command-line flags with flags replaced in place, removed, or
-    appended (--name=value; names match case-insensitively)."""
+    """A list of command-line flags with flags replaced in place, removed (or
+    replaced by a flag of their group: in_place_of), or appended (--name=value;
+    names match case-insensitively)."""
     out, done = [], set()
+    present = set(flag_key(a) for a in args)
     for a in args:
-        key = a[2:].partition("=")[0].lower() if a.startswith("--") else None
+        key = flag_key(a)
         if key in remove:
+            instead = in_place_of(key, add, present | done)
+            if instead:
+                out.append("--%s=%s" % (instead, add[instead]))
+                done.add(instead)
             continue
         if key in add:
             out.append("--%s=%s" % (a[2:].partition("=")[0], add[key]))

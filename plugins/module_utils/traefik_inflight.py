@@ -20,6 +20,7 @@ __metaclass__ = type
 import json
 import posixpath
 import re
+import shlex
 
 from ansible_collections.homelab.edge.plugins.module_utils import toml_text, yaml_text
 from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError, ci, lookup
@@ -59,6 +60,10 @@ DYNAMIC_SUFFIXES = (".yml", ".yaml", ".toml")
 # create this entrypoint where the user has none of that name (static_config.go,
 # SetEffectiveConfiguration, v2.0 to v3.6).
 IMPLICIT_ENTRYPOINT, IMPLICIT_ADDRESS = "traefik", ":8080"
+# With no entrypoint of the user's, Traefik opens this one itself (v2.0 to v3.6).
+IMPLICIT_HTTP = ("the config defines no entrypoint, so Traefik listens on its implicit entrypoint http (:80), which "
+                 "takes no middleware until it is defined: define it %s, and name the entrypoints to limit in "
+                 "traefik_inflight_entrypoints; nothing was changed")
 # Set by swarm on a service's task containers.
 SWARM_SERVICE_LABEL = "com.docker.swarm.service.name"
 # The least Traefik version of each setting the module writes, read from Traefik's
@@ -429,6 +434,8 @@ def static_changes(static, opts, warnings=None):
     version = opts.get("version") or "3"
     gate(version, "entrypoint_middlewares")
     eps = lookup(static, ["entryPoints"]) or {}
+    if not eps:
+        raise TraefikConfigError(IMPLICIT_HTTP % "in its static config (entryPoints: http: address: \":80\")")
     missing = [e for e in opts["entrypoints"] if ci(eps, e) is None]
     if missing:
         raise TraefikConfigError("entrypoint(s) %s not defined in the static config (defined: %s)"
@@ -505,6 +512,8 @@ def flag_changes(flags, opts, warnings=None):
     add, remove = {}, []
     addresses = dict((k.split(".")[1], v) for k, v in flags.items()
                      if k.startswith("entrypoints.") and k.endswith(".address") and k.count(".") == 2)
+    if not addresses:
+        raise TraefikConfigError(IMPLICIT_HTTP % "with a flag (--entrypoints.http.address=:80)")
     streams = opts.get("http2_max_streams")
     if streams and not supports(version, "http2_max_streams"):
         warnings.append(gate(version, "http2_max_streams"))
@@ -577,6 +586,13 @@ def compose_command_changes(compose, service, args, add, remove):
     if svc is None:
         raise TraefikConfigError("service %s is not in the compose file" % service)
     command = svc.get("command")
+    words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command or []]
+    if command is not None and sorted(set(parse_flags(words))) != sorted(set(parse_flags(args))):
+        raise TraefikConfigError(
+            "Traefik runs with flags that are not the command of service %s in the compose file the role edits: they "
+            "come from another compose file (an override, extends) or were changed since it was started. The role "
+            "edits only that file's command; put the flags there (or re-create Traefik from it) and run the role "
+            "again; nothing was changed" % service)
     if command is None:
         raise TraefikConfigError("the compose service %s has no command: its flags come from elsewhere (entrypoint, "
                                  "an extended file): put them in its command; nothing was changed" % service)
@@ -776,6 +792,10 @@ def locate(facts, static_text, opts):
         base = "/etc/traefik"
         host_base = (facts["compose"] or {}).get("working_dir")
         out["docker"] = docker_provider(None, flags)
+    # Traefik opens a relative provider path from its working directory
+    workdir = facts.get("workdir") or "/"
+    directory = posixpath.normpath(posixpath.join(workdir, directory)) if directory else directory
+    filename = posixpath.normpath(posixpath.join(workdir, filename)) if filename else filename
     if directory:
         provider = {"kind": "directory", "dir": directory.rstrip("/")}
     elif filename:
@@ -783,11 +803,24 @@ def locate(facts, static_text, opts):
                     "dir": (opts.get("dynamic_dir") or posixpath.join(_dirname(filename), "dynamic")).rstrip("/")}
     else:
         provider = {"kind": "none", "dir": (opts.get("dynamic_dir") or posixpath.join(base, "dynamic")).rstrip("/")}
+    file_where = host_path(filename, facts["mounts"]) if provider["kind"] == "filename" else None
+    alone = bool(file_where and file_where["whole_mount"])
+    if provider["kind"] == "filename" and (file_where is None or (alone and not (facts["compose"] and host_base))):
+        raise TraefikConfigError(
+            "%s reads its routes from %s, %s: the middleware goes into a directory of Traefik's file provider, "
+            "beside your routes, so the role moves that file into %s (where Traefik's directory watch sees every "
+            "change) and needs the directory around it mounted. Mount the directory that holds %s instead of the "
+            "file alone (%s), then run the role again; nothing was changed"
+            % (facts["name"], filename, ("a file mounted alone from %s" % file_where["host"]) if file_where else
+               "which is on no mount", provider["dir"], posixpath.basename(filename),
+               "in its compose file" if facts["compose"] else "re-create it with that -v"))
     where = host_path(provider["dir"], facts["mounts"])
-    if where is None and provider["kind"] == "none" and facts["compose"] and host_base:
-        # Traefik with no file provider (the Docker provider and labels, its static file mounted alone):
-        # the role adds a directory mount beside the static config and a file provider on it
-        host_dir = posixpath.join(host_base, "dynamic")
+    if where is None and (provider["kind"] == "none" or alone) and facts["compose"] and host_base:
+        # Traefik with no file provider (the Docker provider and labels, its static file mounted alone),
+        # or with one file of routes mounted alone (traefik.yml and config.yml, the commonest guides'
+        # layout): the role adds a directory mount beside that file (or the static config) and a file
+        # provider on it; a routes file is moved in, a link left at its place for its own mount
+        host_dir = posixpath.join(_dirname(file_where["host"]) if alone else host_base, "dynamic")
         compose_dir = _dirname(facts["compose"]["files"][0]) if facts["compose"]["files"] else None
         provider["mount"] = {"host": host_dir, "container": provider["dir"],
                              "spec": _mount_spec(host_dir, provider["dir"], compose_dir)}
@@ -802,14 +835,7 @@ def locate(facts, static_text, opts):
             % (provider["dir"], facts["name"], ", ".join(m["Destination"] for m in facts["mounts"]) or "none", how))
     provider["dir_host"] = where["host"]
     if provider["kind"] == "filename":
-        where = host_path(filename, facts["mounts"])
-        if where is None or where["whole_mount"]:
-            raise TraefikConfigError(
-                "%s reads its routes from %s, %s: the role moves that file into %s (where Traefik's directory watch "
-                "sees every change) and needs the directory around it mounted; mount its directory instead of the "
-                "file; nothing was changed" % (facts["name"], filename, "a single-file mount" if where else
-                                               "which is on no mount", provider["dir"]))
-        provider["file_host"] = where["host"]
+        provider["file_host"] = file_where["host"]
     out["provider"] = provider
     return out
 
@@ -836,6 +862,9 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
                         "the change goes into the file" % (facts["name"], facts["source"]["path"],
                                                             ", --".join(facts["source"]["ignored"])))
     compose_changes = []
+    if facts["compose"] and compose_text is not None:
+        check_service_home(yaml_text.parse(compose_text, facts["compose"]["files"][0]), facts["compose"],
+                           facts["compose"]["files"][0])
     if where["mode"] == "file":
         changes = static_changes(parse_static(static_text, where["static"]), opts, warnings)
         new = edit_static(static_text, changes, where["static"])
@@ -855,7 +884,6 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
     if facts["compose"] and compose_text is not None:
         path = facts["compose"]["files"][0]
         compose = yaml_text.parse(compose_text, path)
-        check_service_home(compose, facts["compose"], path)
         compose_changes += service_changes(compose, facts, opts)
         new = yaml_text.edit_yaml(compose_text, compose_changes, path) if compose_changes else compose_text
         out["compose"] = {"path": path, "old": compose_text, "new": new, "files": facts["compose"]["files"],

@@ -20,7 +20,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.homelab.edge.plugins.module_utils.text_edit import (
-    EditError, apply_changes, check_result, describe, make)
+    EditError, apply_changes, check_result, describe, in_place_of, make)
 
 try:
     import yaml
@@ -82,11 +82,16 @@ class YamlText(object):
     def __init__(self, text):
         self.added_top = False
         self.lines = text.splitlines(True)
-        if self.lines and not self.lines[-1].endswith("\n"):
+        # a file without a final newline keeps going without one
+        self.open_end = bool(self.lines) and not self.lines[-1].endswith("\n")
+        if self.open_end:
             self.lines[-1] += _nl(self.lines)
 
     def text(self):
-        return "".join(self.lines)
+        text = "".join(self.lines)
+        if self.open_end:
+            text = text[:-len(_nl(self.lines))]
+        return text
 
     def _key(self, i):
         return _KEY.match(self.lines[i].rstrip("\r\n"))
@@ -274,11 +279,22 @@ class YamlText(object):
             return
         done = set()
         j = i + 1
+        present = set()
+        for k in range(i + 1, self._end(i)):
+            m = re.match(r"""^\s*-\s*["']?--([^=\s"']+)""", self.lines[k])
+            present.add(m.group(1).lower() if m else None)
         while j < self._end(i):
             line = self.lines[j]
             m = re.match(r"""^(\s*-\s*)(["']?)--([^=\s"']+)(=[^"'#]*?)?(["']?)(\s*(?:#.*)?)$""", line.rstrip("\r\n"))
             key = m.group(3).lower() if m else None
             if key in remove:
+                instead = in_place_of(key, add, present | done)
+                if instead:  # its line (and comment) taken by the flag of its group that replaces it
+                    self.lines[j] = "%s%s--%s=%s%s%s%s" % (
+                        m.group(1), m.group(2), instead, add[instead], m.group(5), m.group(6), _nl(self.lines))
+                    done.add(instead)
+                    j += 1
+                    continue
                 del self.lines[j]
                 continue
             if key in add:
@@ -303,9 +319,15 @@ class YamlText(object):
             raise EditError("line %d: the command block is empty" % (i + 1))
         done = set()
 
+        present = set(k.lower() for j in span for k in re.findall(r"--([^=\s\"'#]+)", self.lines[j]))
+
         def word(m):
             key = m.group("key").lower()
             if key in remove:
+                instead = in_place_of(key, add, present | done)
+                if instead:
+                    done.add(instead)
+                    return "%s--%s=%s" % (m.group("pre"), instead, add[instead])
                 return ""
             if key in add:
                 done.add(key)
@@ -326,13 +348,14 @@ class YamlText(object):
             span.remove(j)
         if not span:
             raise EditError("line %d: the command would be empty" % (i + 1))
-        new = " ".join("--%s=%s" % (k, add[k]) for k in sorted(add) if k not in done)
+        new = ["--%s=%s" % (k, add[k]) for k in sorted(add) if k not in done]
         if not new:
             return
         last = span[-1] - len([j for j in emptied if j < span[-1]])
-        if block:
-            self.lines.insert(last + 1, " " * _indent(self.lines[last]) + new + nl)
+        if block:  # a line each, at the block's indent
+            self.lines[last + 1:last + 1] = [" " * _indent(self.lines[last]) + flag + nl for flag in new]
             return
+        new = " ".join(new)
         value_text = self._key(i).group("rest")  # as edited above
         line = self.lines[last].rstrip("\r\n")
         head = len(line) - len(value_text) if last == i else 0

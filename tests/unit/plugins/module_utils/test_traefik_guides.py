@@ -23,6 +23,8 @@ from ansible_collections.homelab.edge.plugins.module_utils.text_edit import Edit
 HERE = os.path.dirname(os.path.abspath(__file__))
 GUIDES = os.path.join(HERE, "..", "..", "fixtures", "traefik_guides")
 COMPOSE_NAMES = ("docker-compose.yml", "docker-compose.yaml", "compose.yml", "compose.yaml")
+# A guide's absolute host paths (/home/user/traefik/traefik.yml) stand for where the user put the
+# guide's files: HOSTPATHS in a case maps each such prefix to the case's folder ("/home/u/t -> data").
 # The Traefik each image tag stands for here (a tag without a patch: that minor's first release).
 LATEST = "3.6.12"
 # Lines of theirs a change may rewrite: the provider file (moved into a directory), an entrypoint's
@@ -42,13 +44,15 @@ def read(path):
 
 
 def dotenv(case):
+    """The project's .env, and ENV: the shell's variables a guide expects (compose reads both)."""
     env = {}
-    path = os.path.join(case, ".env")
-    if os.path.exists(path):
+    for path in (os.path.join(case, "ENV"), os.path.join(case, ".env")):
+        if not os.path.exists(path):
+            continue
         for line in read(path).splitlines():
             if "=" in line and not line.lstrip().startswith("#"):
                 k, v = line.split("=", 1)
-                env[k.strip()] = v.strip().strip('"').strip("'")
+                env.setdefault(k.strip(), v.strip().strip('"').strip("'"))
     return env
 
 
@@ -84,7 +88,13 @@ def version_of(image):
     return "Version:      %s.%s.%s\n" % (major, minor, patch or "0")
 
 
-def mounts_of(volumes, base):
+def host_paths(case):
+    path = os.path.join(case, "HOSTPATHS")
+    pairs = [ln.split("->") for ln in read(path).splitlines() if "->" in ln] if os.path.exists(path) else []
+    return sorted(((a.strip().rstrip("/"), os.path.join(case, b.strip())) for a, b in pairs), key=lambda p: -len(p[0]))
+
+
+def mounts_of(volumes, base, rebase=()):
     out = []
     for v in volumes or []:
         if isinstance(v, dict):
@@ -94,8 +104,13 @@ def mounts_of(volumes, base):
             parts = str(v).split(":")
             src, dst = parts[0], parts[1] if len(parts) > 1 else parts[0]
             rw = not (len(parts) > 2 and "ro" in parts[2].split(","))
-            kind = "bind" if src.startswith((".", "/", "~")) else "volume"
+            kind = "bind" if src.startswith((".", "/", "~", "%")) else "volume"
         if kind == "bind":
+            src = src.rstrip("/") or "/"
+            for prefix, there in rebase:
+                if src == prefix or src.startswith(prefix + "/"):
+                    src = there + src[len(prefix):]
+                    break
             src = os.path.normpath(os.path.join(base, os.path.expanduser(src)))
         else:
             src = "/var/lib/docker/volumes/%s/_data" % src
@@ -103,15 +118,22 @@ def mounts_of(volumes, base):
     return out
 
 
+def container(name, image, args, env, labels, mounts, workdir=""):
+    """What `docker inspect` shows of a running container."""
+    return {"Name": "/" + name, "Config": {"Image": image, "Cmd": args, "Env": env, "Labels": labels,
+                                           "WorkingDir": workdir},
+            "State": {"Running": True}, "Mounts": mounts}
+
+
 def docker_run(case):
     """(inspect, None) from a docker-run.sh: its -v/--volume, -e/--env, -l/--label, --name, image and arguments."""
-    words = shlex.split(read(os.path.join(case, "docker-run.sh")).replace("\\\n", " "), comments=True)
+    text = read(os.path.join(case, "docker-run.sh")).replace("\\\n", " ").replace("${PWD}", case).replace("$PWD", case)
+    words = shlex.split(text, comments=True)
     words = words[words.index("run") + 1:]
     volumes, env, labels, name, i = [], [], {}, "traefik", 0
     takes = ("-p", "--publish", "--network", "--restart", "-w", "--workdir", "--hostname", "--user", "-u")
     while i < len(words) and words[i].startswith("-"):
-        w = words[i]
-        key, sep, value = w.partition("=")
+        key, sep, value = words[i].partition("=")
         if not sep and key in ("-v", "--volume", "-e", "--env", "-l", "--label", "--name") + takes:
             value, i = words[i + 1], i + 1
         if key in ("-v", "--volume"):
@@ -124,17 +146,72 @@ def docker_run(case):
         elif key == "--name":
             name = value
         i += 1
-    image, args = words[i], words[i + 1:]
-    return {"Name": "/" + name, "Config": {"Image": image, "Cmd": args, "Env": env, "Labels": labels, "WorkingDir": ""},
-            "State": {"Running": True}, "Mounts": mounts_of(volumes, case)}, None
+    return container(name, words[i], words[i + 1:], env, labels, mounts_of(volumes, case, host_paths(case))), None
+
+
+def quadlet(case):
+    """(inspect, None) from a Podman quadlet (traefik.container): Image=, Volume=, Exec=."""
+    keys = [ln.split("=", 1) for ln in read(os.path.join(case, "traefik.container")).splitlines() if "=" in ln]
+    volumes = [v.rsplit(":", 1)[0] if v.count(":") > 1 else v for k, v in keys if k == "Volume"]
+    args = shlex.split(" ".join(v for k, v in keys if k == "Exec"))
+    image = [v for k, v in keys if k == "Image"][0]
+    return container("systemd-traefik", image, args, [], {}, mounts_of(volumes, case, host_paths(case))), None
+
+
+def static_alone(case):
+    """(inspect, None) for a guide that gives only the static file: docker run with it at Traefik's
+    first default place, /etc/traefik/<name> (as Traefik's docs run it)."""
+    name = [n for n in os.listdir(case) if n.startswith("traefik.") and n.endswith((".yml", ".yaml", ".toml"))][0]
+    return container("traefik", "traefik", [], [], {},
+                     mounts_of(["./%s:/etc/traefik/%s" % (name, name)], case)), None
+
+
+def compose_file(case):
+    """The compose file a case names (compose's default names first, else the one file whose name says compose)."""
+    for n in COMPOSE_NAMES:
+        if os.path.exists(os.path.join(case, n)):
+            return os.path.join(case, n)
+    named = sorted(n for n in os.listdir(case) if "compose" in n and n.endswith((".yml", ".yaml")))
+    return os.path.join(case, named[0])
+
+
+def merged(base, over):
+    """compose's merge of one service over another: lists of volumes, ports and labels add up; the
+    rest (command, image...) is replaced."""
+    out = dict(base)
+    for k, v in (over or {}).items():
+        if k in ("volumes", "ports") and isinstance(v, list):
+            out[k] = list(out.get(k) or []) + v
+        elif k == "labels":
+            have = out.get(k) or {}
+            have = dict((x.split("=", 1) + [""])[:2] for x in have) if isinstance(have, list) else dict(have)
+            have.update(dict((x.split("=", 1) + [""])[:2] for x in v) if isinstance(v, list) else v or {})
+            out[k] = have
+        else:
+            out[k] = v
+    return out
 
 
 def from_compose(case):
-    """(inspect, the compose project) of the Traefik service as compose makes it."""
-    path = next(os.path.join(case, n) for n in COMPOSE_NAMES if os.path.exists(os.path.join(case, n)))
-    env = dotenv(case)
-    compose = interpolate(yaml.safe_load(read(path).lstrip("\ufeff")), env)
-    services = compose.get("services") or {}
+    """(inspect, the compose project) of the Traefik service as compose makes it: its files in order
+    (COMPOSE_FILES, else the one), .env interpolated, an included file's services, swarm's labels
+    for a stack (DEPLOY)."""
+    listed = os.path.join(case, "COMPOSE_FILES")
+    files = [os.path.join(case, f) for f in read(listed).split()] if os.path.exists(listed) else [compose_file(case)]
+    env = dict(dotenv(case), PWD=case)
+    compose = {}
+    for path in files:
+        doc = interpolate(yaml.safe_load(read(path).lstrip("\ufeff")), env)
+        services = compose.setdefault("services", {})
+        for n, svc in (doc.get("services") or {}).items():
+            services[n] = merged(services.get(n) or {}, svc or {})
+        for inc in traefik.included_files(doc):
+            if not os.path.exists(os.path.join(case, inc)):
+                continue  # the guide's other services (kept out of the case)
+            included = interpolate(yaml.safe_load(read(os.path.join(case, inc))), env)
+            for n, svc in (included.get("services") or {}).items():
+                services.setdefault(n, svc)
+    services = compose["services"]
     name = next((n for n, s in services.items() if "traefik" in str((s or {}).get("image", "")).split(":")[0]), None)
     name = name or next((n for n in services if "traefik" in n), None) or "traefik"
     svc = services.get(name) or {}
@@ -146,12 +223,14 @@ def from_compose(case):
     if isinstance(environment, dict):
         environment = ["%s=%s" % kv for kv in environment.items()]
     labels.update({"com.docker.compose.project": os.path.basename(case), "com.docker.compose.service": name,
-                   "com.docker.compose.project.working_dir": case, "com.docker.compose.project.config_files": path})
-    inspect = {"Name": "/" + str(svc.get("container_name") or name),
-               "Config": {"Image": str(svc.get("image", "traefik")), "Env": environment, "Labels": labels,
-                          "Cmd": shlex.split(command) if isinstance(command, str) else list(command or []),
-                          "WorkingDir": svc.get("working_dir") or ""},
-               "State": {"Running": True}, "Mounts": mounts_of(svc.get("volumes"), case)}
+                   "com.docker.compose.project.working_dir": case,
+                   "com.docker.compose.project.config_files": ",".join(files)})
+    if os.path.exists(os.path.join(case, "DEPLOY")):
+        labels["com.docker.swarm.service.name"] = "%s_%s" % (os.path.basename(case), name)
+    inspect = container(str(svc.get("container_name") or name), str(svc.get("image", "traefik")), environment and [] or [],
+                        environment, labels, mounts_of(svc.get("volumes"), case, host_paths(case)),
+                        svc.get("working_dir") or "")
+    inspect["Config"]["Cmd"] = shlex.split(command) if isinstance(command, str) else list(command or [])
     return inspect, compose
 
 
@@ -174,6 +253,10 @@ def run_case(name, tmp_path):
     shutil.copytree(os.path.join(GUIDES, name), case)
     if os.path.exists(os.path.join(case, "docker-run.sh")):
         inspect, compose = docker_run(case)
+    elif os.path.exists(os.path.join(case, "traefik.container")):
+        inspect, compose = quadlet(case)
+    elif not [n for n in os.listdir(case) if "compose" in n]:
+        inspect, compose = static_alone(case)
     else:
         inspect, compose = from_compose(case)
     env, workdir = traefik.container_env(inspect)
@@ -241,7 +324,53 @@ def check_changed(facts, plan, opts):
 
 
 # Each collected case: "changed", or the words of its true refusal.
+ALONE = "a file mounted alone"             # the single provider file mounted alone, not from compose
+NO_DIR = "added to its docker run"         # docker run, no directory Traefik sees for the middleware
+SWARM = "swarm service"                    # a stack's task: its config is the service's
 EXPECT = {
+    "01-lempa-boilerplates-v3-config-dir": "changed",
+    "02-lempa-boilerplates-v2-crlf": "changed",
+    "03-technotim-launchpad-traefik-yml-root": "changed",
+    "04-technotim-portainer-ssl-crlf": "changed",
+    "05-technotim-traefik3-guide-env": "changed",
+    "06-jimsgarage-traefikv3-env-traefik-yaml": "changed",
+    "07-jimsgarage-traefik-secure-four-entrypoints": "changed",
+    "08-simplehomelab-include-v3-cli-flags": "it comes from compose/$HOSTNAME/traefik.yml (include:)",
+    "09-haxxnet-cloudflare-trustedips-anchors": "changed",
+    "10-haxxnet-command-config-trustedips": "changed",
+    "11-bluepuma77-dashboard-letsencrypt-cli": "changed",
+    "12-bluepuma77-swarm-cli": SWARM,
+    "13-traefik-docs-basic-example-cli": "changed",
+    "14-traefik-docs-quickstart-v2-string-command": "implicit entrypoint http (:80)",
+    "15-traefik-docs-docker-run-etc-traefik": NO_DIR,
+    "16-dockerhub-docker-run-v3": NO_DIR,
+    "17-dockerhub-docker-run-v2": NO_DIR,
+    "18-traefik-docs-setup-docker-metrics": "changed",
+    "19-traefik-docs-setup-swarm": SWARM,
+    "20-traefik-docs-v2.0-install-sample-toml": NO_DIR,
+    "21-traefik-docs-v3.0-install-sample-yml": NO_DIR,
+    "22-traefik-docs-entrypoint-options-toml": NO_DIR,
+    "23-traefik-docs-tls-domains-toml": NO_DIR,
+    "24-dockerswarm-rocks-traefik-stack": SWARM,
+    "25-geek-cookbook-swarm-toml": SWARM,
+    "26-budgetsmarthome-consul-metrics-toml": NO_DIR,
+    "27-cvjoint-udp-wireguard-cli": "changed",
+    "28-adrienpoupa-nas-env-cli": "changed",
+    "29-frappe-overrides-crlf": "they come from another compose file",
+    "30-awesome-compose-string-command": "changed",
+    "31-authelia-lite-quoted-cli-http3-port": "changed",
+    "32-brewblox-folded-command": "changed",
+    "33-wg-easy-http3-traefik-yml-root": "changed",
+    "34-fthffs-rootless-high-ports": "changed",
+    "35-11notes-rootless-ping-metrics-cli": "changed",
+    "36-podman-quadlet-socket-activation": ALONE,
+    "37-pangolin-configfile-custom-name": "changed",
+    "38-runtipi-cli-plus-etc-traefik-file": "changed",
+    "39-spin-swarm-configs-proxyprotocol": SWARM,
+    "40-make-my-server-v3-ping-tcp-entrypoints": "changed",
+    "41-make-my-server-toml-working-dir": "changed",
+    "42-onramp-env-defaults-cli-metrics": "changed",
+    "43-docker-run-toml-working-dir": ALONE,
 }
 
 

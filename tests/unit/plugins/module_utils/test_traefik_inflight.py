@@ -179,7 +179,12 @@ def test_flags_are_edited_item_by_item_in_the_compose_file():
                                            '      - "--entrypoints.websecure.http.middlewares=mine@file"']
     assert '      - "--entrypoints.websecure.http.middlewares=mine@file,inflight-limit@file"\n' in new
     assert "      # entrypoints\n" in new
-    assert yaml.safe_load(new)["services"]["traefik"]["command"][-1] == "--providers.file.directory=/etc/traefik/dynamic"
+    # the directory takes the filename's place (and its comment, if any)
+    assert yaml.safe_load(new)["services"]["traefik"]["command"][1] == "--providers.file.directory=/etc/traefik/dynamic"
+    commented = COMPOSE.replace("dynamic.yml\n", "dynamic.yml  # my routes\n")
+    new = yaml_text.edit_yaml(commented, traefik.compose_command_changes(yaml.safe_load(commented), "traefik", args, add,
+                                                                        remove))
+    assert "      - --providers.file.directory=/etc/traefik/dynamic  # my routes\n" in new
 
 
 def test_flags_for_docker_run_are_spelled_out():
@@ -284,7 +289,7 @@ def facts(args, mounts=None, compose=None):
 def test_locate_refuses_what_it_cannot_reach_before_anything_changes():
     with pytest.raises(traefik.TraefikConfigError, match="own image layer"):
         traefik.locate(facts(["--configFile=/opt/t.yml"]), "", {})
-    with pytest.raises(traefik.TraefikConfigError, match="single-file mount"):
+    with pytest.raises(traefik.TraefikConfigError, match="a file mounted alone from /srv/t/routes.yml.*Mount the directory"):
         traefik.locate(facts(["--providers.file.filename=/etc/traefik/routes.yml"]), None, {})
     with pytest.raises(traefik.TraefikConfigError, match="not visible inside traefik"):
         traefik.locate(facts(["--providers.file.directory=/dyn"]), None, {})

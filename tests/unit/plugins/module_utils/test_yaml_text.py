@@ -83,7 +83,7 @@ log:
   format: |
     common
 """, None),
-    ("no file at all (empty)", "", "not defined"),
+    ("no file at all (empty)", "", "defines no entrypoint"),
     ("a flow mapping that must grow", """entryPoints:
   websecure: {address: ":443"}
 """, "flow mapping"),
