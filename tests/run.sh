@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite. `tests/run.sh all` (what `make test` runs) = versions (of the lab's binaries and images), unit, mutations, lint,
+# The test suite. `tests/run.sh all` (what `make test` runs) = versions (of the lab's binaries and images), unit, mutations, traefik live (the real Traefik on the module's edits), lint,
 # rules (promtool), sanity, build, publish (Galaxy's importer, ansible-builder, the changelog,
 # the oldest target Python), compat (the oldest and newest ansible-core) and
 # every Molecule scenario. Each step's result is counted;
@@ -30,8 +30,14 @@ step() { # name, command...
 
 versions() {
   # every lab binary reports the version the lab pins; every lab image names the versions inside it;
-  # and the check itself (tests/lab: what it takes and refuses, whatever the binary writes after its version)
-  python -m pytest -q -p no:cacheprovider tests/lab && lab/lab.sh versions
+  # and the check itself (what it takes and refuses, whatever the binary writes after its version)
+  python -m pytest -q -p no:cacheprovider tests/lab/test_lab_versions.py && lab/lab.sh versions
+}
+
+traefik_live() {
+  # the real Traefik (v3 and v2, the lab's images) starts on what traefik_inflight writes into
+  # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping
+  python -m pytest -q -p no:cacheprovider tests/lab/test_traefik_live.py
 }
 
 unit() {
@@ -216,6 +222,7 @@ bench() {
 what=${1:-all}
 case "$what" in
   versions) step versions versions ;;
+  traefik-live) step "traefik live" traefik_live ;;
   unit) step unit unit ;;
   mutations) step mutations mutations ;;
   lint) step lint lint ;;
@@ -229,7 +236,7 @@ case "$what" in
   bench) step bench bench ;;
   molecule|all)
     if [ "$what" = all ]; then
-      step versions versions; step unit unit; step mutations mutations; step lint lint; step rules rules; step sanity sanity; step build build; step publish publish; step docs docs
+      step versions versions; step unit unit; step mutations mutations; step lint lint; step rules rules; step "traefik live" traefik_live; step sanity sanity; step build build; step publish publish; step docs docs
       step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
       step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13"
     fi
@@ -237,7 +244,7 @@ case "$what" in
       s=$(basename "$(dirname "$s")"); step "molecule $s" scenario "$s"
     done ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|versions|unit|mutations|lint|rules|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|traefik-live|unit|mutations|lint|rules|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

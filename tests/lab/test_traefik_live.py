@@ -1,0 +1,105 @@
+"""The real Traefik reads what the module wrote: for one collected guide
+config of each kind (a YAML file, a TOML file, flags in compose), the
+module's plan (tests/unit/.../test_traefik_guides.py) is written out as the
+module writes it, and the lab's Traefik binary (the release the image says,
+v3 or v2) starts on it in a container of its own with no network but its
+loopback, mounted as the new compose file (or docker run) says. Its own API
+then shows the middleware loaded as written and on the limited entrypoints
+(it started: no listener of the role's took a port of theirs), and the
+health check the role adds finds ping. Needs the lab's images (make test builds them first)."""
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "plugins", "module_utils"))
+import conftest  # noqa: E402,F401  (the collection importable as ansible_collections.homelab.edge)
+import test_traefik_guides as guides  # noqa: E402
+from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik  # noqa: E402
+
+IMAGES = {3: "homelab-edge/nas:lab", 2: "homelab-edge/nas-v2:lab"}
+# (case, kind, the Traefik major it runs on: None - the image tag's)
+CASES = [
+    ("03-technotim-launchpad-traefik-yml-root", "yaml", None),   # /traefik.yml + config.yml mounted alone
+    # /traefik.toml with a relative routes file; its image says latest, but its [pilot] is v2's only: on v3
+    # the real Traefik refuses to start on the guide's own file ("Pilot configuration has been removed in v3")
+    ("41-make-my-server-toml-working-dir", "toml", 2),
+    ("31-authelia-lite-quoted-cli-http3-port", "flags", None),   # quoted flags, an http3 entrypoint
+]
+
+
+def docker(*argv, check=True):
+    return subprocess.run(["docker"] + list(argv), capture_output=True, text=True, check=check, timeout=60)
+
+
+def write_out(facts, plan):
+    """What the module writes, as it writes it: the directory, the moved routes file, each file."""
+    provider = plan["provider"]
+    if provider["kind"] == "filename" and not os.path.exists(provider["file_host"]):
+        with open(provider["file_host"], "w") as f:  # the guide does not give its routes file: one of the user's
+            f.write("http:\n  middlewares:\n    mine:\n      headers:\n        frameDeny: true\n"
+                    if not provider["file_host"].endswith(".toml") else
+                    "[http.middlewares.mine.headers]\n  frameDeny = true\n")
+    os.makedirs(provider["dir_host"], exist_ok=True)
+    if provider["kind"] == "filename" and not os.path.islink(provider["file_host"]):
+        dest = os.path.join(provider["dir_host"], os.path.basename(provider["file_host"]))
+        os.rename(provider["file_host"], dest)
+        os.symlink(os.path.relpath(dest, os.path.dirname(provider["file_host"])), provider["file_host"])
+    for key in ("static", "compose"):
+        if plan.get(key) and plan[key]["new"] != plan[key]["old"]:
+            with open(plan[key]["path"], "w", newline="") as f:
+                f.write(plan[key]["new"])
+    with open(os.path.join(provider["dir_host"], "inflight-limit.yml"), "w") as f:
+        f.write(traefik.dynamic_text({"name": "inflight-limit", "amount": 400}))
+
+
+@pytest.mark.parametrize("name, kind, major", CASES)
+def test_the_real_traefik_runs_what_the_module_wrote(name, kind, major, tmp_path):
+    facts, plan, opts = guides.run_case(name, tmp_path)
+    assert (facts["source"]["mode"] == "flags") == (kind == "flags")
+    assert plan["static"] is None or traefik.static_format(plan["static"]["path"]) == kind or kind == "flags"
+    write_out(facts, plan)
+    # the container as the new files make it
+    inspect, dummy = guides.from_compose(str(tmp_path / name))
+    args = traefik.traefik_args(inspect)
+    volumes = []
+    for m in inspect["Mounts"]:
+        if m["Type"] == "bind" and os.path.exists(m["Source"]) and "docker.sock" not in m["Source"]:
+            volumes += ["-v", "%s:%s:ro" % (os.path.realpath(m["Source"]), m["Destination"])]
+    container = "homelab-edge-traefik-live-%s" % uuid.uuid4().hex[:8]
+    image = IMAGES[major or facts["major"]]
+    try:
+        docker("run", "-d", "--network", "none", "--name", container, *volumes, image, *args)
+        answer, t0 = None, time.time()
+        while time.time() - t0 < 20:
+            got = docker("exec", container, "wget", "-q", "-O", "-", "http://127.0.0.1:9099/api/entrypoints",
+                         check=False)
+            if got.returncode == 0:
+                answer = json.loads(got.stdout)
+                break
+            if docker("inspect", "-f", "{{.State.Running}}", container, check=False).stdout.strip() != "true":
+                break
+            time.sleep(0.5)
+        logs = docker("logs", container, check=False)
+        assert answer is not None, "Traefik did not answer on the role's API: %s" % (logs.stdout + logs.stderr)[-3000:]
+        eps = dict((e["name"], e) for e in answer)
+        for ep in opts["entrypoints"]:
+            assert "inflight-limit@file" in ((eps[ep].get("http") or {}).get("middlewares") or []), eps[ep]
+        mw = json.loads(docker("exec", container, "wget", "-q", "-O", "-",
+                               "http://127.0.0.1:9099/api/http/middlewares/inflight-limit@file").stdout)
+        assert mw["status"] == "enabled" and mw["inFlightReq"]["amount"] == 400
+        # the health check the role adds finds ping
+        svc = traefik.lookup(guides.yaml.safe_load(open(plan["compose"]["path"]).read()),
+                             ["services", facts["compose"]["service"]])
+        test = svc["healthcheck"]["test"][1:]
+        said = docker("exec", container, *test, check=False)
+        assert said.returncode == 0 and [ln for ln in said.stdout.splitlines() if ln.startswith("OK")], \
+            said.stdout + said.stderr
+    finally:
+        docker("rm", "-f", container, check=False)
