@@ -174,7 +174,7 @@ def container_env(inspect):
     config = inspect.get("Config") or {}
     env = dict(e.partition("=")[::2] for e in config.get("Env") or [])
     if "HOME" not in env:
-        user = str(config.get("User") or "").split(":")[0]
+        user = str(config.get("User") or "").partition(":")[0]
         env["HOME"] = "/root" if user in ("", "root", "0") else "/"
     return env, config.get("WorkingDir") or "/"
 
@@ -858,9 +858,9 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
            "expected_routers": sorted(["%s@file" % r for r in routers] + docker_routers(where.get("docker"), containers)),
            "version": facts["version"], "amount": int(opts["amount"]), "warnings": warnings}
     if facts["source"].get("ignored"):
+        src = facts["source"]
         warnings.append("%s reads its static config from %s, so Traefik ignores its command-line flags (--%s): "
-                        "the change goes into the file" % (facts["name"], facts["source"]["path"],
-                                                            ", --".join(facts["source"]["ignored"])))
+                        "the change goes into the file" % (facts["name"], src["path"], ", --".join(src["ignored"])))
     compose_changes = []
     if facts["compose"] and compose_text is not None:
         check_service_home(yaml_text.parse(compose_text, facts["compose"]["files"][0]), facts["compose"],

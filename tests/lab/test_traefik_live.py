@@ -19,7 +19,7 @@ import pytest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "plugins", "module_utils"))
-import conftest  # noqa: E402,F401  (the collection importable as ansible_collections.homelab.edge)
+__import__("conftest")  # tests/unit's: the collection importable as ansible_collections.homelab.edge
 import test_traefik_guides as guides  # noqa: E402
 from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik  # noqa: E402
 

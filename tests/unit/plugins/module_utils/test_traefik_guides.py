@@ -17,7 +17,7 @@ import shutil
 import pytest
 import yaml
 
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik, yaml_text
+from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik
 from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -212,7 +212,7 @@ def from_compose(case):
             for n, svc in (included.get("services") or {}).items():
                 services.setdefault(n, svc)
     services = compose["services"]
-    name = next((n for n, s in services.items() if "traefik" in str((s or {}).get("image", "")).split(":")[0]), None)
+    name = next((n for n, s in services.items() if "traefik" in str((s or {}).get("image", "")).partition(":")[0]), None)
     name = name or next((n for n in services if "traefik" in n), None) or "traefik"
     svc = services.get(name) or {}
     command = svc.get("command")

@@ -182,8 +182,8 @@ def test_flags_are_edited_item_by_item_in_the_compose_file():
     # the directory takes the filename's place (and its comment, if any)
     assert yaml.safe_load(new)["services"]["traefik"]["command"][1] == "--providers.file.directory=/etc/traefik/dynamic"
     commented = COMPOSE.replace("dynamic.yml\n", "dynamic.yml  # my routes\n")
-    new = yaml_text.edit_yaml(commented, traefik.compose_command_changes(yaml.safe_load(commented), "traefik", args, add,
-                                                                        remove))
+    changes = traefik.compose_command_changes(yaml.safe_load(commented), "traefik", args, add, remove)
+    new = yaml_text.edit_yaml(commented, changes)
     assert "      - --providers.file.directory=/etc/traefik/dynamic  # my routes\n" in new
 
 
