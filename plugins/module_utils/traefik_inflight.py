@@ -64,6 +64,8 @@ IMPLICIT_ENTRYPOINT, IMPLICIT_ADDRESS = "traefik", ":8080"
 IMPLICIT_HTTP = ("the config defines no entrypoint, so Traefik listens on its implicit entrypoint http (:80), which "
                  "takes no middleware until it is defined: define it %s, and name the entrypoints to limit in "
                  "traefik_inflight_entrypoints; nothing was changed")
+# What the docker CLI says for a container that is not there (and nothing else).
+NO_SUCH_CONTAINER = re.compile(r"No such (object|container)", re.I)
 # Set by swarm on a service's task containers.
 SWARM_SERVICE_LABEL = "com.docker.swarm.service.name"
 # The least Traefik version of each setting the module writes, read from Traefik's

@@ -298,8 +298,15 @@ class Docker(object):
                                        binary_data=data is not None)
 
     def inspect(self, what):
+        """The container's `docker inspect`, None when there is no such
+        container; EditError with the engine's own words for anything else
+        (the engine down, no permission on its socket)."""
         rc, out, err = self.run(["inspect", what])
-        return json.loads(out)[0] if rc == 0 else None
+        if rc == 0:
+            return json.loads(out)[0]
+        if traefik.NO_SUCH_CONTAINER.search(err or out or ""):
+            return None
+        raise EditError("docker inspect %s failed: %s; nothing was changed" % (what, (err or out).strip()))
 
     def exec_(self, *argv):
         return self.run(["exec", self.container] + list(argv))
