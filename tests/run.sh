@@ -34,6 +34,11 @@ versions() {
   python -m pytest -q -p no:cacheprovider tests/lab/test_lab_versions.py && lab/lab.sh versions
 }
 
+fresh_host() {
+  # status on a VPS not yet set up (this machine, read in check mode): each line says what is missing
+  python -m pytest -q -p no:cacheprovider tests/lab/test_status_fresh_host.py
+}
+
 traefik_live() {
   # the real Traefik (v3 and v2, the lab's images) starts on what traefik_inflight writes into
   # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping
@@ -223,6 +228,7 @@ what=${1:-all}
 case "$what" in
   versions) step versions versions ;;
   traefik-live) step "traefik live" traefik_live ;;
+  fresh-host) step "fresh host" fresh_host ;;
   unit) step unit unit ;;
   mutations) step mutations mutations ;;
   lint) step lint lint ;;
@@ -236,7 +242,7 @@ case "$what" in
   bench) step bench bench ;;
   molecule|all)
     if [ "$what" = all ]; then
-      step versions versions; step unit unit; step mutations mutations; step lint lint; step rules rules; step "traefik live" traefik_live; step sanity sanity; step build build; step publish publish; step docs docs
+      step versions versions; step unit unit; step mutations mutations; step lint lint; step rules rules; step "traefik live" traefik_live; step "fresh host" fresh_host; step sanity sanity; step build build; step publish publish; step docs docs
       step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
       step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13"
     fi
@@ -244,7 +250,7 @@ case "$what" in
       s=$(basename "$(dirname "$s")"); step "molecule $s" scenario "$s"
     done ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|versions|traefik-live|unit|mutations|lint|rules|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|unit|mutations|lint|rules|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

@@ -1,0 +1,43 @@
+"""Status on a VPS not yet set up (no ufw, no nginx): each line says what is
+missing in the module's own words, instead of crashing ("object of type
+'dict' has no attribute 'enabled_before'") or reading as "live IPv4 none".
+The host is this machine, read in check mode over a local connection (it has
+neither ufw nor nginx; where it has, the test says so and is skipped)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PLAY = """- hosts: localhost
+  gather_facts: false
+  connection: local
+  vars:
+    vps_proxy_protocol_upstreams: ["10.8.0.2:443"]
+  tasks:
+    - ansible.builtin.include_role: {name: homelab.edge.vps_connlimit, tasks_from: status}
+    - ansible.builtin.include_role: {name: homelab.edge.vps_proxy_protocol, tasks_from: status}
+    - ansible.builtin.copy:
+        content: "{{ homelab_edge_status_lines | to_json }}"
+        dest: "{{ out }}"
+      check_mode: false
+"""
+
+
+def test_status_on_a_vps_not_yet_set_up_says_what_is_missing(tmp_path):
+    if shutil.which("ufw") or os.path.exists("/etc/ufw") or os.path.exists("/etc/nginx/nginx.conf"):
+        pytest.skip("this machine has ufw or nginx: it is not a host that is not yet set up")
+    (tmp_path / "play.yml").write_text(PLAY)
+    out = tmp_path / "lines.json"
+    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                        "--check", "-e", "ansible_python_interpreter=%s" % sys.executable, "-e", "out=%s" % out,
+                        str(tmp_path / "play.yml")], capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    lines = dict((line["what"].split(" ")[0], line) for line in json.loads(out.read_text()))
+    assert lines["connlimit"] == {"what": "connlimit 100/IP on 80,443", "fixed": False,
+                                  "state": "/etc/ufw/before.rules does not exist: is ufw installed?"}
+    assert lines["way"]["fixed"] is False and lines["way"]["state"].startswith("ufw is not installed")
+    assert lines["PROXY"]["fixed"] is False and "is nginx installed?" in lines["PROXY"]["state"]
