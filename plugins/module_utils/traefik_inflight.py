@@ -273,6 +273,30 @@ def gate(version, key):
     return words + ": left out"
 
 
+# Traefik v2's Docker provider asks the engine for API 1.24 up to 2.11.30 (traefik#12253); Docker 29
+# refuses clients below its minimum API (1.44 in 29.0, moby#51186): "client version 1.24 is too old".
+DOCKER_API_OF_OLD_V2 = (1, 24)
+V2_NEGOTIATES_FROM = (2, 11, 31)
+
+
+def engine_api_warning(version, uses_docker_provider, engine_min_api):
+    """A warning when the user's Traefik talks to Docker below the engine's
+    minimum API (its Docker provider then finds no containers), else None.
+    engine_min_api: the engine's MinAPIVersion ('1.44'), or '' when unknown."""
+    if not uses_docker_provider or not engine_min_api:
+        return None
+    try:
+        least = tuple(int(p) for p in engine_min_api.split(".")[:2])
+    except ValueError:
+        return None
+    if version_tuple(version)[0] == 2 and version_tuple(version) < V2_NEGOTIATES_FROM and least > DOCKER_API_OF_OLD_V2:
+        return ("Traefik %s's Docker provider asks the engine for API %s, below this engine's minimum %s (Docker 29 "
+                "and later): it fails with \"client version 1.24 is too old\" and routes no container; upgrade "
+                "Traefik to %s or later" % (version, "%d.%d" % DOCKER_API_OF_OLD_V2, engine_min_api,
+                                           ".".join(map(str, V2_NEGOTIATES_FROM))))
+    return None
+
+
 def traefik_version(version_output, labels, given=None):
     """{major, version, source} of the Traefik a container runs: what the
     binary reports; where it does not (a build that says 'dev'), the version

@@ -176,6 +176,8 @@ requirements:
   - the docker CLI with compose v2 on the host; PyYAML; Python 3.11 or tomli for a TOML static config
 notes:
   - Traefik's API is read with C(timeout) and C(wget) inside the container (the official image has both).
+  - Warns when the user's Traefik is too old for the engine - Traefik v2 before 2.11.31 asks Docker for API 1.24,
+    which Docker 29 refuses (its Docker provider then routes no container).
 seealso:
   - module: homelab.edge.ufw_connlimit
 """
@@ -400,6 +402,10 @@ def read_and_plan(module, docker, opts):
     dynamic = read_dynamic(where["provider"], own)
     containers = docker.running_labels() if where.get("docker") else []
     plan = traefik.plan(facts, where, static_text, compose_text, dynamic, opts, containers)
+    rc, min_api, err = docker.run(["version", "--format", "{{.Server.MinAPIVersion}}"])
+    warning = traefik.engine_api_warning(facts["version"], bool(where.get("docker")), min_api.strip() if rc == 0 else "")
+    if warning:
+        plan["warnings"].append(warning)
     plan["middleware"] = {"path": own, "old": host.read_text(own), "new": traefik.dynamic_text(opts)}
     return facts, plan
 

@@ -728,3 +728,20 @@ def test_a_refusal_spells_values_as_a_user_writes_them():
     words = text_edit.describe([("ensure", ["providers", "file"], {"directory": "/d", "watch": True}),
                                 ("ensure", ["ping"], {}), ("append", ["a"], "x@file")])
     assert words == 'set providers.file to {"directory": "/d", "watch": true}; set ping to {}; add x@file to the list a'
+
+
+@pytest.mark.parametrize("version, docker_provider, min_api, warns", [
+    ("2.11.30", True, "1.44", True),      # Docker 29.0: the lab's old v2 would route nothing
+    ("2.10.7", True, "1.44", True),
+    ("2.11.31", True, "1.44", False),     # negotiates from 2.11.31
+    ("2.11.30", True, "1.24", False),     # Docker 28 and older accept 1.24
+    ("2.11.30", True, "1.40", True),
+    ("2.11.30", False, "1.44", False),    # no Docker provider: nothing asks the engine
+    ("3.6.12", True, "1.44", False),
+    ("2.11.30", True, "", False),         # the engine's minimum unknown: no word
+])
+def test_a_traefik_too_old_for_the_engine_is_named(version, docker_provider, min_api, warns):
+    warning = traefik.engine_api_warning(version, docker_provider, min_api)
+    assert bool(warning) == warns
+    if warns:
+        assert "below this engine's minimum %s" % min_api in warning and "2.11.31 or later" in warning
