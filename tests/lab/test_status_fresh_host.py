@@ -41,3 +41,30 @@ def test_status_on_a_vps_not_yet_set_up_says_what_is_missing(tmp_path):
                                   "state": "/etc/ufw/before.rules does not exist: is ufw installed?"}
     assert lines["way"]["fixed"] is False and lines["way"]["state"].startswith("ufw is not installed")
     assert lines["PROXY"]["fixed"] is False and "is nginx installed?" in lines["PROXY"]["state"]
+
+
+K3D_PLAY = """- hosts: localhost
+  gather_facts: false
+  connection: local
+  tasks:
+    - ansible.builtin.include_role: {name: homelab.edge.k3d_serverlb, tasks_from: status}
+    - ansible.builtin.copy:
+        content: "{{ homelab_edge_status_lines | to_json }}"
+        dest: "{{ out }}"
+      check_mode: false
+"""
+
+
+def test_k3d_status_with_the_engine_unreachable_is_a_line_that_says_so(tmp_path):
+    """An engine that does not answer (here: DOCKER_HOST at a socket that is not there) gives a
+    line with the engine's words, not an empty table."""
+    (tmp_path / "play.yml").write_text(K3D_PLAY)
+    out = tmp_path / "lines.json"
+    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                        "--check", "-e", "ansible_python_interpreter=%s" % sys.executable, "-e", "out=%s" % out,
+                        str(tmp_path / "play.yml")], capture_output=True, text=True, timeout=300, check=False,
+                       env=dict(os.environ, DOCKER_HOST="unix://%s/no-engine.sock" % tmp_path))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    (line,) = json.loads(out.read_text())
+    assert line["what"] == "k3d load balancers" and line["status"] == "NOT READ" and line["fixed"] is False
+    assert line["state"].startswith("cannot reach the Docker engine")
