@@ -290,10 +290,10 @@ def engine_api_warning(version, uses_docker_provider, engine_min_api):
     except ValueError:
         return None
     if version_tuple(version)[0] == 2 and version_tuple(version) < V2_NEGOTIATES_FROM and least > DOCKER_API_OF_OLD_V2:
+        old_api, fixed_in = "%d.%d" % DOCKER_API_OF_OLD_V2, ".".join(map(str, V2_NEGOTIATES_FROM))
         return ("Traefik %s's Docker provider asks the engine for API %s, below this engine's minimum %s (Docker 29 "
                 "and later): it fails with \"client version 1.24 is too old\" and routes no container; upgrade "
-                "Traefik to %s or later" % (version, "%d.%d" % DOCKER_API_OF_OLD_V2, engine_min_api,
-                                           ".".join(map(str, V2_NEGOTIATES_FROM))))
+                "Traefik to %s or later" % (version, old_api, engine_min_api, fixed_in))
     return None
 
 

@@ -102,6 +102,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ufw_installed:
+  description: Whether ufw is installed (check mode plans against its package's defaults when not).
+  returned: success
+  type: bool
 enabled_before:
   description: Whether ufw was active before.
   returned: always
@@ -283,16 +287,21 @@ def main():
     )
     p = module.params
     require_root(module, "reads which process listens where and changes ufw")
-    if not module.get_bin_path("ufw"):
+    installed = bool(module.get_bin_path("ufw"))
+    if not installed and not module.check_mode:
         module.fail_json(msg="ufw is not installed; install it first (the vps_connlimit role does with "
                              "vps_connlimit_install_packages); nothing was changed")
+    if not installed:  # check mode on a host not yet set up: the plan against ufw as its package installs it
+        module.warn("ufw is not installed: this plan is against ufw as its package installs it (inactive, no rules, "
+                    "incoming denied)")
     access = Access(module)
     plan, refusals = access.plan()
     if refusals:
         module.fail_json(msg="; ".join(refusals) + "; nothing was changed", **plan)
     enable = p["enable"] and not access.enabled_before
     enabled = access.enabled_before or p["enable"]
-    result = dict(changed=bool(plan["allow"]) or enable, enabled_before=access.enabled_before, enabled=enabled,
+    result = dict(changed=bool(plan["allow"]) or enable, ufw_installed=installed,
+                  enabled_before=access.enabled_before, enabled=enabled,
                   policy=access.policy, listening=access.listen, added=plan["allow"], must_stay=plan["must_stay"],
                   blocked=plan["blocked"], blocked_unasked=plan["blocked_unasked"],
                   denied_by_rule=plan["denied_by_rule"], closed=access.closed,

@@ -115,6 +115,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ufw_installed:
+  description: False in check mode on a host without ufw (the plan is then the block each rules file gets).
+  returned: when ufw is not installed
+  type: bool
 files:
   description: Per file the module manages, whether it changed and where the backup went.
   returned: always
@@ -408,6 +412,24 @@ def check_live(module, families, docker_ports, result):
                              "the first rule of DOCKER-USER)" % (", ".join(missing), uc.DOCKER_CHAIN), **result)
 
 
+def not_yet_installed(module):
+    """Check mode on a host without ufw: what a run adds once the role has installed it (the block each
+    rules file gets), no file read or written."""
+    p = module.params
+    families = [4, 6] if p["ipv6"] else [4]
+    result = dict(changed=True, ufw_installed=False, files=[],
+                  msg="ufw is not installed: once it is (the role installs it first), the run adds connlimit %d/IP "
+                      "on %s to %s" % (p["limit"], ", ".join(str(x) for x in p["ports"]),
+                                       " and ".join(os.path.join(p["rules_dir"], uc.FAMILIES[f]["file"])
+                                                    for f in families)))
+    if module._diff:
+        paths = dict((f, os.path.join(p["rules_dir"], uc.FAMILIES[f]["file"])) for f in families)
+        result["diff"] = [{"before_header": "%s (as ufw installs it)" % paths[f], "after_header": paths[f],
+                           "before": "", "after": "".join(ln + "\n" for ln in uc.render_block(f, p["ports"], p["limit"]))}
+                          for f in families]
+    module.exit_json(**result)
+
+
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
@@ -416,6 +438,8 @@ def main():
     if problems:
         module.fail_json(msg="; ".join(problems))
     require_root(module, "writes %s and reloads ufw" % p["rules_dir"])
+    if module.check_mode and present and read(os.path.join(p["rules_dir"], uc.FAMILIES[4]["file"])) is None:
+        not_yet_installed(module)
     published, backend = docker_facts(module) if present else ({}, None)
     docker_ports = docker_ports_to_limit(module, published, backend)
     changes = plan(module, docker_ports)

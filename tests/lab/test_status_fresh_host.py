@@ -38,8 +38,10 @@ def test_status_on_a_vps_not_yet_set_up_says_what_is_missing(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     lines = dict((line["what"].split(" ")[0], line) for line in json.loads(out.read_text()))
     assert lines["connlimit"] == {"what": "connlimit 100/IP on 80,443", "fixed": False,
-                                  "state": "/etc/ufw/before.rules does not exist: is ufw installed?"}
-    assert lines["way"]["fixed"] is False and lines["way"]["state"].startswith("ufw is not installed")
+                                  "state": "ufw is not installed: once it is (the role installs it first), the run "
+                                           "adds connlimit 100/IP on 80, 443 to /etc/ufw/before.rules and "
+                                           "/etc/ufw/before6.rules"}
+    assert lines["way"]["fixed"] is False and lines["way"]["state"].startswith("ufw not installed, SSH")
     assert lines["PROXY"]["fixed"] is False and "is nginx installed?" in lines["PROXY"]["state"]
 
 
@@ -68,3 +70,21 @@ def test_k3d_status_with_the_engine_unreachable_is_a_line_that_says_so(tmp_path)
     (line,) = json.loads(out.read_text())
     assert line["what"] == "k3d load balancers" and line["status"] == "NOT READ" and line["fixed"] is False
     assert line["state"].startswith("cannot reach the Docker engine")
+
+
+def test_check_diff_of_the_vps_role_on_a_host_not_yet_set_up_says_what_a_run_would_do(tmp_path):
+    """--check --diff of the whole vps_connlimit role on a host without ufw: it would install ufw, then
+    enable it with SSH and the front door allowed, then add the connlimit block - and changes nothing."""
+    if shutil.which("ufw") or os.path.exists("/etc/ufw"):
+        pytest.skip("this machine has ufw: it is not a host that is not yet set up")
+    (tmp_path / "play.yml").write_text("- hosts: localhost\n  gather_facts: false\n  connection: local\n"
+                                       "  roles: [homelab.edge.vps_connlimit]\n")
+    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                        "--check", "--diff", "-e", "ansible_python_interpreter=%s" % sys.executable,
+                        str(tmp_path / "play.yml")], capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    out = " ".join((p.stdout + p.stderr).split())
+    assert "The following NEW packages will be installed: ufw" in out or "ufw" in out.split("Install ufw")[1][:400]
+    assert "ufw is not installed: this plan is against ufw as its package installs it" in out
+    assert "+-A ufw-before-input -p tcp --dport 443 -m conntrack --ctstate NEW -m connlimit --connlimit-above 100" in out
+    assert not os.path.exists("/etc/ufw") and not shutil.which("ufw")
