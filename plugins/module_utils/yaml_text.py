@@ -338,8 +338,12 @@ class YamlText(object):
             line = self.lines[j].rstrip("\r\n")
             head = len(line) - len(value_text) if j == i else 0
             edited = _FLAG_WORD.sub(word, line[head:])
-            # a first word removed takes the blank after it along (inside the quote, if any)
-            edited = re.sub(r"""^(["']?)\s+""", r"\1", edited) if edited != line[head:] and j == i else edited
+            if edited != line[head:] and j == i:
+                # a first word removed takes the blank after it along (inside the quote, if any)
+                edited = re.sub(r"""^(["']?)\s+""", r"\1", edited)
+            elif edited != line[head:] and edited.strip():
+                # a line of the block keeps its indent (a first word removed took it along)
+                edited = " " * _indent(line) + edited.lstrip(" ")
             if j != i and not edited.strip():
                 emptied.append(j)
             self.lines[j] = line[:head] + edited + nl
@@ -376,6 +380,7 @@ def parse(text, what):
     parse or is not a mapping."""
     if not HAS_YAML:
         raise EditError("PyYAML is needed on the host to edit %s (apt install python3-yaml)" % what)
+    text = text[1:] if text.startswith("\ufeff") else text
     try:
         doc = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as e:
@@ -391,6 +396,8 @@ def edit_yaml(text, changes, what="the static config"):
     """Apply data changes to YAML text as line edits; returns the new text.
     The result is parsed and compared with the intended data: an edit that
     would mean anything else raises EditError (nothing to write)."""
+    if text.startswith("\ufeff"):  # a byte-order mark (YAML parsers skip it) stays as it was
+        return "\ufeff" + edit_yaml(text[1:], changes, what)
     before = parse(text, what)
     flow = next((ln for ln in text.splitlines() if _is_content(ln) and _indent(ln) == 0), "").lstrip()
     if flow.startswith(("{", "[")):

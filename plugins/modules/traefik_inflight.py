@@ -107,8 +107,10 @@ options:
     default: 0
   proxy_protocol_trusted_ips:
     description:
-      - PROXY protocol on every entrypoint of the user's, trusted from these addresses only (the VPS's tunnel
-        address). Unset leaves the entrypoints as they are; an empty list removes it.
+      - PROXY protocol on every TCP entrypoint of the user's, trusted from these addresses (the VPS's tunnel
+        address). Addresses the user's config trusts already are kept; ones the module added on an earlier run
+        and no longer listed are removed (its record in O(state_dir) says which). Unset leaves the entrypoints
+        as they are; an empty list removes the PROXY protocol settings.
     type: list
     elements: str
   autoheal_label:
@@ -567,7 +569,9 @@ def read(module, docker):
             raise EditError("entrypoints is empty: name at least one entrypoint to limit")
         if p["http2_max_streams"] < 0:
             raise EditError("http2_max_streams must be >= 0 (0 leaves Traefik's own), got %d" % p["http2_max_streams"])
-        facts, plan = read_and_plan(module, docker, options(p))
+        opts = dict(options(p), trusted_added_before=(host.read_record(record_path(module)) or {}).get(
+            "extra", {}).get("trusted_added"))
+        facts, plan = read_and_plan(module, docker, opts)
         plan["inflight"] = inflight
         if plan["compose"] and plan["recreate"]:
             validate_compose(docker, plan)
@@ -641,6 +645,7 @@ def roll_back(module, docker, plan, made, problems, result):
 def remember(module, plan, changes, made):
     """What was written over the user's files, for state=absent."""
     extra = {"restart": True} if plan["restart"] or plan["recreate"] else {}
+    extra["trusted_added"] = plan["trusted_added"]  # a later run drops the ones no longer wanted
     if plan["recreate"]:
         extra["compose"] = dict((k, plan["compose"][k]) for k in COMPOSE_KEYS)
     host.write_record(module, record_path(module),

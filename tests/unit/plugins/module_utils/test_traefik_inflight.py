@@ -1,4 +1,5 @@
 import difflib
+import re
 
 import pytest
 import yaml
@@ -745,3 +746,89 @@ def test_a_traefik_too_old_for_the_engine_is_named(version, docker_provider, min
     assert bool(warning) == warns
     if warns:
         assert "below this engine's minimum %s" % min_api in warning and "2.11.31 or later" in warning
+
+
+def test_a_flag_whose_value_is_the_next_word_is_read_whole_and_refused_for_editing():
+    cmd = ["traefik", "--configFile", "/etc/traefik/custom.yml", "--ping"]
+    inspect = {"Config": {"Entrypoint": ["/entrypoint.sh"], "Cmd": cmd}}
+    args = traefik.traefik_args(inspect)
+    assert args == ["--configFile", "/etc/traefik/custom.yml", "--ping"]
+    got = traefik.static_source(args, ["/etc/traefik/custom.yml", "/etc/traefik/traefik.yml"])
+    assert (got["mode"], got["path"]) == ("file", "/etc/traefik/custom.yml")
+    text = ("services:\n  traefik:\n    command:\n      - --entrypoints.websecure.address=:443\n"
+            "      - --entrypoints.websecure.http.middlewares\n      - auth@file\n")
+    words = yaml.safe_load(text)["services"]["traefik"]["command"]
+    add, remove = traefik.flag_changes(traefik.parse_flags(words), dict(OPTS, provider=DIRECTORY))
+    assert add["entrypoints.websecure.http.middlewares"] == "auth@file,inflight-limit@file"
+    with pytest.raises(traefik.TraefikConfigError, match="as a separate word .*--entrypoints.websecure.http.middlewares="
+                                                         "VALUE"):
+        traefik.compose_command_changes(yaml.safe_load(text), "traefik", words, add, remove)
+
+
+def test_a_value_spelled_with_compose_variables_keeps_them():
+    text = ("services:\n  traefik:\n    command:\n      - --entrypoints.websecure.address=:443\n"
+            "      - --entrypoints.websecure.http.middlewares=${MW}\n")
+    running = ["--entrypoints.websecure.address=:443", "--entrypoints.websecure.http.middlewares=secure@file"]
+    add, remove = traefik.flag_changes(traefik.parse_flags(running), dict(OPTS, provider=DIRECTORY))
+    changes = traefik.compose_command_changes(yaml.safe_load(text), "traefik", running, add, remove)
+    new = yaml_text.edit_yaml(text, changes)
+    assert "      - --entrypoints.websecure.http.middlewares=${MW},inflight-limit@file\n" in new
+
+
+@pytest.mark.parametrize("port, words", [
+    (9099, "homelab-edge-api (the role's API)"),
+    (8080, "traefik (Traefik's default, :8080)"),
+])
+def test_the_metrics_port_is_clear_of_the_other_listeners_traefik_will_have(port, words):
+    with pytest.raises(traefik.TraefikConfigError, match=re.escape(words)):
+        edit(STATIC, metrics_port=port)
+    with pytest.raises(traefik.TraefikConfigError, match=re.escape(words)):
+        traefik.flag_changes({"entrypoints.websecure.address": ":443"},
+                             dict(OPTS, metrics_port=port, provider=DIRECTORY))
+
+
+def test_a_flag_removed_first_on_a_line_of_a_folded_command_keeps_the_line_indented():
+    text = ("services:\n  traefik:\n    command: >-\n"
+            "      --entrypoints.web.proxyprotocol.trustedips=10.0.0.1 --entrypoints.web.address=:80\n"
+            "      --entrypoints.websecure.address=:443\n")
+    args = ["--entrypoints.web.proxyprotocol.trustedips=10.0.0.1", "--entrypoints.web.address=:80",
+            "--entrypoints.websecure.address=:443"]
+    add, remove = traefik.flag_changes(traefik.parse_flags(args), dict(OPTS, provider=DIRECTORY,
+                                                                       proxy_protocol_trusted_ips=[]))
+    assert remove == ["entrypoints.web.proxyprotocol.trustedips"]
+    new = yaml_text.edit_yaml(text, traefik.compose_command_changes(yaml.safe_load(text), "traefik", args, add, remove))
+    assert "    command: >-\n      --entrypoints.web.address=:80\n      --entrypoints.websecure.address=:443\n" in new
+
+
+def test_a_compose_file_with_a_byte_order_mark_keeps_it():
+    text = "\ufeff" + COMPOSE
+    compose = yaml_text.parse(text, "compose.yml")
+    args = compose["services"]["traefik"]["command"]
+    add, remove = traefik.flag_changes(traefik.parse_flags(args), dict(OPTS, provider=FILENAME))
+    new = yaml_text.edit_yaml(text, traefik.compose_command_changes(compose, "traefik", args, add, remove))
+    assert new.startswith("\ufeffservices:\n") and new.count("\ufeff") == 1
+
+
+def test_trusted_ips_keep_the_users_comments_and_drop_only_what_the_role_added_before():
+    text = ("entryPoints:\n  websecure:\n    address: \":443\"\n    proxyProtocol:\n      trustedIPs:\n"
+            "        - \"192.168.1.1\"   # office VPN\n")
+    once = edit(text, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.8.0.1/32"])
+    assert '        - "192.168.1.1"   # office VPN\n        - 10.8.0.1/32\n' in once
+    p = traefik.plan(facts(["--configFile=/etc/traefik/traefik.yml"]), {
+        "mode": "file", "static": "/etc/traefik/traefik.yml", "provider": DIRECTORY, "docker": None},
+        text, None, {}, dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.8.0.1/32"]))
+    assert p["trusted_added"] == ["10.8.0.1/32"]
+    # the tunnel moved: the role's old address goes, the user's stays
+    moved = edit(once, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.9.0.1/32"],
+                 trusted_added_before=["10.8.0.1/32"])
+    assert yaml.safe_load(moved)["entryPoints"]["websecure"]["proxyProtocol"]["trustedIPs"] == [
+        "192.168.1.1", "10.9.0.1/32"]
+    # an address of the user's that the role also wants is never the role's to drop
+    merged = traefik.trusted_merge(["10.8.0.1/32"], ["10.9.0.1/32"], [])
+    assert merged == (["10.8.0.1/32", "10.9.0.1/32"], ["10.9.0.1/32"], [])
+    assert traefik.trusted_added(yaml.safe_load(text), None, None, ["10.8.0.1/32"]) == ["10.8.0.1/32"]
+    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443",
+                                        "entrypoints.websecure.proxyprotocol.trustedips": "10.0.0.9,10.8.0.1/32"},
+                                       dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.9.0.1/32"],
+                                            trusted_added_before=["10.8.0.1/32"]))
+    assert add["entrypoints.websecure.proxyprotocol.trustedips"] == "10.0.0.9,10.9.0.1/32"
