@@ -936,28 +936,30 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
                                  "traefik_inflight_name; nothing was changed" % (opts["name"], ", ".join(sorted(dynamic_texts))))
     if API_ROUTER in routers:
         raise TraefikConfigError("a router named %s already exists in your dynamic config; nothing was changed" % API_ROUTER)
+    static = parse_static(static_text, where["static"]) if where["mode"] == "file" else None
+    flags = facts["source"]["flags"] if where["mode"] != "file" else None
+    compose_path = facts["compose"]["files"][0] if facts["compose"] and compose_text is not None else None
+    compose = yaml_text.parse(compose_text, compose_path) if compose_path else None
     out = {"mode": where["mode"], "static": None, "compose": None, "restart": False, "recreate": False,
            "provider": provider, "middleware_ref": "%s@file" % opts["name"], "entrypoints": list(opts["entrypoints"]),
            "expected_routers": sorted(["%s@file" % r for r in routers] + docker_routers(where.get("docker"), containers)),
            "version": facts["version"], "amount": int(opts["amount"]), "warnings": warnings,
-           "trusted_added": trusted_added(parse_static(static_text, where["static"]) if where["mode"] == "file"
-                                          else None, facts["source"].get("flags") if where["mode"] != "file" else None,
-                                          opts.get("proxy_protocol_trusted_ips"), opts.get("trusted_added_before"))}
+           "trusted_added": trusted_added(static, flags, opts.get("proxy_protocol_trusted_ips"),
+                                          opts.get("trusted_added_before"))}
     if facts["source"].get("ignored"):
         src = facts["source"]
         warnings.append("%s reads its static config from %s, so Traefik ignores its command-line flags (--%s): "
                         "the change goes into the file" % (facts["name"], src["path"], ", --".join(src["ignored"])))
     compose_changes = []
-    if facts["compose"] and compose_text is not None:
-        check_service_home(yaml_text.parse(compose_text, facts["compose"]["files"][0]), facts["compose"],
-                           facts["compose"]["files"][0])
+    if compose is not None:
+        check_service_home(compose, facts["compose"], compose_path)
     if where["mode"] == "file":
-        changes = static_changes(parse_static(static_text, where["static"]), opts, warnings)
+        changes = static_changes(static, opts, warnings)
         new = edit_static(static_text, changes, where["static"])
         out["static"] = {"path": where["static"], "old": static_text, "new": new}
         out["restart"] = new != static_text
     else:
-        add, remove = flag_changes(facts["source"]["flags"], opts, warnings)
+        add, remove = flag_changes(flags, opts, warnings)
         opts["flags_added"] = add
         if (add or remove) and not facts["compose"]:
             raise TraefikConfigError(
@@ -965,14 +967,11 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
                 "re-create it (the role changes flags only in a compose file); nothing was changed"
                 % (facts["name"], flags_text(add, remove)))
         if add or remove:
-            compose_changes += compose_command_changes(yaml_text.parse(compose_text, facts["compose"]["files"][0]),
-                                                       facts["compose"]["service"], facts["args"], add, remove)
-    if facts["compose"] and compose_text is not None:
-        path = facts["compose"]["files"][0]
-        compose = yaml_text.parse(compose_text, path)
+            compose_changes += compose_command_changes(compose, facts["compose"]["service"], facts["args"], add, remove)
+    if compose is not None:
         compose_changes += service_changes(compose, facts, opts)
-        new = yaml_text.edit_yaml(compose_text, compose_changes, path) if compose_changes else compose_text
-        out["compose"] = {"path": path, "old": compose_text, "new": new, "files": facts["compose"]["files"],
+        new = yaml_text.edit_yaml(compose_text, compose_changes, compose_path) if compose_changes else compose_text
+        out["compose"] = {"path": compose_path, "old": compose_text, "new": new, "files": facts["compose"]["files"],
                           "env_files": facts["compose"].get("env_files") or [],
                           "project_dir": facts["compose"]["working_dir"], "service": facts["compose"]["service"],
                           "project": facts["compose"]["project"]}
