@@ -276,6 +276,15 @@ def gate(version, key):
     return words + ": left out"
 
 
+def allowed(version, key, warnings):
+    """Whether to write the optional setting MIN_VERSIONS[key] for Traefik
+    `version`; when not, gate()'s warning goes into `warnings`."""
+    words = gate(version, key)
+    if words:
+        warnings.append(words)
+    return not words
+
+
 # Traefik v2's Docker provider asks the engine for API 1.24 up to 2.11.30 (traefik#12253); Docker 29
 # refuses clients below its minimum API (1.44 in 29.0, moby#51186): "client version 1.24 is too old".
 DOCKER_API_OF_OLD_V2 = (1, 24)
@@ -400,15 +409,20 @@ def dynamic_text(opts):
 def port_of(address):
     """The TCP port an entrypoint address binds (':8080', '0.0.0.0:8080/tcp',
     '[::]:8080'); None for a UDP entrypoint or no port."""
-    host_port, dummy, proto = str(address or "").strip().partition("/")
-    if proto.lower() == "udp":
+    if is_udp(address):
         return None
-    port = host_port.rsplit(":", 1)[-1]
+    port = str(address or "").strip().partition("/")[0].rsplit(":", 1)[-1]
     return int(port) if port.isdigit() else None
 
 
 def is_udp(address):
     return str(address or "").strip().lower().endswith("/udp")
+
+
+def names_implicit(addresses):
+    """Whether the user's entrypoints ({name: address}) include one named as
+    Traefik's default (then Traefik opens none of its own on :8080)."""
+    return any(e.lower() == IMPLICIT_ENTRYPOINT for e in addresses)
 
 
 def check_metrics_port(port, addresses):
@@ -418,7 +432,7 @@ def check_metrics_port(port, addresses):
     taken = sorted(e for e, address in addresses.items() if e != METRICS_ENTRYPOINT and port_of(address) == int(port))
     if int(port) == API_PORT and API_ENTRYPOINT not in taken:
         taken.append(API_ENTRYPOINT + " (the role's API)")
-    if int(port) == port_of(IMPLICIT_ADDRESS) and not any(e.lower() == IMPLICIT_ENTRYPOINT for e in addresses):
+    if int(port) == port_of(IMPLICIT_ADDRESS) and not names_implicit(addresses):
         taken.append("%s (Traefik's default, %s)" % (IMPLICIT_ENTRYPOINT, IMPLICIT_ADDRESS))
     if taken:
         raise TraefikConfigError("metrics port %d is the port of entrypoint %s: choose another "
@@ -469,7 +483,7 @@ def own_entrypoints(addresses, opts, adds_ping):
                                      "%s: move yours to another port, or set traefik_inflight_verify: false; nothing "
                                      "was changed" % (API_ENTRYPOINT, API_PORT, ", ".join(taken)))
     out = {"ping": None}
-    if adds_ping and not any(e.lower() == IMPLICIT_ENTRYPOINT for e in users):
+    if adds_ping and not names_implicit(users):
         clash = sorted(e for e, a in users.items() if port_of(a) == port_of(IMPLICIT_ADDRESS))
         if clash and not verify:
             raise TraefikConfigError(
@@ -516,8 +530,7 @@ def static_changes(static, opts, warnings=None):
     ref = "%s@file" % opts["name"]
     changes = []
     streams = opts.get("http2_max_streams")
-    if streams and not supports(version, "http2_max_streams"):
-        warnings.append(gate(version, "http2_max_streams"))
+    if streams and not allowed(version, "http2_max_streams", warnings):
         streams = 0
     for ep in opts["entrypoints"]:
         name = ci(eps, ep)
@@ -557,8 +570,7 @@ def static_changes(static, opts, warnings=None):
     if port and lookup(static, ["metrics"]) is None:  # the user's own metrics are kept as they are
         check_metrics_port(port, addresses)
         metrics = dict(METRICS)
-        if not supports(version, "metrics_routers_labels"):
-            warnings.append(gate(version, "metrics_routers_labels"))
+        if not allowed(version, "metrics_routers_labels", warnings):
             del metrics["addRoutersLabels"]
         changes.append(("ensure", ["metrics"], {"prometheus": metrics}))
         if ci(eps, METRICS_ENTRYPOINT) is None:
@@ -581,8 +593,7 @@ def flag_changes(flags, opts, warnings=None):
     if not addresses:
         raise TraefikConfigError(IMPLICIT_HTTP % "with a flag (--entrypoints.http.address=:80)")
     streams = opts.get("http2_max_streams")
-    if streams and not supports(version, "http2_max_streams"):
-        warnings.append(gate(version, "http2_max_streams"))
+    if streams and not allowed(version, "http2_max_streams", warnings):
         streams = 0
     for ep in opts["entrypoints"]:
         if "entrypoints.%s.address" % ep.lower() not in flags:
@@ -630,10 +641,8 @@ def flag_changes(flags, opts, warnings=None):
         add.update({"metrics.prometheus": "true", "metrics.prometheus.entrypoint": METRICS_ENTRYPOINT,
                     "metrics.prometheus.addentrypointslabels": "true",
                     "entrypoints.%s.address" % METRICS_ENTRYPOINT: ":%d" % port})
-        if supports(version, "metrics_routers_labels"):
+        if allowed(version, "metrics_routers_labels", warnings):
             add["metrics.prometheus.addrouterslabels"] = "true"
-        else:
-            warnings.append(gate(version, "metrics_routers_labels"))
     return add, remove
 
 
