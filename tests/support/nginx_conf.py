@@ -51,7 +51,10 @@ def summary(text):
 
 def worker_open_file_limits(container):
     """Soft open-file limits of nginx's current workers, read from /proc."""
+    # A worker can exit between pgrep and the read (nginx reloads while k3d
+    # recreates the container): its files are gone, so errors are dropped
+    # and only numbers are kept.
     script = ("for p in $(pgrep -f 'nginx: worker process'); do grep -q 'shutting down' /proc/$p/cmdline "
-              "&& continue; grep 'Max open files' /proc/$p/limits | awk '{print $4}'; done")
-    rc, out = container.exec_run(["sh", "-c", script])
-    return sorted(set(int(x) for x in out.decode().split()))
+              "2>/dev/null && continue; grep 'Max open files' /proc/$p/limits 2>/dev/null | awk '{print $4}'; done")
+    rc, out = container.exec_run(["sh", "-c", script], stderr=False)
+    return sorted(set(int(x) for x in out.decode().split() if x.isdigit()))
