@@ -1,7 +1,7 @@
 """What the demo claims, as data and checks: one row per claim, each with the
 failure "before" must show (or None where the lab does not reproduce one,
 said in the row) and the fix "after" must show. The demo passes only when
-every row holds; tests/unit/test_demo_proof.py breaks each row in turn.
+every row holds; tests/dev/test_demo_proof.py breaks each row in turn.
 
 Measures are raw values (numbers, lists, dicts), never formatted text: the
 table formats them, the checks read them."""

@@ -96,12 +96,12 @@ MUTATIONS = {
         "demo/proof.py",
         'return m["ok"] > 0 and m["failed"] == 0',
         'return m["ok"] > 0',
-        "tests/unit/test_demo_proof.py"),
+        "tests/dev/test_demo_proof.py"),
     "demo proof: the drain row is not checked after": (
         "demo/proof.py",
         'lambda m: m != DRAIN_WANT, lambda m: m == DRAIN_WANT),',
         'lambda m: m != DRAIN_WANT, lambda m: True),',
-        "tests/unit/test_demo_proof.py"),
+        "tests/dev/test_demo_proof.py"),
     "undo puts back the original over a file changed since": (
         "plugins/module_utils/undo_record.py",
         'if now != f["written"] or f.get("diverged"):',

@@ -46,8 +46,10 @@ traefik_live() {
 }
 
 unit() {
+  # tests/unit (shipped: `build` runs it from the tarball too) and tests/dev (the demo's checks, the
+  # test helpers, Molecule's files: only the checkout has them);
   # exit code 5 (no tests collected) is a failure here, as any other non-zero
-  python -m pytest -q -p no:cacheprovider tests/unit
+  python -m pytest -q -p no:cacheprovider tests/unit tests/dev
 }
 
 mutations() {
@@ -118,7 +120,7 @@ build() {
 }
 
 # Development files that must never ship in the tarball (galaxy.yml's build_ignore)
-DEV_FILES='^(Makefile|ansible\.cfg|\.ansible-lint|\.config/|\.ci/|\.gitignore|requirements-[a-z]+\.txt|site\.yml|tests/run\.sh|tests/mutations\.py|tests/support/|tests/lab/|tests/output/|inventories/lab/|molecule/|lab/|demo/|benchmarks/|ee/|docs/build/)'
+DEV_FILES='^(Makefile|ansible\.cfg|\.ansible-lint|\.config/|\.ci/|\.gitignore|requirements-[a-z]+\.txt|site\.yml|tests/run\.sh|tests/mutations\.py|tests/support/|tests/lab/|tests/dev/|tests/output/|changelogs/\.plugin-cache\.yaml|inventories/lab/|molecule/|lab/|demo/|benchmarks/|ee/|docs/build/)'
 
 tarball() { # output dir -> builds the collection there, prints the tarball's path
   ansible-galaxy collection build --force --output-path "$1" >/dev/null && ls "$1"/homelab-edge-*.tar.gz

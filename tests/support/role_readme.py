@@ -2,7 +2,7 @@
 """The options table of each role's README.md, generated from the role's
 meta/argument_specs.yml (the one home of its options): the lines between
 the BEGIN and END markers. `python tests/support/role_readme.py` rewrites
-them; tests/unit/test_role_readmes.py fails when a README disagrees."""
+them; tests/dev/test_role_readme_tables.py fails when a README disagrees."""
 import glob
 import os
 import re
