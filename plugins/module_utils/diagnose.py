@@ -28,6 +28,7 @@ CODES = (
     "vps_docker_nftables", "way_in_blocked", "way_in_revert_pending", "way_in_revert_missed",
     "nas_client_bound_high", "nas_unhealthy", "nas_autoheal_cannot_restart", "nas_rate_limited", "nas_errors_5xx",
     "nas_limit_blind",
+    "k3d_engine_unreadable",
     "shared_k3d_out_of_connections", "shared_wedged_unrestarted",
 )
 
@@ -297,7 +298,12 @@ def diagnose(hosts, window):
     "traefik": name, "proxy_trusted": bool, "bound": {..}, "containers": [..]}} -> findings."""
     found = []
     for host, s in sorted(hosts.items()):
-        if s.get("k3d") is not None:
+        if s.get("k3d_error"):
+            found.append(finding(host, "the k3d load balancers cannot be read", s["k3d_error"],
+                                 "the Docker engine is down or does not answer this user",
+                                 "start the engine (systemctl start docker) or check DOCKER_HOST and the user's "
+                                 "access to the socket, then run diagnose again", code="k3d_engine_unreadable"))
+        elif s.get("k3d") is not None:
             found += k3d(host, s["k3d"], window)
         if s.get("role") == "vps":
             found += vps(host, s.get("ufw"), s.get("signals"), s["limit"], s.get("ports") or [])

@@ -74,7 +74,9 @@ def option_spec():
 
 # The three states every part reports (module, keeper, status, diagnose):
 # the words for people, the codes for data.
-STATES = {"fixed": "fixed", "capped": "fixed with a cap", "not_fixed": "not fixed"}
+STATES = {"fixed": "fixed", "capped": "fixed with a cap", "not_fixed": "not fixed",
+          # state=absent: the fix removed, k3d's own template and limits back
+          "removed": "k3d's own (fix removed)"}
 
 
 def state_text(state, cap=None):
@@ -175,6 +177,59 @@ def _roll_back(container, template, new_template, render_timeout):
         return "template rolled back; rendering it failed too: %s" % e
 
 
+def _live_fix(conf):
+    """What of the fix nginx still runs (empty: none of it)."""
+    facts = lb_config.parse_live(conf)
+    left = []
+    if lb_template.ZONE in conf:
+        left.append("nginx runs the UDP session budget")
+    if any(s["proxy_responses"] == "1" for s in facts["udp_servers"]):
+        left.append("nginx runs proxy_responses 1 on UDP servers")
+    if facts["worker_rlimit_nofile"] is not None:
+        left.append("nginx runs worker_rlimit_nofile %s" % facts["worker_rlimit_nofile"])
+    return left
+
+
+def remove(container, check_mode=False, render_timeout=RENDER_TIMEOUT, sleep=time.sleep, clock=time.monotonic):
+    """state=absent: k3d's own template back (unpatch_template), rendered, and
+    checked in what nginx runs. Same shape of result as apply(); a render
+    confd or nginx rejects puts the patched template back and raises
+    ApplyError."""
+    container.reload()
+    if container.status != "running":
+        raise lb_container.ApplyError("container is %s, not running" % container.status)
+    if not lb_container.wait_for_nginx(container, render_timeout):
+        raise lb_container.ApplyError("nginx is not running in the container (waited %ds)" % render_timeout)
+    state = lb_container.read_state(container)
+    new_template = lb_template.unpatch_template(state["template"])
+    reasons = (["template patched by homelab.edge"] if new_template != state["template"] else []) \
+        + _live_fix(state["conf"])
+    result = {"changed": bool(reasons), "reasons": reasons, "template": (state["template"], new_template),
+              "facts": lb_config.parse_live(state["conf"]), "open_file_limit": max(state["worker_limits"] or [0]) or None,
+              "cap": None}
+    if check_mode or not reasons:
+        return result
+    if new_template != state["template"]:
+        lb_container.replace_file(container, lb_container.TEMPLATE_PATH, new_template)
+    try:
+        lb_container.render(container, render_timeout)
+        deadline = clock() + render_timeout
+        while True:
+            after = lb_container.read_state(container)
+            left = _live_fix(after["conf"])
+            if not left:
+                break
+            if clock() >= deadline:
+                raise lb_container.ApplyError("after the render: %s" % "; ".join(left))
+            sleep(0.3)
+    except lb_container.ApplyError as e:
+        undone = _roll_back(container, state["template"], new_template, render_timeout)
+        raise lb_container.ApplyError("%s; %s" % (e, undone))
+    result["facts"] = lb_config.parse_live(after["conf"])
+    result["open_file_limit"] = max(after["worker_limits"] or [0]) or None
+    return result
+
+
 def patch_created(container, want):
     """Patch the template of a load balancer that is created but not started
     yet (k3d creates, copies values.yaml in, then starts): its first render is
@@ -203,11 +258,12 @@ def render_is_stale(container):
     return wanted_upstreams != lb_config.parse_live(state["conf"])["upstreams"]
 
 
-def handle(container, name, explicit, want, check_mode=False, render_timeout=RENDER_TIMEOUT, require_full_fix=False):
+def handle(container, name, explicit, want, check_mode=False, render_timeout=RENDER_TIMEOUT, require_full_fix=False,
+           absent=False):
     """One load balancer, as the module and the keeper report it: its state
-    (fixed, capped, not_fixed; STATES has the words). Never raises: one
-    failing load balancer cannot stop the others. A capped one is a failure
-    only with require_full_fix."""
+    (fixed, capped, not_fixed; with absent: removed; STATES has the words).
+    Never raises: one failing load balancer cannot stop the others. A capped
+    one is a failure only with require_full_fix."""
     entry = {"name": name, "cluster": None, "changed": False, "failed": False, "msg": "", "reasons": [],
              "diff": [], "state": "not_fixed", "state_text": STATES["not_fixed"], "open_file_cap": None}
     if container is None:
@@ -218,7 +274,10 @@ def handle(container, name, explicit, want, check_mode=False, render_timeout=REN
         entry["msg"] = "skipped: container is %s" % container.status
         return entry
     try:
-        res = apply(container, want, check_mode=check_mode, render_timeout=render_timeout)
+        if absent:
+            res = remove(container, check_mode=check_mode, render_timeout=render_timeout)
+        else:
+            res = apply(container, want, check_mode=check_mode, render_timeout=render_timeout)
     except (lb_template.ShapeError, lb_container.ApplyError) as e:
         entry.update(failed=True, msg="%s: %s" % (name, e))
         return entry
@@ -232,7 +291,10 @@ def handle(container, name, explicit, want, check_mode=False, render_timeout=REN
         header = "%s:%s" % (name, lb_container.TEMPLATE_PATH)
         entry["diff"] = [{"before_header": header, "after_header": header, "before": before, "after": after}]
     if check_mode and res["changed"]:
-        entry["msg"] = "would fix: %s" % "; ".join(res["reasons"])
+        entry["msg"] = "would %s: %s" % ("remove the fix" if absent else "fix", "; ".join(res["reasons"]))
+        return entry
+    if absent:
+        entry.update(state="removed", state_text=STATES["removed"], warnings=[])
         return entry
     entry["state"] = "capped" if res["cap"] else "fixed"
     entry["state_text"] = state_text(entry["state"], res["cap"])

@@ -136,3 +136,30 @@ def patch_template(text, want):
         return text[:wp.end()] + "\n" + wp.group(1) + rlimit + text[wp.end():]
     ev = _RE_EVENTS.search(text)
     return text[:ev.start()] + ev.group(1) + rlimit + "\n" + text[ev.start():]
+
+
+# k3d's own lines, as its template has them (tests/unit/fixtures/k3d_nginx.tmpl,
+# k3d v5's proxy/templates/nginx.tmpl): what the managed blocks replaced.
+K3D_WORKER_CONNECTIONS = 'worker_connections {{ getv "/settings/workerConnections" }};'
+K3D_PROXY_TIMEOUT = 'proxy_timeout {{ getv "/settings/defaultProxyTimeout" "600" }};'
+_RE_ZONE_ANY = re.compile(r"^[ \t]*limit_conn_zone[ \t]+\S+[ \t]+zone=%s:[^\n]*\n" % ZONE, re.M)
+_RE_RLIMIT_LINE = re.compile(r"^[ \t]*worker_rlimit_nofile[ \t]+\d+;[ \t]*\n", re.M)
+
+
+def is_patched(text):
+    """Whether the template carries any part of the fix (a managed block or its zone)."""
+    return bool(_RE_FLOOR.search(text) or _RE_MANAGED.search(text) or _RE_ZONE_ANY.search(text))
+
+
+def unpatch_template(text):
+    """k3d's own template back from a patched one: the managed blocks become
+    k3d's lines again, the zone and worker_rlimit_nofile (which k3d's template
+    does not have) go. A template without the fix is returned unchanged:
+    nothing of anyone else's is touched. unpatch_template(patch_template(t)) == t
+    for k3d's template (tests/unit)."""
+    if not is_patched(text):
+        return text
+    text = _RE_FLOOR.sub(lambda m: m.group(1) + K3D_WORKER_CONNECTIONS + "\n", text)
+    text = _RE_MANAGED.sub(lambda m: m.group(1) + K3D_PROXY_TIMEOUT + "\n", text)
+    text = _RE_ZONE_ANY.sub("", text)
+    return _RE_RLIMIT_LINE.sub("", text, count=1)

@@ -104,6 +104,18 @@ options:
       - C(true) makes such a load balancer a failure (for example in CI), after it was fixed as far as it can be.
     type: bool
     default: false
+  state:
+    description:
+      - C(present) applies the fix.
+      - C(absent) removes it (the undo). Each load balancer's confd template becomes k3d's own again (the managed
+        blocks back to k3d's C(worker_connections) and C(proxy_timeout) lines, the session zone and
+        C(worker_rlimit_nofile) gone), is rendered, and nginx is checked to run none of the fix; C(worker_connections)
+        is then what k3d writes into C(values.yaml). A template without the fix is not touched. Stop the keeper first
+        (the role does), or it patches the load balancers again.
+    type: str
+    choices: [present, absent]
+    default: present
+    version_added: "1.0.0"
   docker_host:
     description: Docker API address. Defaults to the environment (C(DOCKER_HOST)) or the local socket.
     type: str
@@ -136,6 +148,10 @@ EXAMPLES = r"""
     udp_timeout: 10
   check_mode: true
   register: lb
+
+- name: Remove the fix (k3d's own template and limits back)
+  homelab.edge.k3d_serverlb:
+    state: absent
 
 - name: Print the seed's --check lines
   ansible.builtin.debug:
@@ -171,7 +187,7 @@ load_balancers:
     summary: {description: The seed's --check line., type: str}
     state:
       description: C(fixed), C(capped) (fixed with a cap on open files) or C(not_fixed) (also what check mode reports
-        for a load balancer it would change).
+        for a load balancer it would change); with O(state=absent), C(removed) once the fix is gone.
       type: str
       sample: capped
     state_text: {description: The state in words (status and diagnose use the same)., type: str, sample: fixed with a cap (1024 open files)}
@@ -199,6 +215,7 @@ def argument_spec():
                 names=dict(type="list", elements="str", default=[]),
                 render_timeout=dict(type="int", default=lb.RENDER_TIMEOUT, aliases=["timeout"]),
                 require_full_fix=dict(type="bool", default=False),
+                state=dict(type="str", default="present", choices=["present", "absent"]),
                 docker_host=dict(type="str"))
 
 
@@ -219,7 +236,8 @@ def fix_all(module, client, want):
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(found)))) as pool:
         return list(pool.map(lambda item: lb.handle(item[1], item[0], item[2], want, module.check_mode,
                                                     module.params["render_timeout"],
-                                                    module.params["require_full_fix"]), found))
+                                                    module.params["require_full_fix"],
+                                                    module.params["state"] == "absent"), found))
 
 
 def finish(module, results):

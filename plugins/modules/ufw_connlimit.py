@@ -48,7 +48,12 @@ options:
     type: int
     default: 100
   state:
-    description: C(present) writes the rules, C(absent) removes everything the module wrote.
+    description:
+      - C(present) writes the rules, C(absent) removes everything the module wrote - the block in C(before.rules) and
+        C(before6.rules), its Docker rules files and C(after.init) hook - reloads ufw, and removes the module's Docker
+        chain and its jump from C(DOCKER-USER) live. ufw itself, its rules and anything outside the module's block stay.
+      - Connlimit rules still live on O(ports) afterwards are not the module's; they are named in a warning, not removed.
+      - On a host without ufw, C(absent) has nothing to remove and changes nothing.
     type: str
     choices: [present, absent]
     default: present
@@ -127,9 +132,16 @@ files:
   sample: [{"path": "/etc/ufw/before.rules", "changed": true, "backup": ""}]
 live:
   description: Ports with a live connlimit rule, per family, as read back from the ruleset (also in check mode).
-  returned: when ufw is enabled and O(state=present)
+  returned: when ufw is enabled (with O(state=absent), what is still live on O(ports))
   type: dict
   sample: {"ipv4": [80, 443], "ipv6": [80, 443]}
+docker_chain_removed:
+  description: With O(state=absent), the iptables commands whose ruleset had the module's Docker chain (removed live,
+    with its jump from DOCKER-USER).
+  returned: when O(state=absent) found the chain
+  type: list
+  elements: str
+  sample: [/usr/sbin/iptables, /usr/sbin/ip6tables]
 docker_user:
   description: Live state of the Docker path per family (the jump's place in DOCKER-USER, the limited ports,
     the other rules kept in DOCKER-USER).
@@ -438,20 +450,72 @@ def main():
     if problems:
         module.fail_json(msg="; ".join(problems))
     require_root(module, "writes %s and reloads ufw" % p["rules_dir"])
-    if module.check_mode and present and read(os.path.join(p["rules_dir"], uc.FAMILIES[4]["file"])) is None:
-        not_yet_installed(module)
+    if read(os.path.join(p["rules_dir"], uc.FAMILIES[4]["file"])) is None:
+        if not present:
+            module.exit_json(changed=False, ufw_installed=False, files=[],
+                             msg="ufw is not installed: there is no connlimit block to remove")
+        if module.check_mode:
+            not_yet_installed(module)
     published, backend = docker_facts(module) if present else ({}, None)
     docker_ports = docker_ports_to_limit(module, published, backend)
     changes = plan(module, docker_ports)
     validate(module, changes)
     families = [4, 6] if p["ipv6"] else [4]
     result = start_result(module, changes, published, backend)
+    chains = [] if present else docker_chain_live(module, families)
+    if chains:
+        result["changed"] = True
+        result["docker_chain_removed"] = chains
     if result["changed"] and not module.check_mode:
         write_and_reload(module, changes, families, result)
+    if chains and not module.check_mode:
+        remove_docker_chain(module, chains)
     result["files"] = [{"path": c.path, "changed": c.changed, "backup": c.backup} for c in changes]
     if present and ufw_enabled(p["rules_dir"]):
         check_live(module, families, docker_ports, result)
+    elif ufw_enabled(p["rules_dir"]):
+        still_live(module, families, result)
     module.exit_json(**result)
+
+
+def docker_chain_live(module, families):
+    """The iptables commands (iptables, ip6tables) whose ruleset has the module's Docker chain."""
+    found = []
+    for fam in families:
+        ipt = module.get_bin_path(uc.FAMILIES[fam]["save"])
+        if ipt and run(module, [ipt, "-w", "-S", uc.DOCKER_CHAIN], check_rc=False)[0] == 0:
+            found.append(ipt)
+    return found
+
+
+def remove_docker_chain(module, commands):
+    """state=absent: the jump from DOCKER-USER and the module's chain, live (the hook that would unload them
+    on ufw's stop is gone with the files). Docker's own rules and the user's in DOCKER-USER are not touched."""
+    left = []
+    for ipt in commands:
+        for dummy in range(10):  # every jump of ours, at most ten (a bounded loop)
+            if run(module, [ipt, "-w", "-D", "DOCKER-USER", "-j", uc.DOCKER_CHAIN], check_rc=False)[0] != 0:
+                break
+        run(module, [ipt, "-w", "-F", uc.DOCKER_CHAIN], check_rc=False)
+        run(module, [ipt, "-w", "-X", uc.DOCKER_CHAIN], check_rc=False)
+        if run(module, [ipt, "-w", "-S", uc.DOCKER_CHAIN], check_rc=False)[0] == 0:
+            left.append(ipt)
+    if left:
+        module.fail_json(msg="the chain %s could not be removed with %s (is a rule of yours jumping to it?): the files "
+                             "no longer load it; remove it by hand (%s -D <chain> -j %s; %s -X %s)"
+                             % (uc.DOCKER_CHAIN, ", ".join(left), left[0], uc.DOCKER_CHAIN, left[0], uc.DOCKER_CHAIN))
+
+
+def still_live(module, families, result):
+    """state=absent: the module's block is gone from the files; connlimit rules the kernel still has on the
+    ports are not the module's (yours, in before.rules outside the block, or another tool's): said, not removed."""
+    result["live"] = verify_live(module, families, [], [])[0]
+    left = dict((k, [x for x in v if x in module.params["ports"]]) for k, v in result["live"].items())
+    left = dict((k, v) for k, v in left.items() if v)
+    if left and not module.check_mode:
+        module.warn("connlimit rules are still live on %s after the module's block was removed: they are not the "
+                    "module's (look in /etc/ufw/before*.rules outside the homelab.edge block, or another tool)"
+                    % "; ".join("%s %s" % (k, ", ".join(map(str, v))) for k, v in sorted(left.items())))
 
 
 if __name__ == "__main__":

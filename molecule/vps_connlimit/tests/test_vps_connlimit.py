@@ -255,6 +255,8 @@ def test_absent_removes_everything_it_wrote_and_the_live_rules():
         assert not VPS.file("/etc/ufw/%s" % uc.HOOK).exists
         assert uc.BEGIN not in VPS.file("/etc/ufw/after.init").content_string
         assert input_ports(4) == set() and docker_path()["jump_position"] is None
+        assert VPS.run("iptables -S %s" % uc.DOCKER_CHAIN).rc != 0  # the chain itself, live, is gone too
+        assert VPS.run("ip6tables -S %s" % uc.DOCKER_CHAIN).rc != 0
         assert any("ufw-user-forward" in r for r in docker_path()["other_rules"])  # ufw-docker's stay
     finally:
         res = run_module({"ports": [80, 443], "limit": 100})

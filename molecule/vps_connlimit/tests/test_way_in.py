@@ -314,3 +314,31 @@ def test_confirm_reverts_when_a_port_that_let_clients_in_is_cut():
     assert not res.get("failed") and res["outcome"] == "confirmed"
     assert not udp_answers()  # confirmed: the cut stays
     make_fresh()
+
+
+def test_absent_removes_the_limit_commit_confirmed_and_keeps_ufw_and_the_way_in():
+    """vps_connlimit_state=absent on the fresh VPS after the role ran: the limit goes (files and live rules),
+    through an armed revert that a new login confirmed; ufw stays active with its rules, new logins and the
+    UDP service work; a second run has nothing to do."""
+    make_fresh()
+    applied = run_role()
+    assert applied.returncode == 0, applied.stdout[-3000:]
+    assert uc.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
+    user_rules = FRESH.file("/etc/ufw/user.rules").content_string
+    armed_before = len(reverts())
+    out = run_role(("vps_connlimit_state", "absent"))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert uc.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == set()
+    assert uc.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 6) == set()
+    assert uc.BEGIN not in FRESH.file("/etc/ufw/before.rules").content_string
+    assert uc.BEGIN not in FRESH.file("/etc/ufw/before6.rules").content_string
+    assert FRESH.check_output("ufw status").startswith("Status: active")
+    assert FRESH.file("/etc/ufw/user.rules").content_string == user_rules
+    assert new_login() and udp_answers()
+    done = adhoc.run_module("ufw_revert", {"state": "query"}, target="vps-fresh", inventory=INVENTORY,
+                            become=True)["reverts"]
+    assert len(done) == armed_before + 1 and all(r["state"] == "confirmed" for r in done), done
+    again = run_role(("vps_connlimit_state", "absent"))
+    assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[1], again.stdout[-2000:]
+    assert len(reverts()) == armed_before + 1  # nothing to remove: no revert armed
+    make_fresh()

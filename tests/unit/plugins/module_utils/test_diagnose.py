@@ -192,3 +192,12 @@ def test_a_capped_load_balancer_is_named_with_its_remedy():
          "not_enough_total": 0, "not_enough": {}, "drift": [], "dns_upstreams": []}
     found = [f for f in dg.k3d("h", [e], 300) if "with a cap" in f["finding"]]
     assert found and "--runtime-ulimit nofile=16384:16384" in found[0]["fix"]
+
+
+def test_an_engine_that_does_not_answer_is_a_finding_and_the_other_hosts_are_still_read():
+    found = dg.diagnose({"k3d-1": {"k3d": [], "k3d_error": "cannot reach the Docker engine: connection refused"},
+                         "vps": {"role": "vps", "ufw": {"changed": True, "live": {"ipv4": []}}, "signals": None,
+                                 "limit": 100, "ports": [443]}}, 300)
+    engine = [f for f in found if f["code"] == "k3d_engine_unreadable"]
+    assert len(engine) == 1 and engine[0]["host"] == "k3d-1" and "connection refused" in engine[0]["evidence"]
+    assert [f for f in found if f["host"] == "vps"]  # the VPS is still diagnosed

@@ -567,3 +567,58 @@ def test_apply_rolls_back_a_render_confd_accepts_but_nginx_never_runs():
         lb.apply(c, WANT, render_timeout=1)
     assert c.fs[lb_container.TEMPLATE_PATH] == K3D
     assert [lb_template.BEGIN in t for t in c.renders] == [True, False]
+
+
+# state=absent: the undo
+
+@pytest.mark.parametrize("kw", [{}, {"cap": 1024}, {"udp_timeout": 9, "udp_share": 30, "worker_rlimit_nofile": 4096}])
+def test_unpatch_gives_k3ds_own_template_back(kw):
+    assert lb_template.unpatch_template(patch(K3D, **kw)) == K3D
+
+
+def test_unpatch_leaves_a_template_without_the_fix_alone():
+    mine = K3D.replace("worker_processes auto;", "worker_processes auto;\nworker_rlimit_nofile 8192;")
+    assert lb_template.unpatch_template(mine) == mine  # not ours: the user's rlimit stays
+    assert not lb_template.is_patched(K3D) and lb_template.is_patched(patch(K3D))
+
+
+def test_remove_puts_k3ds_template_back_renders_and_checks_nginx():
+    c = Fake(template=patch(K3D), conf=FIXED, limits=[16384])
+    res = lb.remove(c)
+    assert res["changed"] and res["reasons"][0] == "template patched by homelab.edge"
+    assert c.fs[lb_container.TEMPLATE_PATH] == K3D and len(c.renders) == 1
+    assert c.fs[lb_container.VALUES_PATH] == VALUES_K3D
+    assert lb._live_fix(c.fs[lb_container.NGINX_CONF]) == []
+
+
+def test_remove_is_idempotent_and_check_mode_writes_nothing():
+    c = Fake()
+    assert not lb.remove(c)["changed"] and c.renders == []
+    c = Fake(template=patch(K3D), conf=FIXED)
+    before = dict(c.fs)
+    res = lb.remove(c, check_mode=True)
+    assert res["changed"] and c.fs == before and c.renders == [] and res["template"] == (patch(K3D), K3D)
+
+
+def test_remove_renders_when_nginx_still_runs_the_fix():
+    """The template is k3d's already (a half-done earlier undo) but nginx runs the fix: render."""
+    c = Fake(template=K3D, conf=FIXED)
+    res = lb.remove(c)
+    assert res["reasons"] and "template patched by homelab.edge" not in res["reasons"] and len(c.renders) == 1
+
+
+def test_remove_rolls_back_when_the_render_does_not_take():
+    c = Fake(template=patch(K3D), conf=FIXED, render=lambda template: (0, "", ""))  # nginx keeps the fix
+    clock = iter(range(100))
+    with pytest.raises(lb_container.ApplyError, match="after the render: nginx runs the UDP session budget.*rolled back"):
+        lb.remove(c, render_timeout=3, sleep=lambda s: None, clock=lambda: next(clock))
+    assert c.fs[lb_container.TEMPLATE_PATH] == patch(K3D)
+
+
+def test_handle_absent_reports_removed():
+    entry = lb.handle(Fake(template=patch(K3D), conf=FIXED), "k3d-core-serverlb", False, WANT, absent=True)
+    assert entry["changed"] and entry["state"] == "removed" and entry["state_text"] == "k3d's own (fix removed)"
+    assert entry["diff"][0]["after"] == K3D
+    check = lb.handle(Fake(template=patch(K3D), conf=FIXED), "k3d-core-serverlb", False, WANT, check_mode=True,
+                      absent=True)
+    assert check["msg"].startswith("would remove the fix: template patched by homelab.edge")
