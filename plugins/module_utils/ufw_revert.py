@@ -5,10 +5,15 @@
 
 Arming a revert keeps, in a directory of its own under STATE_DIR, the files
 that make the firewall (/etc/ufw, /etc/default/ufw), ufw's state and the
-live ruleset, and starts a timer. When the timer fires before the change is
+part of the live ruleset that a change can touch (OWN: ufw's chains, this
+collection's chains, the built-in filter policies and the jumps into those
+chains), and starts a timer. When the timer fires before the change is
 confirmed, revert.sh puts every file back, removes the ones added since,
 brings ufw back to the state it had (disabled again where it was off) and
-restores the ruleset that was live, exactly. A marker
+restores that part of the ruleset as it was live, with --noflush: every other
+table and chain (Docker's NAT and chains, fail2ban's, WireGuard's, a rule
+the admin typed) stays as it is at revert time. It then compares that part
+with the snapshot and falls back to `ufw reload` where they differ. A marker
 file says where a revert stands; markers move with rename(2), so a
 confirmation and the timer can never both win:
 
@@ -20,6 +25,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 STATE_DIR = "/var/lib/homelab-edge/ufw-revert"
 ROOTS = ("/etc/ufw", "/etc/default/ufw")
 TIMEOUT_MIN, TIMEOUT_MAX = 10, 3600
@@ -27,6 +34,75 @@ UNIT_PREFIX = "homelab-edge-ufw-revert-"
 # A pending revert that should have fired this long ago did not run (the
 # host restarted, or its timer was killed).
 GRACE = 60
+# Free space a revert's copy needs before it is taken (the copy is small; a full disk is not).
+MIN_FREE_BYTES = 16 * 1048576
+
+
+# The chains a change of this collection can touch (ufw's and its own), the
+# built-in chains whose policy and jumps into them are restored, and the one
+# jump of ours outside them (first in DOCKER-USER).
+OWN = r"(ufw6?-[A-Za-z0-9-]+|homelab-edge-[A-Za-z0-9-]+)"
+BUILTIN = ("INPUT", "FORWARD", "OUTPUT")
+_OWN_RE = re.compile(r"^%s$" % OWN)
+_JUMP_RE = re.compile(r"^-A (%s) -j %s$" % ("|".join(BUILTIN), OWN))
+# ours in DOCKER-USER (ufw_connlimit's chain, first); ufw-docker's jumps there belong to after.rules and stay
+DOCKER_JUMP = "-A DOCKER-USER -j homelab-edge-docker"
+
+
+class SnapshotError(ValueError):
+    """The saved ruleset cannot be trusted to restore from."""
+
+
+def filter_table(save_text):
+    """The lines of the filter table of an iptables-save output (without *filter and COMMIT)."""
+    lines, inside, seen = [], False, False
+    for line in save_text.splitlines():
+        if line == "*filter":
+            inside = seen = True
+        elif inside and line == "COMMIT":
+            inside = False
+        elif inside and line and not line.startswith("#"):
+            lines.append(line)
+    if not seen:
+        raise SnapshotError("no filter table in the saved ruleset")
+    return lines
+
+
+def own_part(save_text):
+    """The part of the filter table a change can touch, as `iptables -S` prints it: the built-in policies, our
+    chains, their rules, the jumps into them from the built-in chains, and ours in DOCKER-USER."""
+    out = []
+    for line in filter_table(save_text):
+        if line.startswith(":"):
+            name, policy = line[1:].split(" ", 2)[:2]
+            if name in BUILTIN:
+                out.append("-P %s %s" % (name, policy))
+            elif _OWN_RE.match(name):
+                out.append("-N %s" % name)
+        elif line.startswith("-A "):
+            chain = line.split(" ", 2)[1]
+            if _OWN_RE.match(chain) or _JUMP_RE.match(line) or line == DOCKER_JUMP:
+                out.append(line)
+    return out
+
+
+def scoped_restore(save_text):
+    """iptables-restore --noflush input that puts `own_part` back: the policies, every chain of ours declared
+    (iptables-restore flushes a declared user chain, even with --noflush) and filled, and the jumps appended to
+    the built-in chains, as ufw appends its own. revert.sh first removes our jumps and chains as they are at
+    revert time, and puts our jump first in DOCKER-USER itself (declaring DOCKER-USER here would flush it)."""
+    part = own_part(save_text)
+    policies = [":%s %s [0:0]" % tuple(x.split(" ")[1:3]) for x in part if x.startswith("-P ")]
+    chains = [":%s - [0:0]" % x.split(" ")[1] for x in part if x.startswith("-N ")]
+    rules = [x for x in part if x.startswith("-A ") and not _JUMP_RE.match(x) and x != DOCKER_JUMP]
+    jumps = [x for x in part if _JUMP_RE.match(x)]
+    return "\n".join(["*filter"] + policies + chains + rules + jumps + ["COMMIT", ""])
+
+
+def own_lines_cmd(tool):
+    """sh: the lines of `own_part`, as the live ruleset has them now, sorted (revert.sh compares them)."""
+    return ("%s -w -S 2>/dev/null | grep -E '^-P (%s) |^-N %s$|^-A %s |^-A (%s) -j %s$|^%s$' | LC_ALL=C sort"
+            % (tool, "|".join(BUILTIN), OWN, OWN, "|".join(BUILTIN), OWN, DOCKER_JUMP))
 
 
 def check_timeout(timeout):
@@ -63,12 +139,31 @@ for root in %(roots)s; do
 done | while IFS= read -r f; do
   grep -qxF "$f" "$dir/files.list" || rm -f "$f"
 done
+# our part of the ruleset back as it was live when armed (the files may hold
+# lines that were never loaded): our jumps and chains as they are now removed,
+# the armed ones restored with --noflush; every other chain and table stays
+restore() {
+  t=$1
+  [ -s "$dir/$t.scoped" ] || return 0
+  command -v "$t" >/dev/null 2>&1 || return 1
+  "$t" -w -S 2>/dev/null | grep -E '^-A (%(builtin)s) -j %(own)s$|^-A DOCKER-USER -j homelab-edge-[A-Za-z0-9-]+$' \\
+    | head -n 1000 | sed 's/^-A /-D /' | while read -r rule; do "$t" -w $rule; done
+  chains=$("$t" -w -S 2>/dev/null | sed -n -E 's/^-N %(own)s$/\\1/p')
+  for c in $chains; do "$t" -w -F "$c"; done
+  for c in $chains; do "$t" -w -X "$c" 2>/dev/null; done
+  "$t-restore" -w --noflush <"$dir/$t.scoped" || return 1
+  if grep -qxF -- '%(docker_jump)s' "$dir/$t.expected"; then
+    "$t" -w -N DOCKER-USER 2>/dev/null
+    "$t" -w -I DOCKER-USER 1 -j %(docker_chain)s || return 1
+  fi
+  %(own_lines)s >"$dir/$t.after"
+  cmp -s "$dir/$t.expected" "$dir/$t.after"
+}
 rc=0
 tar -C / -xpf "$dir/files.tar" || rc=1
-# the ruleset that was live, exactly (the files may hold lines that were
-# never loaded); ufw's own start from the files where that fails
-iptables-restore <"$dir/iptables.save" || rc=2
-[ ! -s "$dir/ip6tables.save" ] || ip6tables-restore <"$dir/ip6tables.save" || rc=2
+restore iptables || rc=2
+restore ip6tables || rc=2
+# where our part did not come back as it was: ufw's own start from the files
 if [ "$rc" != 0 ] && [ %(enabled)s = yes ]; then
   ufw reload || ufw --force enable
 fi
@@ -77,13 +172,15 @@ echo "$rc" >"$dir/revert_rc"
 mv "$dir/reverting" "$dir/reverted"
 echo "revert done at $(date +%%s), rc=$rc"
 """ % {"dir": _q(directory), "timeout": timeout, "enabled": "yes" if was_enabled else "no",
-       "roots": " ".join(_q(r) for r in roots)}
+       "roots": " ".join(_q(r) for r in roots), "builtin": "|".join(BUILTIN), "own": OWN,
+       "docker_jump": DOCKER_JUMP, "docker_chain": DOCKER_JUMP.split()[-1],
+       "own_lines": own_lines_cmd('"$t"').replace("%", "%%")}
 
 
 def systemd_run_argv(systemd_run, unit, timeout, sh, script_path):
     """A transient timer that survives the SSH session ending (logind may
     kill a session's processes): it runs the script with 'now'."""
-    return [systemd_run, "--unit", unit, "--on-active=%ds" % timeout, "--timer-property=AccuracySec=1s",
+    return [systemd_run, "--unit", unit, "--collect", "--on-active=%ds" % timeout, "--timer-property=AccuracySec=1s",
             "--description", "homelab.edge: revert an unconfirmed firewall change", sh, script_path, "now"]
 
 

@@ -18,8 +18,18 @@ description:
     timer on the host. Make the change, open a NEW connection (in a play, run the meta task C(reset_connection)
     first, because the multiplexed SSH connection is ESTABLISHED traffic that any firewall lets through), and run
     O(state=confirmed) over it. Confirmed in time, the timer is cancelled. Not confirmed within O(timeout) seconds - the controller lost
-    its way in, or went away - the host puts every file back, removes the files added since, and brings ufw back to
-    the state it had (reloaded, or disabled again); if ufw does not start, the ruleset that was live is restored.
+    its way in, or went away - the host puts every file back, removes the files added since, brings ufw back to
+    the state it had (disabled again where it was off), and restores ufw's part of the ruleset as it was live when
+    armed.
+  - The revert touches only what a change of ufw can touch - ufw's chains (C(ufw-*), C(ufw6-*)), this collection's
+    (C(homelab-edge-*)), the policies of the built-in filter chains and the jumps into those chains - with
+    C(iptables-restore --noflush). Every other table and chain (Docker's NAT and chains, fail2ban's bans,
+    WireGuard's, a rule you typed into C(DOCKER-USER)) is left as it is at revert time. Afterwards that part is
+    compared with the snapshot; where it differs, C(ufw reload) from the restored files.
+  - The snapshot is checked when armed, or nothing is armed and nothing changed - the save's exit code, a filter
+    table in it, C(iptables-restore --test) of the part to restore, and that part equal to the live ruleset's (an
+    C(iptables-nft-save) that prints a native nft rule lossily in ufw's chains is refused). At least 16 MiB must be
+    free where the reverts are kept.
   - The timer is a transient systemd timer (C(systemd-run)) where systemd runs, otherwise a detached process in a
     session of its own; either way it does not depend on the SSH session or the controller.
   - O(state=confirmed) also checks, with the rules as they now are, that every port in O(must_stay) still lets a new
@@ -212,6 +222,7 @@ class Reverts(object):
         was_enabled = ua.enabled(read("/etc/ufw/ufw.conf"))
         if self.module.check_mode:
             self.exit(changed=True, was_enabled=was_enabled, timeout=p["timeout"])
+        self.check_space()
         now = int(time.time())
         rid = "%d-%d" % (now, os.getpid())
         d = self.path(rid)
@@ -223,18 +234,61 @@ class Reverts(object):
                     tar.add(root, arcname=root.lstrip("/"))
                     names += self.files_under(root)
         self.write(rid, "files.list", "".join(n + "\n" for n in names))
-        for fam, tool in (("iptables", "iptables-save"), ("ip6tables", "ip6tables-save")):
-            binary = self.module.get_bin_path(tool)
-            self.write(rid, fam + ".save", self.module.run_command([binary], environ_update=C_ENV)[1] if binary else "")
+        for fam in ("iptables", "ip6tables"):
+            self.snapshot(rid, fam)
         script = self.path(rid, "revert.sh")
         host.write_text(self.module, script, ur.script(d, p["timeout"], was_enabled), new_mode=0o700)
-        meta = {"id": rid, "armed_at": now, "fires_at": now + p["timeout"], "timeout": p["timeout"],
+        # the deadline counts from here, after the snapshot; meta.json comes before the timer
+        meta = {"id": rid, "armed_at": now, "fires_at": int(time.time()) + p["timeout"], "timeout": p["timeout"],
                 "was_enabled": was_enabled}
+        self.write(rid, "meta.json", json.dumps(meta))
         self.write(rid, "armed", "")
         meta.update(self.start_timer(rid, script, p["timeout"]))
         self.write(rid, "meta.json", json.dumps(meta))
         self.prune()
         self.exit(changed=True, id=rid, fires_at=meta["fires_at"], timer=meta["timer"], was_enabled=was_enabled)
+
+    def check_space(self):
+        """Enough room for the copy before anything is written (a full disk would leave a broken one)."""
+        where = self.dir
+        while not os.path.isdir(where):
+            where = os.path.dirname(where)
+        st = os.statvfs(where)
+        free = st.f_bavail * st.f_frsize
+        if free < ur.MIN_FREE_BYTES:
+            self.fail("%s has %d MiB free; a revert's copy of /etc/ufw and the ruleset needs at least %d MiB: free "
+                      "some space first; nothing was changed" % (where, free // 1048576, ur.MIN_FREE_BYTES // 1048576))
+
+    def snapshot(self, rid, fam):
+        """The saved ruleset, validated: the save's exit code, a filter table, the scoped restore accepted by
+        `<fam>-restore --test`, and our part of the save equal to our part of the live ruleset (iptables-nft-save
+        prints some native nft rules lossily). Any doubt: the arm is refused and its directory removed."""
+        save, restore = self.module.get_bin_path(fam + "-save"), self.module.get_bin_path(fam + "-restore")
+        if not save or not restore:
+            return
+
+        def refuse(why):
+            shutil.rmtree(self.path(rid), ignore_errors=True)
+            self.fail("the %s snapshot cannot be trusted to restore from (%s): no revert was armed and nothing was "
+                      "changed" % (fam, why))
+        rc, out, err = self.module.run_command([save], environ_update=C_ENV)
+        if rc != 0:
+            refuse("%s exited with %d: %s" % (save, rc, (err or out).strip()[-300:]))
+        try:
+            scoped = ur.scoped_restore(out)
+        except ur.SnapshotError as e:
+            refuse(str(e))
+        rc, o, e = self.module.run_command([restore, "-w", "--test", "--noflush"], data=scoped, environ_update=C_ENV)
+        if rc != 0:
+            refuse("%s --test refuses its own part: %s" % (restore, (e or o).strip()[-300:]))
+        rc, live, e = self.module.run_command(["sh", "-c", ur.own_lines_cmd(self.module.get_bin_path(fam, required=True))],
+                                              environ_update=C_ENV)
+        saved = "".join(x + "\n" for x in sorted(ur.own_part(out)))
+        if live != saved:
+            refuse("the save does not read back as the live ruleset for ufw's chains")
+        self.write(rid, fam + ".save", out)
+        self.write(rid, fam + ".scoped", scoped)
+        self.write(rid, fam + ".expected", live)
 
     @staticmethod
     def files_under(root):
@@ -285,18 +339,24 @@ class Reverts(object):
     def stop_timer(self, meta):
         if meta.get("unit"):
             self.module.run_command(["systemctl", "stop", meta["unit"] + ".timer"], environ_update=C_ENV)
-        elif meta.get("pid") and alive(meta["pid"]):
+        elif meta.get("pid") and alive(meta["pid"]) and self.is_revert(meta):
             try:
                 os.killpg(meta["pid"], signal.SIGTERM)
             except OSError:
                 pass
 
+    def is_revert(self, meta):
+        """Whether the recorded pid is still this revert's script (a pid can be reused after a restart)."""
+        cmdline = read("/proc/%d/cmdline" % meta["pid"], "") or ""
+        return self.path(meta["id"], "revert.sh") in cmdline.replace("\0", " ")
+
     def revert_now(self, rid):
-        """Run the revert at once, here; the outcome as data."""
+        """Run the revert at once, here, then stop its timer (the script takes the armed marker first, so a
+        timer firing meanwhile finds nothing to do); the outcome as data."""
         meta = self.known(rid)
-        self.stop_timer(meta)
         self.module.run_command([self.module.get_bin_path("sh", required=True), self.path(rid, "revert.sh"), "now"],
                                 environ_update=C_ENV)
+        self.stop_timer(meta)
         return self.describe(rid)
 
     def confirm(self):
@@ -322,7 +382,7 @@ class Reverts(object):
             self.fail("too late: the revert %s started while confirming; the firewall is as it was before the change"
                       % rid, id=rid)
         self.stop_timer(meta)
-        for name in ("files.tar", "iptables.save", "ip6tables.save"):
+        for name in ("files.tar", "iptables.save", "ip6tables.save", "iptables.scoped", "ip6tables.scoped"):
             if os.path.exists(self.path(rid, name)):
                 os.remove(self.path(rid, name))
         self.exit(changed=True, id=rid, outcome="confirmed", cut=[])

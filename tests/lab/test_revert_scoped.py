@@ -1,0 +1,155 @@
+"""The revert puts back only ufw's part of the ruleset (issue 33), on the real
+iptables (Debian's, nft backend) in a network namespace this test makes: the
+chains of ufw and of this collection, the built-in policies and the jumps into
+them come back as they were armed; a fail2ban ban, Docker's NAT for a container
+restarted on a new address and a DOCKER-USER rule the admin typed, all made
+inside the window, stay. Run the other way (the whole saved ruleset restored,
+as the revert did before), the same window loses all three: that is the net.
+The revert script is the one ufw_revert writes (module_utils/ufw_revert.py);
+ufw itself is not installed here, so it is armed as for a host whose ufw was
+enabled and never needs ufw's fallback."""
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
+import ufw_revert as ur  # noqa: E402
+
+ARMED = """*nat
+:PREROUTING ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:DOCKER - [0:0]
+-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
+-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
+-A DOCKER ! -i docker0 -p tcp -m tcp --dport 443 -j DNAT --to-destination 172.17.0.2:443
+COMMIT
+*filter
+:INPUT DROP [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:DOCKER-USER - [0:0]
+:f2b-sshd - [0:0]
+:homelab-edge-docker - [0:0]
+:ufw-before-input - [0:0]
+:ufw-user-input - [0:0]
+:ufw-user-forward - [0:0]
+-A INPUT -p tcp -m multiport --dports 22 -j f2b-sshd
+-A INPUT -j ufw-before-input
+-A FORWARD -j DOCKER-USER
+-A DOCKER-USER -j homelab-edge-docker
+-A DOCKER-USER -j ufw-user-forward
+-A DOCKER-USER -j RETURN
+-A f2b-sshd -s 203.0.113.7/32 -j REJECT --reject-with icmp-port-unreachable
+-A f2b-sshd -j RETURN
+-A homelab-edge-docker -p tcp -m tcp --dport 443 -m connlimit --connlimit-above 100 --connlimit-mask 32 --connlimit-saddr -j REJECT --reject-with tcp-reset
+-A ufw-before-input -i lo -j ACCEPT
+-A ufw-before-input -j ufw-user-input
+-A ufw-user-input -p tcp -m tcp --dport 22 -j ACCEPT
+COMMIT
+"""
+# What happens on the host inside the window: the change (ufw's chains), and other software's work
+WINDOW = [
+    # the change being reverted: a rule of ufw's changed, a chain and jump of ufw's added, a policy changed
+    "-A ufw-user-input -p tcp -m tcp --dport 80 -j DROP",
+    "-N ufw-after-input", "-A INPUT -j ufw-after-input", "-A ufw-after-input -j DROP", "-P OUTPUT DROP",
+    "-D homelab-edge-docker 1",
+    # fail2ban bans an address
+    "-I f2b-sshd 1 -s 198.51.100.9/32 -j REJECT --reject-with icmp-port-unreachable",
+    # the admin types a rule into DOCKER-USER
+    "-I DOCKER-USER 3 -s 192.0.2.66/32 -j DROP",
+    # autoheal restarts the container: Docker points its DNAT at the new address; compose adds a network
+    "-t nat -R DOCKER 1 ! -i docker0 -p tcp -m tcp --dport 443 -j DNAT --to-destination 172.17.0.3:443",
+    "-t nat -A POSTROUTING -s 172.18.0.0/16 ! -o br-new -j MASQUERADE",
+]
+
+
+def sh(ns, command, data=None, check=True):
+    return subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", command], input=data, capture_output=True,
+                          text=True, check=check, timeout=60)
+
+
+@pytest.fixture
+def ns():
+    if os.geteuid() != 0 or not shutil.which("iptables") or not shutil.which("ip"):
+        pytest.skip("needs root, iptables and iproute2")
+    name = "hle-revert-%s" % uuid.uuid4().hex[:6]
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        sh(name, "iptables-restore", ARMED)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def arm(ns, tmp_path):
+    """What ufw_revert's arm does for iptables: the save, its scoped part, and the live part it must equal."""
+    d = tmp_path / "rev"
+    (tmp_path / "etc-ufw").mkdir()
+    d.mkdir()
+    save = sh(ns, "iptables-save").stdout
+    scoped = ur.scoped_restore(save)
+    assert sh(ns, "iptables-restore -w --test --noflush", scoped, check=False).returncode == 0
+    live = sh(ns, ur.own_lines_cmd("iptables")).stdout
+    assert live == "".join(x + "\n" for x in sorted(ur.own_part(save)))  # the arm's round-trip check, on real iptables
+    subprocess.run(["tar", "-C", "/", "-cf", str(d / "files.tar"), str(tmp_path / "etc-ufw").lstrip("/")], check=True)
+    for name, text in (("files.list", ""), ("armed", ""), ("iptables.save", save), ("iptables.scoped", scoped),
+                       ("iptables.expected", live),
+                       ("revert.sh", ur.script(str(d), 1, True, roots=(str(tmp_path / "etc-ufw"),)))):
+        (d / name).write_text(text)
+    return d, live
+
+
+def window(ns):
+    for rule in WINDOW:
+        sh(ns, "iptables -w %s" % rule)
+
+
+def others(ns):
+    """What other software made inside the window, as the kernel has it."""
+    rules = sh(ns, "iptables -S; iptables -t nat -S").stdout
+    return {"fail2ban ban": "-A f2b-sshd -s 198.51.100.9/32 -j REJECT" in rules,
+            "admin DOCKER-USER rule": "-A DOCKER-USER -s 192.0.2.66/32 -j DROP" in rules,
+            "DNAT to the restarted container": "--to-destination 172.17.0.3:443" in rules,
+            "compose network MASQUERADE": "-A POSTROUTING -s 172.18.0.0/16 ! -o br-new -j MASQUERADE" in rules}
+
+
+def test_the_revert_puts_back_ufws_part_and_leaves_everyone_elses(ns, tmp_path):
+    d, armed = arm(ns, tmp_path)
+    window(ns)
+    assert sh(ns, ur.own_lines_cmd("iptables")).stdout != armed
+    sh(ns, "sh %s now" % (d / "revert.sh"))
+    assert (d / "revert_rc").read_text().strip() == "0", (d / "revert.log").read_text()
+    assert sh(ns, ur.own_lines_cmd("iptables")).stdout == armed
+    assert others(ns) == dict.fromkeys(others(ns), True)
+    rules = sh(ns, "iptables -S DOCKER-USER").stdout.splitlines()
+    assert rules[1] == "-A DOCKER-USER -j homelab-edge-docker"  # ours first again
+    assert "--to-destination 172.17.0.2:443" not in sh(ns, "iptables -t nat -S").stdout
+
+
+def test_without_the_net_the_whole_restore_loses_what_others_did_in_the_window(ns, tmp_path):
+    """The net removed: the revert as it was (iptables-restore of the whole save) in the same window."""
+    d, armed = arm(ns, tmp_path)
+    window(ns)
+    sh(ns, "iptables-restore <%s" % (d / "iptables.save"))
+    assert sh(ns, ur.own_lines_cmd("iptables")).stdout == armed  # ufw's part back, too...
+    assert others(ns) == dict.fromkeys(others(ns), False)  # ...and everything the others did in the window gone
+
+
+def test_a_revert_whose_part_does_not_come_back_says_so_and_falls_back(ns, tmp_path):
+    """The check after the restore: an expected part that the restore cannot give (here: edited) is rc 2."""
+    d, armed = arm(ns, tmp_path)
+    (d / "iptables.expected").write_text(armed + "-A ufw-user-input -j ACCEPT\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ufw").write_text("#!/bin/sh\necho ufw \"$@\" >>%s/ufw.calls\n" % tmp_path)
+    os.chmod(str(bindir / "ufw"), 0o755)
+    script = (d / "revert.sh").read_text().replace("PATH=/usr/sbin", "PATH=%s:/usr/sbin" % bindir)
+    (d / "revert.sh").write_text(script)
+    sh(ns, "sh %s now" % (d / "revert.sh"))
+    assert (d / "revert_rc").read_text().strip() == "2"
+    assert (tmp_path / "ufw.calls").read_text().splitlines() == ["ufw reload"]
