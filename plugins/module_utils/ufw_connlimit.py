@@ -259,16 +259,23 @@ def nft_connlimit_ports(ruleset, family):
     return ports
 
 
-def iptables_connlimit_rules(save_output, chain):
-    """{port: limit} from `iptables -S` lines of `chain`."""
+def iptables_connlimit_rules(save_output, chain, mask=None):
+    """{port: limit} from `iptables -S` lines of `chain`: per-source limits that reset. With `mask` (32, 128),
+    only rules that count per source address with that prefix: a rule with --connlimit-mask 0 (one count for
+    every client together) or --connlimit-daddr limits something else and is not ours."""
     found = {}
     for line in save_output.splitlines():
         if not line.startswith("-A %s " % chain) or "connlimit" not in line:
             continue
         port = re.search(r"--(?:dport|ctorigdstport) (\d+)", line)
         above = re.search(r"--connlimit-above (\d+)", line)
-        if port and above and "tcp-reset" in line:
-            found[int(port.group(1))] = int(above.group(1))
+        if not (port and above and "tcp-reset" in line):
+            continue
+        if mask is not None:
+            has = re.search(r"--connlimit-mask (\d+)", line)
+            if not has or int(has.group(1)) != mask or "--connlimit-daddr" in line:
+                continue
+        found[int(port.group(1))] = int(above.group(1))
     return found
 
 

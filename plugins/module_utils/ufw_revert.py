@@ -120,6 +120,30 @@ def _q(text):
     return "'%s'" % text.replace("'", "'\\''")
 
 
+def restore_fn():
+    """sh: restore TOOL - our part of TOOL's ruleset back from $dir/TOOL.scoped, checked against
+    $dir/TOOL.expected (exit 0 only when equal). The revert script and ufw_connlimit's last resort share it."""
+    return """restore() {
+  t=$1
+  [ -s "$dir/$t.scoped" ] || return 0
+  command -v "$t" >/dev/null 2>&1 || return 1
+  "$t" -w -S 2>/dev/null | grep -E '^-A (%(builtin)s) -j %(own)s$|^-A DOCKER-USER -j homelab-edge-[A-Za-z0-9-]+$' \\
+    | head -n 1000 | sed 's/^-A /-D /' | while read -r rule; do "$t" -w $rule; done
+  chains=$("$t" -w -S 2>/dev/null | sed -n -E 's/^-N %(own)s$/\\1/p')
+  for c in $chains; do "$t" -w -F "$c"; done
+  for c in $chains; do "$t" -w -X "$c" 2>/dev/null; done
+  "$t-restore" -w --noflush <"$dir/$t.scoped" || return 1
+  if grep -qxF -- '%(docker_jump)s' "$dir/$t.expected"; then
+    "$t" -w -N DOCKER-USER 2>/dev/null
+    "$t" -w -I DOCKER-USER 1 -j %(docker_chain)s || return 1
+  fi
+  %(own_lines)s >"$dir/$t.after"
+  cmp -s "$dir/$t.expected" "$dir/$t.after"
+}
+""" % {"builtin": "|".join(BUILTIN), "own": OWN, "docker_jump": DOCKER_JUMP,
+           "docker_chain": DOCKER_JUMP.split()[-1], "own_lines": own_lines_cmd('"$t"')}
+
+
 def script(directory, timeout, was_enabled, roots=ROOTS):
     """revert.sh: waits `timeout` seconds (not with the argument 'now'),
     then reverts unless the change was confirmed meanwhile."""
@@ -142,24 +166,7 @@ done
 # our part of the ruleset back as it was live when armed (the files may hold
 # lines that were never loaded): our jumps and chains as they are now removed,
 # the armed ones restored with --noflush; every other chain and table stays
-restore() {
-  t=$1
-  [ -s "$dir/$t.scoped" ] || return 0
-  command -v "$t" >/dev/null 2>&1 || return 1
-  "$t" -w -S 2>/dev/null | grep -E '^-A (%(builtin)s) -j %(own)s$|^-A DOCKER-USER -j homelab-edge-[A-Za-z0-9-]+$' \\
-    | head -n 1000 | sed 's/^-A /-D /' | while read -r rule; do "$t" -w $rule; done
-  chains=$("$t" -w -S 2>/dev/null | sed -n -E 's/^-N %(own)s$/\\1/p')
-  for c in $chains; do "$t" -w -F "$c"; done
-  for c in $chains; do "$t" -w -X "$c" 2>/dev/null; done
-  "$t-restore" -w --noflush <"$dir/$t.scoped" || return 1
-  if grep -qxF -- '%(docker_jump)s' "$dir/$t.expected"; then
-    "$t" -w -N DOCKER-USER 2>/dev/null
-    "$t" -w -I DOCKER-USER 1 -j %(docker_chain)s || return 1
-  fi
-  %(own_lines)s >"$dir/$t.after"
-  cmp -s "$dir/$t.expected" "$dir/$t.after"
-}
-rc=0
+%(restore_fn)src=0
 tar -C / -xpf "$dir/files.tar" || rc=1
 restore iptables || rc=2
 restore ip6tables || rc=2
@@ -172,9 +179,7 @@ echo "$rc" >"$dir/revert_rc"
 mv "$dir/reverting" "$dir/reverted"
 echo "revert done at $(date +%%s), rc=$rc"
 """ % {"dir": _q(directory), "timeout": timeout, "enabled": "yes" if was_enabled else "no",
-       "roots": " ".join(_q(r) for r in roots), "builtin": "|".join(BUILTIN), "own": OWN,
-       "docker_jump": DOCKER_JUMP, "docker_chain": DOCKER_JUMP.split()[-1],
-       "own_lines": own_lines_cmd('"$t"').replace("%", "%%")}
+       "roots": " ".join(_q(r) for r in roots), "restore_fn": restore_fn()}
 
 
 def systemd_run_argv(systemd_run, unit, timeout, sh, script_path):

@@ -164,12 +164,15 @@ reloaded:
 
 import json
 import os
+import shutil
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
@@ -343,19 +346,42 @@ def reload_or_roll_back(module, changes, families, saved, result):
     if ok_again:
         module.fail_json(msg="ufw reload failed with the new rules (%s); the previous files are back and ufw was "
                              "reloaded with them: the firewall runs as before" % why, **result)
-    for fam, rules in saved.items():
-        restore = module.get_bin_path(uc.FAMILIES[fam]["restore"])
-        if restore and rules:
-            module.run_command([restore], data=rules, environ_update=C_ENV)
+    restored = restore_own_part(module, saved)
     text = read(conf) or ""
     if "ENABLED=no" in text:
         host.write_text(module, conf, text.replace("ENABLED=no", "ENABLED=yes"))
     module.fail_json(msg="ufw reload failed with the new rules (%s) and again with the previous files put back "
-                         "(%s): the ruleset that was live before was restored with iptables-restore; fix the "
-                         "cause, then run `ufw reload`" % (why, why_again), **result)
+                         "(%s): ufw's part of the ruleset that was live before %s (every other chain and table left as "
+                         "it is); fix the cause, then run `ufw reload`"
+                         % (why, why_again, "was restored" if restored else "could not be restored in full"), **result)
 
 
-def verify_live(module, families, input_ports, docker_ports):
+def restore_own_part(module, saved):
+    """The last resort: ufw's part of the ruleset saved before the change (ufw_revert's scoped restore, the
+    same shell function), every other chain and table left as it is. True when it came back as saved."""
+    ok = True
+    tmp = tempfile.mkdtemp(prefix="homelab-edge-connlimit-")
+    try:
+        for fam, rules in saved.items():
+            tool = uc.FAMILIES[fam]["save"]
+            try:
+                scoped, part = ur.scoped_restore(rules), ur.own_part(rules)
+            except ur.SnapshotError:
+                ok = False
+                continue
+            with open(os.path.join(tmp, tool + ".scoped"), "w") as f:
+                f.write(scoped)
+            with open(os.path.join(tmp, tool + ".expected"), "w") as f:
+                f.write("".join(x + "\n" for x in sorted(part)))
+            rc = module.run_command(["sh", "-c", 'dir="$1"\n%srestore "$2"' % ur.restore_fn(), "restore", tmp, tool],
+                                    environ_update=C_ENV)[0]
+            ok = ok and rc == 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ok
+
+
+def verify_live(module, families, input_ports, docker_ports, limit=None):
     """Read the live rules back: (live, docker_user, missing)."""
     live, docker_user, missing = {}, {}, []
     nft = module.get_bin_path("nft")
@@ -363,13 +389,15 @@ def verify_live(module, families, input_ports, docker_ports):
         f = uc.FAMILIES[fam]
         ipt = module.get_bin_path(f["save"], required=True)
         version = run(module, [ipt, "--version"])[1]
+        # per source address (the family's mask) and the number asked, as iptables reads the rules back...
+        rules = uc.iptables_connlimit_rules(run(module, [ipt, "-w", "-S", f["chain"]])[1], f["chain"], f["mask"])
+        have = set(port for port, n in rules.items() if limit is None or n == limit)
         if nft and "nf_tables" in version:
-            have = uc.nft_connlimit_ports(run(module, [nft, "list", "ruleset"])[1], fam)
-        else:
-            have = set(uc.iptables_connlimit_rules(run(module, [ipt, "-S", f["chain"]])[1], f["chain"]))
+            # ...and present in the kernel's nftables ruleset (the seed's check)
+            have &= uc.nft_connlimit_ports(run(module, [nft, "list", "ruleset"])[1], fam)
         if docker_ports:
-            du = run(module, [ipt, "-S", "DOCKER-USER"], check_rc=False)[1]
-            ours = run(module, [ipt, "-S", uc.DOCKER_CHAIN], check_rc=False)[1]
+            du = run(module, [ipt, "-w", "-S", "DOCKER-USER"], check_rc=False)[1]
+            ours = run(module, [ipt, "-w", "-S", uc.DOCKER_CHAIN], check_rc=False)[1]
             state = uc.docker_user_state(du, ours)
             docker_user["ipv%d" % fam] = state
             if state["jump_first"]:
@@ -416,7 +444,7 @@ def check_live(module, families, docker_ports, result):
     """The rules as the kernel has them (reading changes nothing: check mode reports it too)."""
     p = module.params
     input_ports = [x for x in p["ports"] if x not in docker_ports]
-    result["live"], docker_user, missing = verify_live(module, families, input_ports, docker_ports)
+    result["live"], docker_user, missing = verify_live(module, families, input_ports, docker_ports, p["limit"])
     if docker_user:
         result["docker_user"] = docker_user
     if missing and not module.check_mode and (result["changed"] or p["reload"]):

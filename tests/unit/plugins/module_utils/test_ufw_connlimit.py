@@ -212,3 +212,16 @@ def test_a_connlimit_rule_that_does_not_reset_is_not_ours(action):
              "--connlimit-above 100 --connlimit-mask 32 --connlimit-saddr -j %s\n")
     for target in ("DROP", "ACCEPT", "REJECT --reject-with icmp-port-unreachable"):
         assert uc.iptables_connlimit_rules(saved % target, "ufw-before-input") == {}
+
+
+@pytest.mark.parametrize("options, counted", [
+    ("--connlimit-mask 32 --connlimit-saddr", True),
+    ("--connlimit-mask 0 --connlimit-saddr", False),      # every client counted together: a global limit
+    ("--connlimit-mask 24 --connlimit-saddr", False),     # per /24, not per address
+    ("--connlimit-mask 32 --connlimit-daddr", False),     # per destination
+    ("", False),                                          # no mask read back: cannot tell
+])
+def test_the_read_back_counts_only_a_per_address_limit(options, counted):
+    saved = ("-A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -m connlimit "
+             "--connlimit-above 100 %s -j REJECT --reject-with tcp-reset\n" % options)
+    assert uc.iptables_connlimit_rules(saved, "ufw-before-input", 32) == ({443: 100} if counted else {})
