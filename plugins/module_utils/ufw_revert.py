@@ -34,6 +34,13 @@ UNIT_PREFIX = "homelab-edge-ufw-revert-"
 # A pending revert that should have fired this long ago did not run (the
 # host restarted, or its timer was killed).
 GRACE = 60
+# The lock the change modules (ufw_access, ufw_connlimit with revert_id) and
+# revert.sh share, in STATE_DIR: a revert that fires while a change runs waits
+# for it, then puts everything back; a change never lands after its revert.
+LOCK = "lock"
+LOCK_WAIT = 900
+# A change starts only when its revert has at least this long left.
+MIN_LEFT = 10
 # Free space a revert's copy needs before it is taken (the copy is small; a full disk is not).
 MIN_FREE_BYTES = 16 * 1048576
 
@@ -105,6 +112,21 @@ def own_lines_cmd(tool):
             % (tool, "|".join(BUILTIN), OWN, OWN, "|".join(BUILTIN), OWN, DOCKER_JUMP))
 
 
+def armed_problem(rid, names, meta, now, min_left=MIN_LEFT):
+    """Why a change must not start under revert `rid` (its directory holds `names`, its meta.json `meta`):
+    None when it is armed with at least `min_left` seconds to go."""
+    if meta is None:
+        return "no revert with id %s: arm one first (homelab.edge.ufw_revert state=armed)" % rid
+    where = marker(names)
+    if where != "armed":
+        return ("the revert %s is %s, not armed: the change would land without a way back; arm a new one" % (rid, where))
+    left = (meta.get("fires_at") or 0) - now
+    if left < min_left:
+        return ("the revert %s fires in %d s, less than the %d s a change needs: arm a new one with a longer timeout"
+                % (rid, left, min_left))
+    return None
+
+
 def check_timeout(timeout):
     """Problems with a timeout (seconds), [] when it is usable."""
     if isinstance(timeout, bool) or not isinstance(timeout, int):
@@ -154,6 +176,12 @@ set -u
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 dir=%(dir)s
 [ "${1:-}" = now ] || sleep %(timeout)d
+# the lock the change modules hold while they change the firewall: a change
+# still running finishes first, then this puts it all back
+if command -v flock >/dev/null 2>&1; then
+  exec 9>>"$(dirname "$dir")/%(lock)s"
+  flock -w %(lock_wait)d 9 || echo "the lock was not free within %(lock_wait)d s: reverting anyway" >>"$dir/revert.log"
+fi
 mv "$dir/armed" "$dir/reverting" 2>/dev/null || exit 0
 exec >>"$dir/revert.log" 2>&1
 echo "revert started at $(date +%%s)"
@@ -179,7 +207,7 @@ echo "$rc" >"$dir/revert_rc"
 mv "$dir/reverting" "$dir/reverted"
 echo "revert done at $(date +%%s), rc=$rc"
 """ % {"dir": _q(directory), "timeout": timeout, "enabled": "yes" if was_enabled else "no",
-       "roots": " ".join(_q(r) for r in roots), "restore_fn": restore_fn()}
+       "roots": " ".join(_q(r) for r in roots), "restore_fn": restore_fn(), "lock": LOCK, "lock_wait": LOCK_WAIT}
 
 
 def systemd_run_argv(systemd_run, unit, timeout, sh, script_path):

@@ -66,6 +66,19 @@ options:
     description: ufw's defaults (C(DEFAULT_INPUT_POLICY)).
     type: path
     default: /etc/default/ufw
+  revert_id:
+    description:
+      - The revert (M(homelab.edge.ufw_revert) O(homelab.edge.ufw_revert#module:state=armed)'s C(id)) this change is made
+        under. The module then takes the lock that revert's script takes, and changes nothing unless the revert is
+        still armed with at least 10 seconds to go. Held until the module ends, the lock makes a revert whose timer
+        fires meanwhile wait for the change, then put everything back - a change never lands after its revert.
+    type: str
+    version_added: "1.0.0"
+  revert_dir:
+    description: Where the reverts are kept (M(homelab.edge.ufw_revert)'s O(homelab.edge.ufw_revert#module:state_dir)).
+    type: path
+    default: /var/lib/homelab-edge/ufw-revert
+    version_added: "1.0.0"
 extends_documentation_fragment:
   - homelab.edge.attributes
 attributes:
@@ -167,6 +180,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
@@ -282,6 +296,8 @@ def main():
             ssh_connection=dict(type="str"),
             rules_dir=dict(type="path", default="/etc/ufw"),
             defaults_file=dict(type="path", default="/etc/default/ufw"),
+            revert_id=dict(type="str"),
+            revert_dir=dict(type="path", default=ur.STATE_DIR),
         ),
         supports_check_mode=True,
     )
@@ -311,6 +327,8 @@ def main():
                           "before": access.state_text(access.enabled_before, []),
                           "after": access.state_text(enabled, plan["allow"])}
     if result["changed"] and not module.check_mode:
+        if p["revert_id"]:
+            host.hold_revert(module, p["revert_dir"], p["revert_id"])
         access.apply(plan["allow"], enable)
         after = ua.user_rules(read(os.path.join(p["rules_dir"], "user.rules")))
         lost = [s for s in plan["must_stay"] if s not in ua.reachable([s], enabled, after, access.policy, access.session)]

@@ -81,6 +81,19 @@ options:
     description: Directory of ufw's rules files.
     type: path
     default: /etc/ufw
+  revert_id:
+    description:
+      - The revert (M(homelab.edge.ufw_revert) O(homelab.edge.ufw_revert#module:state=armed)'s C(id)) this change is made
+        under. The module then takes the lock that revert's script takes, and changes nothing unless the revert is
+        still armed with at least 10 seconds to go. Held until the module ends, the lock makes a revert whose timer
+        fires meanwhile wait for the change, then put everything back - a change never lands after its revert.
+    type: str
+    version_added: "1.0.0"
+  revert_dir:
+    description: Where the reverts are kept (M(homelab.edge.ufw_revert)'s O(homelab.edge.ufw_revert#module:state_dir)).
+    type: path
+    default: /var/lib/homelab-edge/ufw-revert
+    version_added: "1.0.0"
 extends_documentation_fragment:
   - homelab.edge.attributes
 attributes:
@@ -416,6 +429,8 @@ ARGUMENT_SPEC = dict(
     reload=dict(type="bool", default=True),
     docker_published=dict(type="str", choices=["fail", "docker_user", "ignore"], default="fail"),
     rules_dir=dict(type="path", default="/etc/ufw"),
+    revert_id=dict(type="str"),
+    revert_dir=dict(type="path", default=ur.STATE_DIR),
 )
 
 
@@ -495,6 +510,8 @@ def main():
         result["changed"] = True
         result["docker_chain_removed"] = chains
     if result["changed"] and not module.check_mode:
+        if p["revert_id"]:
+            host.hold_revert(module, p["revert_dir"], p["revert_id"])
         write_and_reload(module, changes, families, result)
     if chains and not module.check_mode:
         remove_docker_chain(module, chains)

@@ -153,3 +153,36 @@ def test_a_revert_whose_part_does_not_come_back_says_so_and_falls_back(ns, tmp_p
     sh(ns, "sh %s now" % (d / "revert.sh"))
     assert (d / "revert_rc").read_text().strip() == "2"
     assert (tmp_path / "ufw.calls").read_text().splitlines() == ["ufw reload"]
+
+
+def racing_change(ns, d, tmp_path, with_lock):
+    """The timer fires while the change module runs: the module holds the lock (as host.hold_revert does),
+    the revert starts, the change then lands and the module lets go."""
+    import fcntl
+    import time
+    script = (d / "revert.sh").read_text()
+    if not with_lock:  # the net removed: the script as it was, without the lock
+        script = script.replace("if command -v flock >/dev/null 2>&1; then", "if false; then")
+        (d / "revert.sh").write_text(script)
+    fd = os.open(str(tmp_path / "lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    revert = subprocess.Popen(["ip", "netns", "exec", ns, "sh", str(d / "revert.sh"), "now"])
+    time.sleep(1.5)
+    reverted_early = (d / "reverted").exists()
+    sh(ns, "iptables -w -A ufw-user-input -p tcp -m tcp --dport 8443 -j DROP")  # the change lands
+    os.close(fd)
+    revert.wait(timeout=60)
+    return reverted_early
+
+
+def test_a_revert_that_fires_during_a_change_waits_for_it_then_puts_it_back(ns, tmp_path):
+    d, armed = arm(ns, tmp_path)
+    assert racing_change(ns, d, tmp_path, with_lock=True) is False
+    assert (d / "revert_rc").read_text().strip() == "0"
+    assert sh(ns, ur.own_lines_cmd("iptables")).stdout == armed  # the late change is reverted too
+
+
+def test_without_the_lock_a_change_lands_after_its_revert_and_stays(ns, tmp_path):
+    d, armed = arm(ns, tmp_path)
+    assert racing_change(ns, d, tmp_path, with_lock=False) is True
+    assert "--dport 8443 -j DROP" in sh(ns, ur.own_lines_cmd("iptables")).stdout  # live, with no revert left

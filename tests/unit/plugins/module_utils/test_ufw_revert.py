@@ -150,3 +150,18 @@ def test_scoped_restore_never_declares_anyone_elses_chain():
 def test_a_snapshot_without_a_filter_table_is_refused(broken):
     with pytest.raises(ur.SnapshotError, match="no filter table"):
         ur.scoped_restore(broken)
+
+
+def test_a_change_starts_only_under_an_armed_revert_with_time_to_go():
+    meta = {"id": "r", "fires_at": 1100}
+    assert ur.armed_problem("r", ["meta.json", "armed"], meta, 1000) is None
+    assert "fires in 5 s, less than the 10 s" in ur.armed_problem("r", ["meta.json", "armed"], meta, 1095)
+    assert "is reverting, not armed" in ur.armed_problem("r", ["meta.json", "reverting"], meta, 1000)
+    assert "is confirmed, not armed" in ur.armed_problem("r", ["meta.json", "confirmed"], meta, 1000)
+    assert ur.armed_problem("x", [], None, 1000).startswith("no revert with id x: arm one first")
+
+
+def test_the_script_takes_the_shared_lock_before_the_armed_marker():
+    text = ur.script("/var/lib/homelab-edge/ufw-revert/r1", 60, True)
+    assert text.index('flock -w %d 9' % ur.LOCK_WAIT) < text.index('mv "$dir/armed" "$dir/reverting"')
+    assert 'exec 9>>"$(dirname "$dir")/lock"' in text
