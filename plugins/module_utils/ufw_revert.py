@@ -175,7 +175,8 @@ def script(directory, timeout, was_enabled, roots=ROOTS):
 set -u
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 dir=%(dir)s
-[ "${1:-}" = now ] || sleep %(timeout)d
+mode=${1:-wait}
+[ "$mode" = now ] || [ "$mode" = boot ] || sleep %(timeout)d
 # the lock the change modules hold while they change the firewall: a change
 # still running finishes first, then this puts it all back
 if command -v flock >/dev/null 2>&1; then
@@ -184,7 +185,23 @@ if command -v flock >/dev/null 2>&1; then
 fi
 mv "$dir/armed" "$dir/reverting" 2>/dev/null || exit 0
 exec >>"$dir/revert.log" 2>&1
-echo "revert started at $(date +%%s)"
+echo "revert started at $(date +%%s) ($mode)"
+if [ "$mode" = boot ]; then
+  # at boot, before ufw.service: the files as they were armed (ufw.conf says
+  # whether ufw starts), and ufw loads them; there is no ruleset to restore yet
+  for root in %(roots)s; do
+    [ -e "$root" ] && find "$root" -xdev \( -type f -o -type l \) -print
+  done | while IFS= read -r f; do
+    grep -qxF "$f" "$dir/files.list" || rm -f "$f"
+  done
+  rc=0
+  tar -C / -xpf "$dir/files.tar" || rc=1
+  date +%%s >"$dir/reverted_at"
+  echo "$rc" >"$dir/revert_rc"
+  mv "$dir/reverting" "$dir/reverted"
+  echo "revert done at boot at $(date +%%s), rc=$rc"
+  exit 0
+fi
 [ %(enabled)s = yes ] || ufw --force disable
 for root in %(roots)s; do
   [ -e "$root" ] && find "$root" -xdev \\( -type f -o -type l \\) -print
@@ -208,6 +225,29 @@ mv "$dir/reverting" "$dir/reverted"
 echo "revert done at $(date +%%s), rc=$rc"
 """ % {"dir": _q(directory), "timeout": timeout, "enabled": "yes" if was_enabled else "no",
        "roots": " ".join(_q(r) for r in roots), "restore_fn": restore_fn(), "lock": LOCK, "lock_wait": LOCK_WAIT}
+
+
+BOOT_UNIT = "homelab-edge-ufw-revert-boot.service"
+
+
+def boot_unit(state_dir=STATE_DIR):
+    """A persistent unit that reverts, at boot and before ufw.service loads the rules, every change still armed
+    (the host restarted inside the window: the transient timer is gone, the unconfirmed files are not)."""
+    return """[Unit]
+Description=homelab.edge: revert a firewall change left unconfirmed by a restart, before ufw starts
+DefaultDependencies=no
+After=local-fs.target
+Before=ufw.service network-pre.target
+Wants=network-pre.target
+ConditionPathIsDirectory=%(dir)s
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'for d in %(dir)s/*/; do [ -e "$${d}armed" ] && /bin/sh "$${d}revert.sh" boot; done; exit 0'
+
+[Install]
+WantedBy=sysinit.target
+""" % {"dir": state_dir}
 
 
 def systemd_run_argv(systemd_run, unit, timeout, sh, script_path):

@@ -37,8 +37,12 @@ description:
     naming it.
   - O(state=reverted) reverts at once (a change that failed before its confirmation). O(state=query) only reads -
     pending reverts and the recent ones.
-  - A revert still pending, or one that never ran (the host restarted within O(timeout)), blocks a new O(state=armed) -
-    its copy is of the firewall before an unconfirmed change, and the message says how to settle it.
+  - Where systemd runs, arming also installs and enables C(homelab-edge-ufw-revert-boot.service), a unit that runs at
+    boot before C(ufw.service) (no default dependencies) and reverts any change still armed - the files as they
+    were armed, which ufw then loads - so a restart inside the window (what a locked-out admin does from the
+    provider's panel) never keeps an unconfirmed change. It does nothing when no revert is armed.
+  - Without systemd, a revert whose timer a restart killed is C(missed); it blocks a new O(state=armed) - its copy
+    is of the firewall before an unconfirmed change - and the message says how to settle it.
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
@@ -243,6 +247,7 @@ class Reverts(object):
                 "was_enabled": was_enabled}
         self.write(rid, "meta.json", json.dumps(meta))
         self.write(rid, "armed", "")
+        meta["boot_unit"] = self.boot_unit()
         meta.update(self.start_timer(rid, script, p["timeout"]))
         self.write(rid, "meta.json", json.dumps(meta))
         self.prune()
@@ -299,6 +304,24 @@ class Reverts(object):
             out += [os.path.join(base, f) for f in files]
             out += [os.path.join(base, x) for x in dirs if os.path.islink(os.path.join(base, x))]
         return sorted(out)
+
+    def boot_unit(self):
+        """Where systemd runs: the persistent unit that reverts a change still armed at boot, before ufw.service
+        (installed once, enabled). Without systemd a restart inside the window leaves the revert "missed" and the
+        next run refuses until it is settled. Returns whether the unit is in place."""
+        systemctl = self.module.get_bin_path("systemctl")
+        if not systemctl or not os.path.isdir("/run/systemd/system"):
+            return False
+        path = os.path.join("/etc/systemd/system", ur.BOOT_UNIT)
+        text = ur.boot_unit(self.dir)
+        if read(path) != text:
+            host.write_text(self.module, path, text)
+            self.module.run_command([systemctl, "daemon-reload"], environ_update=C_ENV)
+        rc, out, err = self.module.run_command([systemctl, "enable", ur.BOOT_UNIT], environ_update=C_ENV)
+        if rc != 0:
+            self.module.warn("the boot-time revert unit could not be enabled (%s): a restart inside the window keeps "
+                             "the unconfirmed change until the revert is settled" % (err or out).strip())
+        return rc == 0
 
     def start_timer(self, rid, script, timeout):
         sh = self.module.get_bin_path("sh", required=True)

@@ -165,3 +165,20 @@ def test_the_script_takes_the_shared_lock_before_the_armed_marker():
     text = ur.script("/var/lib/homelab-edge/ufw-revert/r1", 60, True)
     assert text.index('flock -w %d 9' % ur.LOCK_WAIT) < text.index('mv "$dir/armed" "$dir/reverting"')
     assert 'exec 9>>"$(dirname "$dir")/lock"' in text
+
+
+def test_at_boot_the_script_puts_the_files_back_and_leaves_the_rules_to_ufw(tmp_path):
+    root, d = revert_tree(tmp_path, was_enabled=False)
+    (root / "user.rules").write_text("changed\n")
+    (root / "added.rules").write_text("new\n")
+    run_script(d, tmp_path, "boot")
+    assert (root / "user.rules").read_text() == "old\n" and not (root / "added.rules").exists()
+    assert not (tmp_path / "calls").exists()  # no ufw, no iptables-restore: ufw.service loads the files next
+    assert (d / "reverted").exists() and (d / "revert_rc").read_text().strip() == "0"
+
+
+def test_the_boot_unit_runs_before_ufw_without_default_dependencies():
+    unit = ur.boot_unit("/var/lib/homelab-edge/ufw-revert")
+    assert "DefaultDependencies=no" in unit and "Before=ufw.service" in unit and "WantedBy=sysinit.target" in unit
+    # systemd expands $VAR in ExecStart: the shell's variables are written $$
+    assert '[ -e "$${d}armed" ] && /bin/sh "$${d}revert.sh" boot' in unit
