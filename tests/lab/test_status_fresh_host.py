@@ -137,3 +137,34 @@ def test_status_of_drain_values_in_a_container_that_is_not_there_says_so(tmp_pat
     out = " ".join(p.stdout.split())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert "drain no-such-container NOT READ" in out, out[-3000:]
+
+
+def test_installing_ufw_where_it_would_remove_iptables_persistent_is_refused(tmp_path):
+    """The role asks apt (a simulation) what installing ufw removes; where that is iptables-persistent or
+    netfilter-persistent (ufw's package Breaks them on Debian 12) it refuses before anything is written. apt's
+    answer here comes from a stand-in apt-get that prints what Debian 12's does on such a host (`Remv` lines);
+    with the stand-in saying nothing is removed, the same run goes on to the plan."""
+    if shutil.which("ufw") or os.path.exists("/etc/ufw"):
+        pytest.skip("this machine has ufw: it is not a host that is not yet set up")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "apt-get").write_text(
+        "#!/bin/sh\n[ -n \"$REMOVES\" ] && for p in $REMOVES; do echo \"Remv $p [1.0.20]\"; done\n"
+        "echo 'Inst ufw (0.36.2-1 Debian:12.11/stable [all])'\nexit 0\n")
+    os.chmod(str(fake / "apt-get"), 0o755)
+    (tmp_path / "play.yml").write_text("- hosts: localhost\n  gather_facts: false\n  connection: local\n"
+                                       "  roles: [homelab.edge.vps_connlimit]\n")
+
+    def run(removes):
+        env = dict(os.environ, PATH="%s:%s" % (fake, os.environ["PATH"]), REMOVES=removes)
+        return subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                               "--check", "-e", "ansible_python_interpreter=%s" % sys.executable,
+                               str(tmp_path / "play.yml")], capture_output=True, text=True, timeout=300, check=False,
+                              env=env)
+    refused = run("iptables-persistent netfilter-persistent")
+    out = " ".join(refused.stdout.split())
+    assert refused.returncode != 0
+    assert "Installing ufw would remove iptables-persistent and netfilter-persistent" in out, out[-2000:]
+    assert "Install ufw, iptables and nftables" not in out  # refused before the install
+    fine = run("")
+    assert fine.returncode == 0, fine.stdout[-2000:]
