@@ -174,6 +174,10 @@ publish() {
 docs() {
   # the docs site, offline (antsibull-docs, Sphinx): docs/build/build/html/index.html
   local v; v=$(lab/lab.sh toolvenv publish /usr/bin/python3 $(sed 's/#.*//' requirements-publish.txt)) || return 1
+  # docs/docsite/links.yml against its schema, every plugin's and role's docs and what they reference, as
+  # antsibull-docs lints a collection (community.docker and community.general as the ansible package bundles them)
+  ANSIBLE_COLLECTIONS_PATH="$ANSIBLE_COLLECTIONS_PATH:$(echo "$VIRTUAL_ENV"/lib/python3*/site-packages)" PATH="$v/bin:$PATH" \
+    antsibull-docs lint-collection-docs --plugin-docs . || { echo "antsibull-docs lint-collection-docs found the above"; return 1; }
   rm -rf docs/build && mkdir -p docs/build
   PATH="$v/bin:$PATH" antsibull-docs sphinx-init --use-current --dest-dir docs/build --fail-on-error \
     --squash-hierarchy --project homelab.edge homelab.edge >/dev/null || return 1
