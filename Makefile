@@ -3,7 +3,7 @@
 CACHE ?= /var/cache/homelab-edge
 export HOMELAB_EDGE_CACHE := $(CACHE)
 
-.PHONY: setup demo test unit lint sanity molecule bench clean-lab build docs publish
+.PHONY: setup demo test unit lint sanity molecule bench clean-lab build docs publish ee
 
 setup:            ## engine + venv + confd/Traefik + lab images
 	lab/lab.sh setup
@@ -26,5 +26,8 @@ build: setup      ## collection tarball
 docs: setup       ## the docs site, offline (docs/build/build/html/index.html)
 	tests/run.sh docs
 
-publish: setup    ## what Galaxy and AWX check: importer, tarball contents, ansible-builder, changelog
+publish: setup    ## what Galaxy, Automation Hub and AWX check: importer (both settings), tarball contents, ansible-builder, changelog
 	tests/run.sh publish
+
+ee: setup         ## the execution environment's build context (ee/context), with this checkout's tarball as ee/homelab-edge.tar.gz
+	tests/run.sh ee

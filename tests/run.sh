@@ -116,6 +116,12 @@ build() {
   for r in roles/*/; do
     ANSIBLE_COLLECTIONS_PATH="$out/installed" ansible-doc -t role "homelab.edge.$(basename "$r")" >/dev/null || rc=1
   done
+  # the unit tests the tarball ships run from it alone (nothing of the checkout: not its path, not its files)
+  (cd "$out/installed/ansible_collections/homelab/edge" &&
+     ANSIBLE_COLLECTIONS_PATH="$out/installed" PYTHONPATH="$out/installed" PYTHONDONTWRITEBYTECODE=1 \
+       python -m pytest -q -p no:cacheprovider tests/unit >"$out/unit.txt" 2>&1) ||
+    { tail -n 30 "$out/unit.txt"; echo "the tarball's unit tests failed from the installed collection"; rc=1; }
+  tail -n 1 "$out/unit.txt"
   rm -rf "$out"
   return $rc
 }
@@ -127,45 +133,102 @@ tarball() { # output dir -> builds the collection there, prints the tarball's pa
   ansible-galaxy collection build --force --output-path "$1" >/dev/null && ls "$1"/homelab-edge-*.tar.gz
 }
 
+# galaxy-importer's settings (galaxy_importer/config.py of the pinned importer): as Galaxy runs it, and as
+# Automation Hub runs it for certified content - a version of 1.0.0 or more, one of the certification tags
+# (the importer's REQUIRED_TAG_LIST; homelab.edge has networking and infrastructure), a changelog, every
+# plugin's doc and ansible-lint's production profile. ansible-test is off in both:
+# Automation Hub runs it in a container of its own (INFRA_OSD); here `tests/run.sh sanity` runs it on the same
+# extracted tarball. flake8 (RUN_FLAKE8, off by default) stays off: it reads the filters' YAML docs as Python
+# and selects both W503 and W504, which no line break around an operator satisfies.
+IMPORTER_GALAXY='RUN_ANSIBLE_TEST = False
+RUN_ANSIBLE_LINT = True'
+IMPORTER_AUTOMATION_HUB='RUN_ANSIBLE_TEST = False
+RUN_ANSIBLE_LINT = True
+RUN_ANSIBLE_DOC = True
+CHECK_CHANGELOG = True
+CHECK_REQUIRED_TAGS = True
+REQUIRE_V1_OR_GREATER = True'
+# What the importer's log may say and still be clean:
+# - every collection with a sanity ignore file gets that notice (tests/sanity/ignore-2.19.txt: shipped files only);
+# - the importer's ansible-lint sees only the collection itself, not the collections galaxy.yml depends on, so
+#   their modules are unknown to its syntax check (`tests/run.sh lint` lints with them installed).
+IMPORTER_EXPECTED="Ignore files skip ansible-test|syntax-check\[unknown-module\]: couldn't resolve module/action 'community\.(docker|general)\."
+
+importer() { # publish venv, tarball, name, settings: the importer accepts the tarball, its log clean
+  local v=$1 tb=$2 name=$3 log="$ROOT/tests/output/galaxy-importer-$3.log" dir rc
+  dir=$(mktemp -d)
+  printf '[galaxy-importer]\n%s\n' "$4" >"$dir/importer.cfg"
+  # its own ansible-doc and ansible-lint (the importer finds them on PATH)
+  (cd "$dir" && PATH="$v/bin:$PATH" GALAXY_IMPORTER_CONFIG="$dir/importer.cfg" "$v/bin/python" -m galaxy_importer.main "$tb") \
+    >"$log" 2>&1
+  rc=$?
+  rm -rf "$dir"
+  if grep -E "^(ERROR|WARNING)" "$log" | grep -v -E "$IMPORTER_EXPECTED"; then rc=1; fi
+  if [ $rc -ne 0 ] || ! grep -q "Importer processing completed successfully" "$log"; then
+    echo "galaxy-importer with $name's settings did not accept the tarball cleanly ($log)"; return 1
+  fi
+}
+
+ee_context() { # publish venv, collection root: the tarball as DIR/ee/homelab-edge.tar.gz, then ansible-builder create
+  local v=$1 tmp tb; tmp=$(mktemp -d)
+  tb=$(cd "$2" && tarball "$tmp") && cp "$tb" "$2/ee/homelab-edge.tar.gz" && rm -rf "$2/ee/context" &&
+    (cd "$2" && "$v/bin/ansible-builder" create -f ee/execution-environment.yml --context ee/context >/dev/null)
+  local rc=$?
+  rm -rf "$tmp"
+  return $rc
+}
+
+ee() {
+  # the execution environment's build context from this checkout (ee/context; `ansible-builder build` with
+  # the same arguments builds the image, with a registry)
+  local v; v=$(lab/lab.sh toolvenv publish /usr/bin/python3 $(sed 's/#.*//' requirements-publish.txt)) || return 1
+  ee_context "$v" "$ROOT" && echo "ee: ee/context (homelab.edge $(version) as ee/homelab-edge.tar.gz)"
+}
+
+version() { # galaxy.yml's version
+  sed -n 's/^version: *//p' galaxy.yml
+}
+
 publish() {
-  # what Galaxy and AWX check, with their own tools (requirements-publish.txt, a venv of its own)
-  local v out tb rc=0 f
+  # what Galaxy, Automation Hub and AWX check, with their own tools (requirements-publish.txt, a venv of its own)
+  local v out tb rc=0 f n
   v=$(lab/lab.sh toolvenv publish /usr/bin/python3 $(sed 's/#.*//' requirements-publish.txt)) || return 1
   out=$(mktemp -d)
   tb=$(tarball "$out") || return 1
   tar -tzf "$tb" >"$out/files.txt"
   if grep -E "$DEV_FILES" "$out/files.txt"; then echo "the tarball ships the development files above"; rc=1; fi
   for f in LICENSE README.md meta/runtime.yml meta/execution-environment.yml meta/ee-requirements.txt meta/ee-bindep.txt \
-           $(cd roles && ls -d */ | sed 's|/$|/README.md|; s|^|roles/|'); do
+           docs/docsite/links.yml $(cd roles && ls -d */ | sed 's|/$|/README.md|; s|^|roles/|'); do
     grep -qx "$f" "$out/files.txt" || { echo "the tarball lacks $f"; rc=1; }
   done
-  # Galaxy's importer as Galaxy runs it (ansible-test off: tests/run.sh sanity runs it), errors fail the step
-  printf '[galaxy-importer]\nRUN_ANSIBLE_TEST = False\nRUN_ANSIBLE_LINT = True\n' >"$out/importer.cfg"
-  (cd "$out" && GALAXY_IMPORTER_CONFIG="$out/importer.cfg" "$v/bin/python" -m galaxy_importer.main "$tb") \
-    >"$ROOT/tests/output/galaxy-importer.log" 2>&1 || rc=1
-  grep -E "^(ERROR|WARNING)" "$ROOT/tests/output/galaxy-importer.log" | grep -v "Ignore files skip ansible-test"
-  if grep -q "^ERROR" "$ROOT/tests/output/galaxy-importer.log" || \
-     ! grep -q "Importer processing completed successfully" "$ROOT/tests/output/galaxy-importer.log"; then
-    echo "galaxy-importer did not accept the tarball (tests/output/galaxy-importer.log)"; rc=1
-  fi
-  # README's execution-environment commands, in a copy of the checkout
+  importer "$v" "$tb" galaxy "$IMPORTER_GALAXY" || rc=1
+  importer "$v" "$tb" automation-hub "$IMPORTER_AUTOMATION_HUB" || rc=1
+  # the execution environment (ee/), in a copy of the checkout: the tarball of galaxy.yml's version goes in
   mkdir -p "$out/tree"
-  git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -C "$out/tree" -xf -
-  (cd "$out/tree" && tarball ee/ >/dev/null &&
-     "$v/bin/ansible-builder" create -f ee/execution-environment.yml --context ee/context >/dev/null) || rc=1
+  git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null |
+    tar -C "$out/tree" -xf -
+  ee_context "$v" "$out/tree" || rc=1
   grep -q "ansible-galaxy collection install .*-r requirements.yml" "$out/tree/ee/context/"*file || {
     echo "ansible-builder create: no collection install in the generated Containerfile"; rc=1; }
-  [ -f "$out/tree/ee/context/_build/collections/$(basename "$tb")" ] || {
-    echo "ansible-builder create: the tarball is not in the build context (ee/requirements.yml names $(basename "$tb")?)"; rc=1; }
-  grep -q "collections/$(basename "$tb")" ee/requirements.yml || { echo "ee/requirements.yml does not name $(basename "$tb")"; rc=1; }
+  f="$out/tree/ee/context/_build/collections/homelab-edge.tar.gz"
+  n=$(tar -xzOf "$f" MANIFEST.json 2>/dev/null | python -c 'import json, sys; print(json.load(sys.stdin)["collection_info"]["version"])')
+  [ "$n" = "$(version)" ] || {
+    echo "ansible-builder create: the build context holds homelab.edge '$n', not $(version) (ee/requirements.yml names collections/homelab-edge.tar.gz?)"; rc=1; }
+  grep -q "collections/homelab-edge.tar.gz" ee/requirements.yml || { echo "ee/requirements.yml does not name collections/homelab-edge.tar.gz"; rc=1; }
+  # no file names a tarball of another version (the execution environment's, the install line's)
+  if grep -n -E "homelab-edge-[0-9][^ ]*\.tar\.gz" README.md ee/*.yml galaxy.yml Makefile | grep -v -F "homelab-edge-$(version).tar.gz"; then
+    echo "the lines above name a tarball of another version than $(version)"; rc=1
+  fi
   mkdir -p "$out/inst"
   ansible-galaxy collection install --force --offline --no-deps -p "$out/inst" "$tb" >/dev/null 2>&1
   "$v/bin/ansible-builder" introspect --sanitize "$out/inst" >"$out/introspect.txt" 2>/dev/null
   for f in "docker>=" "openssh-client"; do
     grep -q "$f" "$out/introspect.txt" || { echo "ansible-builder introspect: homelab.edge does not bring $f"; rc=1; }
   done
-  # the changelog and the oldest target Python claimed (README: 3.8, a Synology NAS)
+  # the changelog (and a release of galaxy.yml's version in it) and the oldest target Python claimed (README: 3.8, a Synology NAS)
   "$v/bin/antsibull-changelog" lint || rc=1
+  "$v/bin/python" -c 'import sys, yaml; sys.exit(sys.argv[1] not in yaml.safe_load(open("changelogs/changelog.yaml"))["releases"])' "$(version)" ||
+    { echo "changelogs/changelog.yaml has no release $(version) (antsibull-changelog release)"; rc=1; }
   "$v/bin/vermin" -t=3.8- --no-tips --violations --eval-annotations plugins/ || { echo "plugins/ needs a Python newer than 3.8"; rc=1; }
   rm -rf "$out"
   return $rc
@@ -244,6 +307,7 @@ case "$what" in
   build) step build build ;;
   publish) step publish publish ;;
   docs) step docs docs ;;
+  ee) step ee ee ;;
   compat) step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
           step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13" ;;
   bench) step bench bench ;;
@@ -257,7 +321,7 @@ case "$what" in
       s=$(basename "$(dirname "$s")"); step "molecule $s" scenario "$s"
     done ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|unit|mutations|lint|rules|sanity|build|publish|docs|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|unit|mutations|lint|rules|sanity|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo
