@@ -56,6 +56,20 @@ _JUMP_RE = re.compile(r"^-A (%s) -j %s$" % ("|".join(BUILTIN), OWN))
 DOCKER_JUMP = "-A DOCKER-USER -j homelab-edge-docker"
 
 
+# A host whose filter table was never used (no rules loaded since boot: a fresh VPS, ufw inactive) saves no
+# filter table at all; `iptables -S` then shows only these. Such a save stands for this table.
+EMPTY_LIVE = "-P FORWARD ACCEPT\n-P INPUT ACCEPT\n-P OUTPUT ACCEPT\n"
+EMPTY_FILTER = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+
+
+def with_filter_table(save_text, live):
+    """The save, with the never-used filter table written out where the live ruleset shows it is exactly that;
+    otherwise unchanged (a save without a filter table is then refused by filter_table)."""
+    if "*filter" not in save_text.splitlines() and live == EMPTY_LIVE:
+        return save_text + EMPTY_FILTER
+    return save_text
+
+
 class SnapshotError(ValueError):
     """The saved ruleset cannot be trusted to restore from."""
 
@@ -190,7 +204,7 @@ if [ "$mode" = boot ]; then
   # at boot, before ufw.service: the files as they were armed (ufw.conf says
   # whether ufw starts), and ufw loads them; there is no ruleset to restore yet
   for root in %(roots)s; do
-    [ -e "$root" ] && find "$root" -xdev \( -type f -o -type l \) -print
+    [ -e "$root" ] && find "$root" -xdev \\( -type f -o -type l \\) -print
   done | while IFS= read -r f; do
     grep -qxF "$f" "$dir/files.list" || rm -f "$f"
   done

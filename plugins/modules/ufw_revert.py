@@ -279,6 +279,9 @@ class Reverts(object):
         rc, out, err = self.module.run_command([save], environ_update=C_ENV)
         if rc != 0:
             refuse("%s exited with %d: %s" % (save, rc, (err or out).strip()[-300:]))
+        rc, live, e = self.module.run_command(["sh", "-c", ur.own_lines_cmd(self.module.get_bin_path(fam, required=True))],
+                                              environ_update=C_ENV)
+        out = ur.with_filter_table(out, live)
         try:
             scoped = ur.scoped_restore(out)
         except ur.SnapshotError as e:
@@ -286,8 +289,6 @@ class Reverts(object):
         rc, o, e = self.module.run_command([restore, "-w", "--test", "--noflush"], data=scoped, environ_update=C_ENV)
         if rc != 0:
             refuse("%s --test refuses its own part: %s" % (restore, (e or o).strip()[-300:]))
-        rc, live, e = self.module.run_command(["sh", "-c", ur.own_lines_cmd(self.module.get_bin_path(fam, required=True))],
-                                              environ_update=C_ENV)
         saved = "".join(x + "\n" for x in sorted(ur.own_part(out)))
         if live != saved:
             refuse("the save does not read back as the live ruleset for ufw's chains")

@@ -91,7 +91,8 @@ def arm(ns, tmp_path):
     d = tmp_path / "rev"
     (tmp_path / "etc-ufw").mkdir()
     d.mkdir()
-    save = sh(ns, "iptables-save").stdout
+    live = sh(ns, ur.own_lines_cmd("iptables")).stdout
+    save = ur.with_filter_table(sh(ns, "iptables-save").stdout, live)
     scoped = ur.scoped_restore(save)
     assert sh(ns, "iptables-restore -w --test --noflush", scoped, check=False).returncode == 0
     live = sh(ns, ur.own_lines_cmd("iptables")).stdout
@@ -186,3 +187,24 @@ def test_without_the_lock_a_change_lands_after_its_revert_and_stays(ns, tmp_path
     d, armed = arm(ns, tmp_path)
     assert racing_change(ns, d, tmp_path, with_lock=False) is True
     assert "--dport 8443 -j DROP" in sh(ns, ur.own_lines_cmd("iptables")).stdout  # live, with no revert left
+
+
+def test_a_fresh_host_whose_filter_table_was_never_used_gets_it_back_empty(tmp_path):
+    """A fresh VPS (nothing loaded since boot) saves no filter table at all: armed there, the revert of a change
+    that enabled ufw leaves the table as it was - ACCEPT policies, no chains of ufw."""
+    if os.geteuid() != 0 or not shutil.which("iptables"):
+        pytest.skip("needs root and iptables")
+    name = "hle-fresh-%s" % uuid.uuid4().hex[:6]
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        assert "*filter" not in sh(name, "iptables-save").stdout
+        d, armed = arm(name, tmp_path)
+        assert armed == ur.EMPTY_LIVE
+        for rule in ("-N ufw-before-input", "-A INPUT -j ufw-before-input", "-A ufw-before-input -j DROP",
+                     "-P INPUT DROP"):
+            sh(name, "iptables -w %s" % rule)
+        sh(name, "sh %s now" % (d / "revert.sh"))
+        assert (d / "revert_rc").read_text().strip() == "0", (d / "revert.log").read_text()
+        assert sh(name, ur.own_lines_cmd("iptables")).stdout == ur.EMPTY_LIVE
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)

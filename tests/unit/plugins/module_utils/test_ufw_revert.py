@@ -182,3 +182,13 @@ def test_the_boot_unit_runs_before_ufw_without_default_dependencies():
     assert "DefaultDependencies=no" in unit and "Before=ufw.service" in unit and "WantedBy=sysinit.target" in unit
     # systemd expands $VAR in ExecStart: the shell's variables are written $$
     assert '[ -e "$${d}armed" ] && /bin/sh "$${d}revert.sh" boot' in unit
+
+
+def test_a_filter_table_never_used_is_taken_only_where_the_live_ruleset_agrees():
+    """A fresh VPS saves no filter table: that stands for ACCEPT policies and no rules - only where `iptables -S`
+    shows exactly that; a save that lost its filter table on a host with rules is still refused."""
+    fixed = ur.with_filter_table("", ur.EMPTY_LIVE)
+    assert ur.own_part(fixed) == ["-P INPUT ACCEPT", "-P FORWARD ACCEPT", "-P OUTPUT ACCEPT"]
+    assert "".join(x + "\n" for x in sorted(ur.own_part(fixed))) == ur.EMPTY_LIVE
+    with pytest.raises(ur.SnapshotError):
+        ur.scoped_restore(ur.with_filter_table("", "-P FORWARD ACCEPT\n-P INPUT DROP\n-P OUTPUT ACCEPT\n-N ufw-x\n"))
