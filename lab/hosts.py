@@ -6,6 +6,7 @@ privileged) from homelab-edge/host:lab, so ufw, nftables, WireGuard and its
 own Docker engine act in its own network namespace and nowhere else.
 
   lab/hosts.py up NAME --network NET --ssh-port PORT [--sshd-port PORT] [--docker] [--load IMAGE]... [--nginx-conf FILE]
+                 [--systemd [--ssh-socket]]
   lab/hosts.py client NAME... --network NET    clients (each its own address) on NET
   lab/hosts.py down NAME...                    containers, their volumes, emptied lab networks
   lab/hosts.py key                             the lab's SSH key
@@ -14,7 +15,11 @@ own Docker engine act in its own network namespace and nowhere else.
 --sshd-port the port sshd listens on inside the host (22 by default; many
 VPSes use another). --docker starts the host's own Docker engine; --load copies images from this
 engine into it (there is no registry). --nginx-conf is the host's own
-nginx.conf (the VPS's stream proxy).
+nginx.conf (the VPS's stream proxy). --systemd boots the host with systemd as
+PID 1 (homelab-edge/host-systemd:lab: ssh.service, ufw.service; `docker
+restart` is its restart), and --ssh-socket then gives it Ubuntu's socket-
+activated sshd (ssh.socket) instead of ssh.service. A systemd host has no
+nginx and no Docker engine of its own.
 """
 import argparse
 import json
@@ -26,6 +31,7 @@ import time
 CACHE = os.environ.get("HOMELAB_EDGE_CACHE", "/var/cache/homelab-edge")
 KEY = os.path.join(CACHE, "ssh", "id_ed25519")
 HOST_IMAGE = "homelab-edge/host:lab"
+SYSTEMD_IMAGE = "homelab-edge/host-systemd:lab"
 CLIENT_IMAGE = "homelab-edge/client:lab"
 USER, SUDO_PASSWORD = "edge", "edge-lab-sudo"
 LABEL = "homelab.edge.lab"
@@ -81,11 +87,25 @@ def load_images(name, images):
         raise RuntimeError("docker save %s failed" % " ".join(images))
 
 
-def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None, sshd_port=22):
+def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None, sshd_port=22, systemd=False,
+       ssh_socket=False):
     network(net, subnet)
     argv = ["docker", "run", "-d", "--name", name, "--hostname", name, "--network", net, "--privileged",
             "--label", LABEL, "-p", "127.0.0.1:%d:%d" % (ssh_port, sshd_port), "-e", "SSHD_PORT=%d" % sshd_port,
             "-v", "%s.pub:/lab/authorized_keys:ro" % key()]
+    if systemd:
+        argv += ["--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+                 "--cgroupns=host", "-e", "container=docker"]
+        sh(*(argv + [SYSTEMD_IMAGE]))
+        wait("systemd of %s" % name, lambda: sh("docker", "exec", name, "systemctl", "is-system-running",
+                                                check=False).stdout.strip() in ("running", "degraded"), timeout=90)
+        if ssh_socket:  # Ubuntu 24.04's way: systemd listens, each connection starts an sshd
+            sh("docker", "exec", name, "sh", "-c", "systemctl disable --now ssh.service >/dev/null 2>&1; "
+               "mkdir -p /etc/systemd/system/ssh.socket.d && printf '[Socket]\\nListenStream=\\nListenStream=%d\\n' "
+               "> /etc/systemd/system/ssh.socket.d/port.conf && systemctl daemon-reload && "
+               "systemctl enable --now ssh.socket >/dev/null 2>&1" % sshd_port)
+        wait("sshd of %s" % name, lambda: ssh(ssh_port, "true", check=False).returncode == 0)
+        return name
     if nginx_conf:
         argv += ["-e", "HOST_NGINX=yes"]
     if docker:
@@ -127,11 +147,14 @@ def main(argv=None):
     ap.add_argument("--docker", action="store_true")
     ap.add_argument("--load", action="append", default=[])
     ap.add_argument("--nginx-conf")
+    ap.add_argument("--systemd", action="store_true")
+    ap.add_argument("--ssh-socket", action="store_true")
     a = ap.parse_args(argv)
     if a.action == "key":
         print(key())
     elif a.action == "up":
-        print(up(a.names[0], a.network, a.ssh_port, a.docker, a.load, a.nginx_conf, sshd_port=a.sshd_port))
+        print(up(a.names[0], a.network, a.ssh_port, a.docker, a.load, a.nginx_conf, sshd_port=a.sshd_port,
+                 systemd=a.systemd, ssh_socket=a.ssh_socket))
     elif a.action == "client":
         for n in a.names:
             print(client(n, a.network))

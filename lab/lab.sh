@@ -415,6 +415,8 @@ extras() {
     nas-v2) cp "$CACHE/bin/traefik2" "$2/traefik"; echo "traefik $(pinned_version traefik2)" >>"$2/VERSIONS" ;;
     host) cp "$(venv_dir)"/lib/python3*/site-packages/compose/docker-compose "$2/docker-compose"
       echo "docker-compose $("$2/docker-compose" version --short 2>&1)" >>"$2/VERSIONS" ;;
+    # built FROM the host image: its ID is part of this image's hash
+    host-systemd) echo "host image $(docker image inspect -f '{{.Id}}' homelab-edge/host:lab)" >>"$2/VERSIONS" ;;
     autoheal) upstream docker-autoheal "$2" ;;
     socket-proxy) upstream docker-socket-proxy "$2" ;;
   esac
@@ -424,7 +426,7 @@ extras() {
 # Lab images: one directory each under lab/images/. The tag
 # homelab-edge/<name>:lab points at the build whose label matches the hash of
 # its whole build context and the base tag.
-LAB_IMAGES="k3d-proxy k3d-proxy-busybox k3d-server k3d-tools host nas nas-v2 autoheal socket-proxy client monitor"
+LAB_IMAGES="k3d-proxy k3d-proxy-busybox k3d-server k3d-tools host host-systemd nas nas-v2 autoheal socket-proxy client monitor"
 image_dir() { case "$1" in nas-v2) echo nas ;; k3d-proxy-busybox) echo k3d-proxy ;; *) echo "$1" ;; esac; }
 
 cmd_images() {

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: traefik_inflight
 short_description: Put a per-client in-flight limit (inFlightReq) on every router of a running Traefik, in place
-version_added: "0.2.0"
+version_added: "1.0.0"
 description:
   - Reads the running Traefik container (C(docker inspect)) to learn where its static config comes from (a YAML or
     TOML file, or command-line flags in a compose file), its mounts, its compose project and its version, then plans
