@@ -80,7 +80,7 @@ def recap(out, host):
 def test_every_quick_start_command_from_the_installed_collection(newcomer):
     work, env = newcomer
     commands = quick_start_commands()
-    assert commands[0].startswith("ansible-galaxy collection install") and len(commands) == 11, commands
+    assert commands[0].startswith("ansible-galaxy collection install") and len(commands) == 10, commands
     way.make_fresh()
     seen = []
     for command in commands:
