@@ -9,6 +9,7 @@
 #   lab/lab.sh venv         pinned Python tools in a venv, cached by hash
 #   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik v3, cached by version
 #   lab/lab.sh traefik2     Traefik v2 from source (setup runs it in the background)
+#   lab/lab.sh engine29     Docker Engine 29's dockerd and docker-proxy from source (in the background too)
 #   lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
 #   lab/lab.sh toolvenv NAME PYTHON PKG...  a cached venv of its own (publishing tools, other ansible-core)
 #   lab/lab.sh versions     every lab binary reports its pinned version; every image names its versions
@@ -30,6 +31,10 @@ TRAEFIK_VERSION=v3.6.12
 # reachable for it, so its module hash is pinned here instead.
 TRAEFIK2_VERSION=v2.11.30
 TRAEFIK2_SUM="h1:Jkb5H8aI9lKQY/DDqwK3JP7iNUEnRfNLWXsr3azFf8w="
+# Docker Engine 29 (the moby v2 module is the Engine 29 line on the Go module
+# proxy; v2.0.0-beta.24 serves API 1.56, minimum 1.40): dockerd and
+# docker-proxy, built static, run inside a lab host (tests/lab/test_docker29.py).
+MOBY_VERSION=v2.0.0-beta.24
 SUITE=bookworm
 # Packages of the base image. Lab images are docker-built on top of it and
 # mostly add files, so a cold build needs one debootstrap and little apt in docker.
@@ -207,6 +212,7 @@ pinned_version() {
     k3d) echo "$K3D_VERSION" ;;
     traefik) echo "${TRAEFIK_VERSION#v}" ;;
     traefik2) echo "${TRAEFIK2_VERSION#v}" ;;
+    dockerd29) echo "$MOBY_VERSION" ;;
   esac
 }
 
@@ -218,6 +224,7 @@ version_output() {
     confd) "$2" -version 2>&1 ;;
     k3d) "$2" version 2>&1 ;;
     traefik|traefik2) "$2" version 2>&1 ;;
+    dockerd29) "$2" --version 2>&1 ;;
   esac
 }
 
@@ -231,6 +238,7 @@ reports_version() {
     confd) pattern="^confd ${want//./\.}( |\$)" ;;
     k3d) pattern="^k3d version ${want//./\.}\$" ;;
     traefik|traefik2) pattern="^Version: +${want//./\.}\$" ;;
+    dockerd29) pattern="^Docker version ${want//./\.}, " ;;
   esac
   if [ "$rc" -eq 0 ] && grep -q -E "$pattern" <<<"$got"; then return 0; fi
   log "$2 does not report $1 $want (exit $rc): $(head -n 3 <<<"$got" | tr -s ' \n' ' ')"
@@ -272,6 +280,23 @@ cmd_traefik2() {
     reports_version traefik2 "$traefik2" || { rm -f "$traefik2"; return 1; }
   fi
   ln -sf "$traefik2" "$CACHE/bin/traefik2"
+}
+
+# Docker Engine 29: dockerd and docker-proxy from the moby v2 module (a few
+# minutes on 2 cores; setup runs it in the background beside Traefik v2).
+cmd_engine29() {
+  mkdir -p "$CACHE/bin"
+  local dockerd="$CACHE/bin/dockerd-$MOBY_VERSION" proxy="$CACHE/bin/docker-proxy-$MOBY_VERSION"
+  if ! cached dockerd29 "$dockerd" || [ ! -x "$proxy" ]; then
+    log "building dockerd and docker-proxy $MOBY_VERSION (Engine 29) from the Go module proxy"
+    { go_build "$dockerd" "github.com/moby/moby/v2@$MOBY_VERSION" ./cmd/dockerd \
+        "-X github.com/moby/moby/v2/dockerversion.Version=$MOBY_VERSION" &&
+      go_build "$proxy" "github.com/moby/moby/v2@$MOBY_VERSION" ./cmd/docker-proxy; } >"$CACHE/engine29-build.log" 2>&1 \
+      || { tail -n 20 "$CACHE/engine29-build.log" >&2; return 1; }
+    reports_version dockerd29 "$dockerd" || { rm -f "$dockerd"; return 1; }
+  fi
+  ln -sf "$dockerd" "$CACHE/bin/dockerd29"
+  ln -sf "$proxy" "$CACHE/bin/docker-proxy29"
 }
 
 cmd_gobins() {
@@ -456,7 +481,7 @@ cmd_images() {
 # the versions inside it (tests/run.sh runs this as its `versions` step).
 cmd_versions() {
   local rc=0 name bin img
-  for name in confd k3d traefik traefik2; do
+  for name in confd k3d traefik traefik2 dockerd29; do
     bin=$(readlink -f "$CACHE/bin/$name" 2>/dev/null || true)
     if [ -n "$bin" ] && [ -x "$bin" ] && reports_version "$name" "$bin"; then
       printf '%-10s %-10s ok (%s)\n' "$name" "$(pinned_version "$name")" "$bin"
@@ -473,16 +498,18 @@ cmd_versions() {
 
 cmd_setup() {
   cmd_engine
-  local t2; cmd_traefik2 & t2=$!
+  local t2 e29; cmd_traefik2 & t2=$!
+  cmd_engine29 & e29=$!
   cmd_venv
   cmd_gobins
   build_base >/dev/null
   cmd_privileged
   wait "$t2" || { log "building traefik $TRAEFIK2_VERSION failed"; return 1; }
+  wait "$e29" || { log "building dockerd $MOBY_VERSION failed"; return 1; }
   cmd_images
 }
 
 case "${1:-}" in
-  setup|engine|privileged|venv|gobins|traefik2|images|env|toolvenv|versions) c=$1; shift; "cmd_$c" "$@" ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  setup|engine|privileged|venv|gobins|traefik2|engine29|images|env|toolvenv|versions) c=$1; shift; "cmd_$c" "$@" ;;
+  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -44,6 +44,11 @@ scoped_revert() {
   python -m pytest -q -p no:cacheprovider tests/lab/test_revert_scoped.py
 }
 
+docker29() {
+  # Docker Engine 29 (moby v2, API 1.56) with systemd's limits in a lab host: its events, the keeper on them, fixed not capped
+  python -m pytest -q -p no:cacheprovider tests/lab/test_docker29.py
+}
+
 traefik_live() {
   # the real Traefik (v3 and v2, the lab's images) starts on what traefik_inflight writes into
   # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping
@@ -305,6 +310,7 @@ case "$what" in
   traefik-live) step "traefik live" traefik_live ;;
   fresh-host) step "fresh host" fresh_host ;;
   scoped-revert) step "scoped revert" scoped_revert ;;
+  docker29) step "docker 29" docker29 ;;
   unit) step unit unit ;;
   mutations) step mutations mutations ;;
   lint) step lint lint ;;
@@ -319,7 +325,7 @@ case "$what" in
   bench) step bench bench ;;
   molecule|all)
     if [ "$what" = all ]; then
-      step versions versions; step unit unit; step mutations mutations; step lint lint; step rules rules; step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert; step sanity sanity; step build build; step publish publish; step docs docs
+      step versions versions; step unit unit; step mutations mutations; step lint lint; step rules rules; step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert; step "docker 29" docker29; step sanity sanity; step build build; step publish publish; step docs docs
       step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
       step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13"
     fi
@@ -327,7 +333,7 @@ case "$what" in
       s=$(basename "$(dirname "$s")"); step "molecule $s" scenario "$s"
     done ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|unit|mutations|lint|rules|sanity|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker29|unit|mutations|lint|rules|sanity|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

@@ -34,6 +34,7 @@ TRAEFIK = "Version:      3.6.12\nCodename:     ramequin\nGo version:   go1.25.8\
     ("traefik2", TRAEFIK.replace("3.6.12", "2.11.30")),
     ("k3d", "k3d version v5.9.0\nk3s version v1.31.5-k3s1 (default)\n"),
     ("confd", "confd 0.16.0 (Git SHA: , Go Version: go1.26.8)\n"),
+    ("dockerd29", "Docker version v2.0.0-beta.24, build library-import\n"),
 ])
 def test_a_binary_that_reports_its_pin_is_taken_whatever_it_writes_after(tmp_path, name, output):
     assert check(tmp_path, name, output) == (0, "")
@@ -44,6 +45,8 @@ def test_a_binary_that_reports_its_pin_is_taken_whatever_it_writes_after(tmp_pat
     ("traefik", TRAEFIK.replace("3.6.12", "dev"), 0, "does not report traefik 3.6.12 (exit 0): Version: dev"),
     ("traefik", TRAEFIK.replace("3.6.12", "3.6.11"), 0, "Version: 3.6.11"),
     ("k3d", "k3d version v5-dev\n", 0, "does not report k3d v5.9.0"),
+    # moby's build without -X .../dockerversion.Version
+    ("dockerd29", "Docker version library-import, build library-import\n", 0, "does not report dockerd29 v2.0.0-beta.24"),
     # a binary that cannot run here says so, with its exit code
     ("traefik", "exec format error\n", 126, "(exit 126): exec format error"),
 ])

@@ -1,0 +1,184 @@
+"""Docker Engine 29 in the lab (issue 32): the moby v2 module's dockerd
+(lab/lab.sh engine29: the Engine 29 line on the Go module proxy, API 1.56),
+run inside a lab host (homelab-edge/host:lab, privileged, its own network
+namespace) with the open-file limits systemd gives a service on Ubuntu 24.04
+and Debian 12 (soft 1024, hard 524288), beside Debian's containerd there.
+
+On it, k3d's load balancer image (the lab's, from k3d's own proxy files) is
+created the way k3d creates one (create, values.yaml copied in, start), and
+the keeper (roles/k3d_serverlb/files) patches it before its first render -
+reading Engine 29's events, which no longer carry `id` and `status` - and the
+stock limits give "fixed", not a cap. With the keeper reading the old event
+shape (the net removed) the same load balancer stays k3d's own.
+k3d's CLI is not used here: its nodes need privileged containers inside the
+host, which this engine's lab host does not set up."""
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+import docker
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CACHE = os.environ.get("HOMELAB_EDGE_CACHE", "/var/cache/homelab-edge")
+sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
+import k3d_serverlb as lb  # noqa: E402
+import k3d_serverlb_container as lb_container  # noqa: E402
+
+HOST = "hle-engine29"
+LB_IMAGE = "homelab-edge/k3d-proxy:lab"
+VALUES = "ports:\n  53.udp:\n  - 127.0.0.1\n  6443.tcp:\n  - 127.0.0.1\nsettings:\n  workerConnections: 1026\n"
+KEEPER_FILES = [os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py"),
+                os.path.join(ROOT, "plugins", "module_utils", "nginx_stream.py")] + [
+    os.path.join(ROOT, "plugins", "module_utils", f) for f in os.listdir(os.path.join(ROOT, "plugins", "module_utils"))
+    if f.startswith("k3d_serverlb")]
+
+
+def sh(*argv, **kw):
+    return subprocess.run(list(argv), capture_output=True, text=True, check=True, timeout=300, **kw)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    dockerd, proxy = os.path.join(CACHE, "bin", "dockerd29"), os.path.join(CACHE, "bin", "docker-proxy29")
+    if not (os.path.exists(dockerd) and os.path.exists(proxy)):
+        pytest.fail("no Engine 29 binaries: run lab/lab.sh engine29 (make setup does)")
+    outer = docker.from_env()
+    subprocess.run(["docker", "rm", "-f", HOST], capture_output=True, check=False)
+    sh("docker", "run", "-d", "--name", HOST, "--privileged", "--label", "homelab.edge.lab", "homelab-edge/host:lab")
+    try:
+        sh("docker", "cp", os.path.realpath(dockerd), "%s:/usr/local/bin/dockerd" % HOST)
+        sh("docker", "cp", os.path.realpath(proxy), "%s:/usr/local/bin/docker-proxy" % HOST)
+        # as systemd starts docker.service on Ubuntu 24.04 / Debian 12 (DefaultLimitNOFILE=1024:524288)
+        sh("docker", "exec", "-d", HOST, "sh", "-c", "exec prlimit --nofile=1024:524288 /usr/local/bin/dockerd "
+           "-H unix:///var/run/docker.sock -H tcp://0.0.0.0:2375 >/var/log/dockerd29.log 2>&1")
+        address = outer.containers.get(HOST).attrs["NetworkSettings"]["IPAddress"]
+        client = docker.DockerClient(base_url="tcp://%s:2375" % address, version="auto", timeout=60)
+        deadline = time.time() + 90
+        while True:
+            try:
+                client.ping()
+                break
+            except Exception:
+                if time.time() > deadline:
+                    raise AssertionError(sh("docker", "exec", HOST, "tail", "-n", "20", "/var/log/dockerd29.log").stdout)
+                time.sleep(1)
+        save = subprocess.Popen(["docker", "save", LB_IMAGE], stdout=subprocess.PIPE)
+        sh("docker", "exec", "-i", HOST, "docker", "load", stdin=save.stdout)
+        assert save.wait() == 0
+        yield client, "tcp://%s:2375" % address
+    finally:
+        subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
+
+
+def test_the_engine_is_29_with_systemds_limits(engine):
+    client, dummy = engine
+    v = client.version()
+    assert v["Version"] == "v2.0.0-beta.24" and v["ApiVersion"] == "1.56", v
+    limits = sh("docker", "exec", HOST, "sh", "-c", "cat /proc/$(pgrep -x dockerd)/limits").stdout
+    assert [ln.split()[3:5] for ln in limits.splitlines() if ln.startswith("Max open files")] == [["1024", "524288"]]
+
+
+def test_engine_29_events_have_no_id_and_no_status(engine):
+    """The shape the keeper reads (moby#50832): Action and Actor.ID only."""
+    client, dummy = engine
+    since = int(time.time()) - 1
+    c = client.containers.create(LB_IMAGE, name="hle-event-probe", labels={"homelab.edge.probe": "1"})
+    try:
+        events = client.events(decode=True, since=since, until=int(time.time()) + 1,
+                               filters={"type": "container", "label": "homelab.edge.probe=1"})
+        created = [e for e in events if e.get("Action") == "create"]
+    finally:
+        c.remove(force=True)
+    assert created and "id" not in created[0] and "status" not in created[0], created
+    assert lb_container.event_of(created[0]) == (c.id, "create")
+
+
+def keeper(tmp, docker_host, old_events=False):
+    lib = os.path.join(tmp, "lib")
+    os.makedirs(lib)
+    for f in KEEPER_FILES:
+        shutil.copy(f, lib)
+    if old_events:  # the net removed: the keeper as it read events before Engine 29
+        path = os.path.join(lib, "k3d_serverlb_container.py")
+        with open(path, "a") as f:
+            f.write("\n\ndef event_of(event):\n    return event[\"id\"], event[\"status\"]\n")
+    config = os.path.join(tmp, "k3d-serverlb-d29.json")
+    with open(config, "w") as f:
+        json.dump(dict(lb.DEFAULTS, clusters=["d29"], names=[], render_timeout=30, metrics_dir="",
+                       metrics_interval=30), f)
+    log = open(os.path.join(tmp, "keeper.log"), "w")
+    proc = subprocess.Popen([sys.executable, os.path.join(lib, "k3d-serverlb-keeper.py"), "--config", config],
+                            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, DOCKER_HOST=docker_host))
+    time.sleep(3)  # connected, listening
+    return proc, os.path.join(tmp, "keeper.log")
+
+
+def k3d_creates_a_load_balancer(client):
+    """What k3d does: create the container, copy values.yaml in, start it."""
+    c = client.containers.create(LB_IMAGE, name="k3d-d29-serverlb",
+                                 labels={"k3d.role": "loadbalancer", "k3d.cluster": "d29"})
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("values.yaml")
+        info.size = len(VALUES)
+        tar.addfile(info, io.BytesIO(VALUES.encode()))
+    c.put_archive("/etc/confd", buf.getvalue())
+    time.sleep(0.5)
+    c.start()
+    return c
+
+
+def live(c, seconds):
+    """(nginx.conf, the workers' soft open-file limits) once nginx serves the fix, or as it is at the end."""
+    deadline = time.time() + seconds
+    while True:
+        state = None
+        try:
+            state = lb_container.read_state(c)
+        except lb_container.ApplyError:
+            pass
+        if state and "proxy_responses 1;" in state["conf"] and state["worker_limits"] == [lb.DEFAULTS["worker_rlimit_nofile"]]:
+            return state
+        if time.time() > deadline:
+            return state
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("old_events", [False, True], ids=["keeper", "keeper reading the old event shape"])
+def test_the_keeper_patches_a_load_balancer_created_on_engine_29(engine, old_events):
+    client, docker_host = engine
+    tmp = tempfile.mkdtemp()
+    proc, log = keeper(tmp, docker_host, old_events)
+    try:
+        c = k3d_creates_a_load_balancer(client)
+        if old_events:
+            # every event is a KeyError, then a reconnect: nothing patches the template before nginx's first
+            # render (the reconnect's scan may fix the running load balancer seconds later)
+            time.sleep(10)
+            text = open(log).read()
+            assert "KeyError" in text and "before its first render" not in text, text
+            return
+        state = live(c, 60)
+        text = open(log).read()
+        assert "created; template patched before its first render" in text, text
+        assert state and "proxy_responses 1;" in state["conf"], text
+        # soft 1024, hard 524288 from the engine: nginx raises its workers to the rlimit - fixed, no cap
+        assert state["worker_limits"] == [16384] and state["hard_limit"] == 524288, state
+        entry = lb.handle(c, c.name, True, dict(lb.DEFAULTS), check_mode=True)
+        assert entry["state"] == "fixed" and not entry["changed"], entry
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        for name in ("k3d-d29-serverlb",):
+            try:
+                client.containers.get(name).remove(force=True)
+            except docker.errors.NotFound:
+                pass
+        shutil.rmtree(tmp, ignore_errors=True)
