@@ -1,17 +1,20 @@
 """Docker Engine 29 in the lab (issue 32): the moby v2 module's dockerd
 (lab/lab.sh engine29: the Engine 29 line on the Go module proxy, API 1.56),
 run inside a lab host (homelab-edge/host:lab, privileged, its own network
-namespace) with the open-file limits systemd gives a service on Ubuntu 24.04
-and Debian 12 (soft 1024, hard 524288), beside Debian's containerd there.
+namespace, its data on volumes), beside Debian 12's containerd 1.6.
 
 On it, k3d's load balancer image (the lab's, from k3d's own proxy files) is
-created the way k3d creates one (create, values.yaml copied in, start), and
-the keeper (roles/k3d_serverlb/files) patches it before its first render -
-reading Engine 29's events, which no longer carry `id` and `status` - and the
-stock limits give "fixed", not a cap. With the keeper reading the old event
-shape (the net removed) the same load balancer stays k3d's own.
-k3d's CLI is not used here: its nodes need privileged containers inside the
-host, which this engine's lab host does not set up."""
+created the way k3d creates one (create, then values.yaml copied in), and the
+keeper (roles/k3d_serverlb/files) patches its template before its first
+render - reading Engine 29's events, which no longer carry `id` and
+`status`. With the keeper reading the old event shape (the net removed)
+every event is a KeyError and the created load balancer stays k3d's own.
+
+Not here: starting containers on this engine. Engine 29 puts a time namespace
+in every container's spec, which Debian 12's runc 1.1.5 refuses ("namespace
+time does not exist"); it needs runc 1.2 or later, which the lab has not
+built yet. So the limits a stock Engine 29 gives a running load balancer are
+not measured here, and k3d's CLI is not used."""
 import io
 import json
 import os
@@ -30,6 +33,7 @@ CACHE = os.environ.get("HOMELAB_EDGE_CACHE", "/var/cache/homelab-edge")
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 import k3d_serverlb as lb  # noqa: E402
 import k3d_serverlb_container as lb_container  # noqa: E402
+import k3d_serverlb_template as lb_template  # noqa: E402
 
 HOST = "hle-engine29"
 LB_IMAGE = "homelab-edge/k3d-proxy:lab"
@@ -51,18 +55,19 @@ def engine():
         pytest.fail("no Engine 29 binaries: run lab/lab.sh engine29 (make setup does)")
     outer = docker.from_env()
     subprocess.run(["docker", "rm", "-f", HOST], capture_output=True, check=False)
-    sh("docker", "run", "-d", "--name", HOST, "--privileged", "--label", "homelab.edge.lab", "homelab-edge/host:lab")
+    # its data on volumes, as the lab's hosts have it: overlayfs cannot stack on the container's own overlay
+    sh("docker", "run", "-d", "--name", HOST, "--privileged", "--label", "homelab.edge.lab",
+       "-v", "/var/lib/docker", "-v", "/var/lib/containerd", "homelab-edge/host:lab")
     try:
         sh("docker", "cp", os.path.realpath(dockerd), "%s:/usr/local/bin/dockerd" % HOST)
         sh("docker", "cp", os.path.realpath(proxy), "%s:/usr/local/bin/docker-proxy" % HOST)
-        # as systemd starts docker.service on Ubuntu 24.04 / Debian 12 (DefaultLimitNOFILE=1024:524288)
-        sh("docker", "exec", "-d", HOST, "sh", "-c", "exec prlimit --nofile=1024:524288 /usr/local/bin/dockerd "
-           "-H unix:///var/run/docker.sock -H tcp://0.0.0.0:2375 >/var/log/dockerd29.log 2>&1")
+        sh("docker", "exec", "-d", HOST, "sh", "-c", "exec /usr/local/bin/dockerd -H unix:///var/run/docker.sock "
+           "-H tcp://0.0.0.0:2375 >/var/log/dockerd29.log 2>&1")
         address = outer.containers.get(HOST).attrs["NetworkSettings"]["IPAddress"]
-        client = docker.DockerClient(base_url="tcp://%s:2375" % address, version="auto", timeout=60)
         deadline = time.time() + 90
         while True:
             try:
+                client = docker.DockerClient(base_url="tcp://%s:2375" % address, version="auto", timeout=60)
                 client.ping()
                 break
             except Exception:
@@ -77,12 +82,10 @@ def engine():
         subprocess.run(["docker", "rm", "-f", "-v", HOST], capture_output=True, check=False)
 
 
-def test_the_engine_is_29_with_systemds_limits(engine):
+def test_the_engine_is_29(engine):
     client, dummy = engine
     v = client.version()
     assert v["Version"] == "v2.0.0-beta.24" and v["ApiVersion"] == "1.56", v
-    limits = sh("docker", "exec", HOST, "sh", "-c", "cat /proc/$(pgrep -x dockerd)/limits").stdout
-    assert [ln.split()[3:5] for ln in limits.splitlines() if ln.startswith("Max open files")] == [["1024", "524288"]]
 
 
 def test_engine_29_events_have_no_id_and_no_status(engine):
@@ -121,7 +124,7 @@ def keeper(tmp, docker_host, old_events=False):
 
 
 def k3d_creates_a_load_balancer(client):
-    """What k3d does: create the container, copy values.yaml in, start it."""
+    """What k3d does before it starts one: create the container, copy values.yaml in."""
     c = client.containers.create(LB_IMAGE, name="k3d-d29-serverlb",
                                  labels={"k3d.role": "loadbalancer", "k3d.cluster": "d29"})
     buf = io.BytesIO()
@@ -130,25 +133,14 @@ def k3d_creates_a_load_balancer(client):
         info.size = len(VALUES)
         tar.addfile(info, io.BytesIO(VALUES.encode()))
     c.put_archive("/etc/confd", buf.getvalue())
-    time.sleep(0.5)
-    c.start()
     return c
 
 
-def live(c, seconds):
-    """(nginx.conf, the workers' soft open-file limits) once nginx serves the fix, or as it is at the end."""
-    deadline = time.time() + seconds
-    while True:
-        state = None
-        try:
-            state = lb_container.read_state(c)
-        except lb_container.ApplyError:
-            pass
-        if state and "proxy_responses 1;" in state["conf"] and state["worker_limits"] == [lb.DEFAULTS["worker_rlimit_nofile"]]:
-            return state
-        if time.time() > deadline:
-            return state
-        time.sleep(0.5)
+def template(c):
+    """The confd template in a container that has not started (the archive API)."""
+    stream, dummy = c.get_archive(lb_container.TEMPLATE_PATH)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        return tar.extractfile(tar.getmembers()[0]).read().decode()
 
 
 @pytest.mark.parametrize("old_events", [False, True], ids=["keeper", "keeper reading the old event shape"])
@@ -158,21 +150,16 @@ def test_the_keeper_patches_a_load_balancer_created_on_engine_29(engine, old_eve
     proc, log = keeper(tmp, docker_host, old_events)
     try:
         c = k3d_creates_a_load_balancer(client)
-        if old_events:
-            # every event is a KeyError, then a reconnect: nothing patches the template before nginx's first
-            # render (the reconnect's scan may fix the running load balancer seconds later)
-            time.sleep(10)
-            text = open(log).read()
-            assert "KeyError" in text and "before its first render" not in text, text
-            return
-        state = live(c, 60)
+        deadline = time.time() + 20
+        while "proxy_responses 1;" not in template(c) and time.time() < deadline:
+            time.sleep(0.5)
         text = open(log).read()
-        assert "created; template patched before its first render" in text, text
-        assert state and "proxy_responses 1;" in state["conf"], text
-        # soft 1024, hard 524288 from the engine: nginx raises its workers to the rlimit - fixed, no cap
-        assert state["worker_limits"] == [16384] and state["hard_limit"] == 524288, state
-        entry = lb.handle(c, c.name, True, dict(lb.DEFAULTS), check_mode=True)
-        assert entry["state"] == "fixed" and not entry["changed"], entry
+        if old_events:
+            assert "proxy_responses 1;" not in template(c), text
+            assert "KeyError" in text and "before its first render" not in text, text
+        else:
+            assert "proxy_responses 1;" in template(c) and lb_template.is_patched(template(c)), text
+            assert "created; template patched before its first render" in text, text
     finally:
         proc.terminate()
         proc.wait(timeout=30)
