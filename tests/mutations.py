@@ -74,9 +74,24 @@ MUTATIONS = {
         "tests/unit/test_socket_proxy_policy.py"),
     "ufw_connlimit counts an iptables connlimit rule without tcp-reset": (
         "plugins/module_utils/ufw_connlimit.py",
-        'if port and above and "tcp-reset" in line:',
-        "if port and above:",
+        'if not (port and above and "tcp-reset" in line):',
+        "if not (port and above):",
         UNIT + "test_ufw_connlimit.py::test_a_connlimit_rule_that_does_not_reset_is_not_ours"),
+    "ufw_connlimit read-back takes a limit of any mask (a global --connlimit-mask 0 reads as per address)": (
+        "plugins/module_utils/ufw_connlimit.py",
+        'if not has or int(has.group(1)) != mask or "--connlimit-daddr" in line:',
+        "if False:",
+        UNIT + "test_ufw_connlimit.py::test_the_read_back_counts_only_a_per_address_limit"),
+    "revert restores the filter table whole (no --noflush: fail2ban's bans, DOCKER-USER lost)": (
+        "plugins/module_utils/ufw_revert.py",
+        '"$t-restore" -w --noflush <"$dir/$t.scoped"',
+        '"$t-restore" -w <"$dir/$t.scoped"',
+        "tests/lab/test_revert_scoped.py::test_the_revert_puts_back_ufws_part_and_leaves_everyone_elses"),
+    "revert fires without the change modules' lock": (
+        "plugins/module_utils/ufw_revert.py",
+        "if command -v flock >/dev/null 2>&1; then",
+        "if false; then",
+        "tests/lab/test_revert_scoped.py::test_a_revert_that_fires_during_a_change_waits_for_it_then_puts_it_back"),
     "ufw_connlimit counts an nft connlimit rule without a reset": (
         "plugins/module_utils/ufw_connlimit.py",
         '    r"tcp dport (?P<port>\\d+)\\b.*?xt match \\"?connlimit\\"?.*?reject with tcp reset"\n'
