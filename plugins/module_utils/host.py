@@ -91,7 +91,17 @@ def hold_revert(module, state_dir, rid):
     if not os.path.isdir(state_dir):
         module.fail_json(msg="no revert with id %s: %s does not exist; nothing was changed" % (rid, state_dir))
     fd = os.open(os.path.join(state_dir, ur.LOCK), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    deadline = time.time() + ur.CHANGE_LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except (IOError, OSError):
+            if time.time() > deadline:
+                module.fail_json(msg="the firewall lock (%s) is held by a revert for more than %d s: see %s/*/revert.log;"
+                                     " nothing was changed" % (os.path.join(state_dir, ur.LOCK), ur.CHANGE_LOCK_WAIT,
+                                                                state_dir))
+            time.sleep(0.2)
     d = os.path.join(state_dir, rid)
     meta = read_text(os.path.join(d, "meta.json"))
     problem = ur.armed_problem(rid, os.listdir(d) if os.path.isdir(d) else [], json.loads(meta) if meta else None,

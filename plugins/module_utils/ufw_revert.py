@@ -39,8 +39,12 @@ GRACE = 60
 # for it, then puts everything back; a change never lands after its revert.
 LOCK = "lock"
 LOCK_WAIT = 900
+# How long a change module waits for a revert that holds the lock before it refuses.
+CHANGE_LOCK_WAIT = 120
 # A change starts only when its revert has at least this long left.
 MIN_LEFT = 10
+# What state_dir may be: it is written into revert.sh and the boot unit unquoted.
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9/._-]*$")
 # Free space a revert's copy needs before it is taken (the copy is small; a full disk is not).
 MIN_FREE_BYTES = 16 * 1048576
 
@@ -108,16 +112,21 @@ def own_part(save_text):
 
 
 def scoped_restore(save_text):
-    """iptables-restore --noflush input that puts `own_part` back: the policies, every chain of ours declared
-    (iptables-restore flushes a declared user chain, even with --noflush) and filled, and the jumps appended to
-    the built-in chains, as ufw appends its own. revert.sh first removes our jumps and chains as they are at
-    revert time, and puts our jump first in DOCKER-USER itself (declaring DOCKER-USER here would flush it)."""
+    """iptables-restore --noflush input that puts `own_part` back: the policies, and every chain of ours declared
+    (iptables-restore flushes a declared user chain, even with --noflush) and filled. The jumps into them are
+    revert.sh's: it keeps in place those that were there when armed (so they keep their place among other
+    tools' rules), removes the others, and appends the missing ones after this restore, as ufw appends its own;
+    ours goes first in DOCKER-USER (declaring DOCKER-USER here would flush it)."""
     part = own_part(save_text)
     policies = [":%s %s [0:0]" % tuple(x.split(" ")[1:3]) for x in part if x.startswith("-P ")]
     chains = [":%s - [0:0]" % x.split(" ")[1] for x in part if x.startswith("-N ")]
     rules = [x for x in part if x.startswith("-A ") and not _JUMP_RE.match(x) and x != DOCKER_JUMP]
-    jumps = [x for x in part if _JUMP_RE.match(x)]
-    return "\n".join(["*filter"] + policies + chains + rules + jumps + ["COMMIT", ""])
+    return "\n".join(["*filter"] + policies + chains + rules + ["COMMIT", ""])
+
+
+def jumps_in_order(save_text):
+    """Our jumps from the built-in chains, in the order the save has them (revert.sh appends the missing ones so)."""
+    return "".join(x + "\n" for x in own_part(save_text) if _JUMP_RE.match(x))
 
 
 def own_lines_cmd(tool):
@@ -163,13 +172,21 @@ def restore_fn():
   t=$1
   [ -s "$dir/$t.scoped" ] || return 0
   command -v "$t" >/dev/null 2>&1 || return 1
+  # our jumps as they are now: those that were there when armed stay where they are (among other tools'
+  # rules); the others go. Our chains are then flushed, and deleted where nothing jumps to them any more.
   "$t" -w -S 2>/dev/null | grep -E '^-A (%(builtin)s) -j %(own)s$|^-A DOCKER-USER -j homelab-edge-[A-Za-z0-9-]+$' \\
-    | head -n 1000 | sed 's/^-A /-D /' | while read -r rule; do "$t" -w $rule; done
+    | head -n 1000 | while read -r rule; do
+      grep -qxF -- "$rule" "$dir/$t.expected" || "$t" -w -D ${rule#-A }
+    done
   chains=$("$t" -w -S 2>/dev/null | sed -n -E 's/^-N %(own)s$/\\1/p')
   for c in $chains; do "$t" -w -F "$c"; done
   for c in $chains; do "$t" -w -X "$c" 2>/dev/null; done
   "$t-restore" -w --noflush <"$dir/$t.scoped" || return 1
-  if grep -qxF -- '%(docker_jump)s' "$dir/$t.expected"; then
+  # the jumps that were there when armed and are missing now, appended in their armed order
+  grep -E '^-A (%(builtin)s) -j ' "$dir/$t.expected.order" 2>/dev/null | while read -r rule; do
+    "$t" -w -C ${rule#-A } 2>/dev/null || "$t" -w $rule
+  done
+  if grep -qxF -- '%(docker_jump)s' "$dir/$t.expected" && ! "$t" -w -C DOCKER-USER -j %(docker_chain)s 2>/dev/null; then
     "$t" -w -N DOCKER-USER 2>/dev/null
     "$t" -w -I DOCKER-USER 1 -j %(docker_chain)s || return 1
   fi

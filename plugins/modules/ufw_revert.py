@@ -246,8 +246,9 @@ class Reverts(object):
         meta = {"id": rid, "armed_at": now, "fires_at": int(time.time()) + p["timeout"], "timeout": p["timeout"],
                 "was_enabled": was_enabled}
         self.write(rid, "meta.json", json.dumps(meta))
-        self.write(rid, "armed", "")
+        # the boot unit before the armed marker: nothing after the marker but the timer can fail
         meta["boot_unit"] = self.boot_unit()
+        self.write(rid, "armed", "")
         meta.update(self.start_timer(rid, script, p["timeout"]))
         self.write(rid, "meta.json", json.dumps(meta))
         self.prune()
@@ -255,7 +256,7 @@ class Reverts(object):
 
     def check_space(self):
         """Enough room for the copy before anything is written (a full disk would leave a broken one)."""
-        where = self.dir
+        where = os.path.abspath(self.dir)
         while not os.path.isdir(where):
             where = os.path.dirname(where)
         st = os.statvfs(where)
@@ -295,6 +296,7 @@ class Reverts(object):
         self.write(rid, fam + ".save", out)
         self.write(rid, fam + ".scoped", scoped)
         self.write(rid, fam + ".expected", live)
+        self.write(rid, fam + ".expected.order", ur.jumps_in_order(out))
 
     @staticmethod
     def files_under(root):
@@ -435,6 +437,9 @@ def main():
         required_if=[("state", "confirmed", ["id"]), ("state", "reverted", ["id"])],
         supports_check_mode=True,
     )
+    if not ur.SAFE_PATH.match(module.params["state_dir"]):
+        module.fail_json(msg="state_dir %r: use an absolute path of letters, digits, '/', '.', '_' and '-' only (it "
+                             "goes into a shell script and a systemd unit); nothing was changed" % module.params["state_dir"])
     reverts = Reverts(module)
     state = module.params["state"]
     if state == "query":

@@ -40,6 +40,7 @@ COMMIT
 :ufw-user-forward - [0:0]
 -A INPUT -p tcp -m multiport --dports 22 -j f2b-sshd
 -A INPUT -j ufw-before-input
+-A INPUT -p tcp -m tcp --dport 9999 -j DROP
 -A FORWARD -j DOCKER-USER
 -A DOCKER-USER -j homelab-edge-docker
 -A DOCKER-USER -j ufw-user-forward
@@ -99,7 +100,7 @@ def arm(ns, tmp_path):
     assert live == "".join(x + "\n" for x in sorted(ur.own_part(save)))  # the arm's round-trip check, on real iptables
     subprocess.run(["tar", "-C", "/", "-cf", str(d / "files.tar"), str(tmp_path / "etc-ufw").lstrip("/")], check=True)
     for name, text in (("files.list", ""), ("armed", ""), ("iptables.save", save), ("iptables.scoped", scoped),
-                       ("iptables.expected", live),
+                       ("iptables.expected", live), ("iptables.expected.order", ur.jumps_in_order(save)),
                        ("revert.sh", ur.script(str(d), 1, True, roots=(str(tmp_path / "etc-ufw"),)))):
         (d / name).write_text(text)
     return d, live
@@ -129,6 +130,9 @@ def test_the_revert_puts_back_ufws_part_and_leaves_everyone_elses(ns, tmp_path):
     assert others(ns) == dict.fromkeys(others(ns), True)
     rules = sh(ns, "iptables -S DOCKER-USER").stdout.splitlines()
     assert rules[1] == "-A DOCKER-USER -j homelab-edge-docker"  # ours first again
+    # ufw's jump keeps its place before a rule another tool appended after it when ufw started
+    inp = sh(ns, "iptables -S INPUT").stdout.splitlines()
+    assert inp.index("-A INPUT -j ufw-before-input") < inp.index("-A INPUT -p tcp -m tcp --dport 9999 -j DROP"), inp
     assert "--to-destination 172.17.0.2:443" not in sh(ns, "iptables -t nat -S").stdout
 
 
