@@ -31,3 +31,21 @@ attributes:
   diff_mode:
     support: none
 """
+
+    # The firewall change modules (ufw_access, ufw_connlimit): made under a revert of ufw_revert.
+    REVERT_LOCK = r"""
+options:
+  revert_id:
+    description:
+      - The revert (M(homelab.edge.ufw_revert) O(homelab.edge.ufw_revert#module:state=armed)'s C(id)) this change is made
+        under. The module then takes the lock that revert's script takes, and changes nothing unless the revert is
+        still armed with at least 10 seconds to go. Held until the module ends, the lock makes a revert whose timer
+        fires meanwhile wait for the change, then put everything back - a change never lands after its revert.
+    type: str
+    version_added: "1.0.0"
+  revert_dir:
+    description: Where the reverts are kept (M(homelab.edge.ufw_revert)'s O(homelab.edge.ufw_revert#module:state_dir)).
+    type: path
+    default: /var/lib/homelab-edge/ufw-revert
+    version_added: "1.0.0"
+"""

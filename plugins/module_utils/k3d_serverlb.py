@@ -131,6 +131,16 @@ def plan(state, want):
     return new_template, facts, reasons
 
 
+def _read_running(container, render_timeout):
+    """The state of a load balancer that runs nginx (ApplyError when it does not)."""
+    container.reload()
+    if container.status != "running":
+        raise lb_container.ApplyError("container is %s, not running" % container.status)
+    if not lb_container.wait_for_nginx(container, render_timeout):
+        raise lb_container.ApplyError("nginx is not running in the container (waited %ds)" % render_timeout)
+    return lb_container.read_state(container)
+
+
 def apply(container, want, check_mode=False, render_timeout=RENDER_TIMEOUT):
     """Bring one running load balancer to `want`, or to as much of it as fits
     under an open-file limit nginx cannot raise (capped_want).
@@ -140,12 +150,7 @@ def apply(container, want, check_mode=False, render_timeout=RENDER_TIMEOUT):
     template=(before, after), facts, open_file_limit, cap). A render
     confd or nginx rejects puts the template back, renders the old one and
     raises ApplyError."""
-    container.reload()
-    if container.status != "running":
-        raise lb_container.ApplyError("container is %s, not running" % container.status)
-    if not lb_container.wait_for_nginx(container, render_timeout):
-        raise lb_container.ApplyError("nginx is not running in the container (waited %ds)" % render_timeout)
-    state = lb_container.read_state(container)
+    state = _read_running(container, render_timeout)
     want, cap = lb_capacity.capped_want(want, state["hard_limit"])
     new_template, facts, reasons = plan(state, want)
     result = {"changed": bool(reasons), "reasons": reasons, "template": (state["template"], new_template),
@@ -195,12 +200,7 @@ def remove(container, check_mode=False, render_timeout=RENDER_TIMEOUT, sleep=tim
     checked in what nginx runs. Same shape of result as apply(); a render
     confd or nginx rejects puts the patched template back and raises
     ApplyError."""
-    container.reload()
-    if container.status != "running":
-        raise lb_container.ApplyError("container is %s, not running" % container.status)
-    if not lb_container.wait_for_nginx(container, render_timeout):
-        raise lb_container.ApplyError("nginx is not running in the container (waited %ds)" % render_timeout)
-    state = lb_container.read_state(container)
+    state = _read_running(container, render_timeout)
     new_template = lb_template.unpatch_template(state["template"])
     reasons = (["template patched by homelab.edge"] if new_template != state["template"] else []) \
         + _live_fix(state["conf"])
