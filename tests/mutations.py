@@ -27,15 +27,15 @@ MUTATIONS = {
     "k3d render confd accepts but nginx never runs: not rolled back": (
         "plugins/module_utils/k3d_serverlb.py",
         "        lb_container.render(container, render_timeout)\n"
-        "        after = wait_settled(container, want, render_timeout)\n"
+        "        return settled()\n"
         "    except lb_container.ApplyError as e:\n"
-        '        undone = _roll_back(container, state["template"], new_template, render_timeout)\n'
+        "        undone = _roll_back(container, template, new_template, render_timeout)\n"
         '        raise lb_container.ApplyError("%s; %s" % (e, undone))\n',
         "        lb_container.render(container, render_timeout)\n"
         "    except lb_container.ApplyError as e:\n"
-        '        undone = _roll_back(container, state["template"], new_template, render_timeout)\n'
+        "        undone = _roll_back(container, template, new_template, render_timeout)\n"
         '        raise lb_container.ApplyError("%s; %s" % (e, undone))\n'
-        "    after = wait_settled(container, want, render_timeout)\n",
+        "    return settled()\n",
         UNIT + "test_k3d_serverlb.py::test_apply_rolls_back_a_render_confd_accepts_but_nginx_never_runs"),
     "k3d budget on only some UDP servers reported as budgeted": (
         "plugins/module_utils/k3d_serverlb_config.py",

@@ -158,17 +158,37 @@ def apply(container, want, check_mode=False, render_timeout=RENDER_TIMEOUT):
               "udp_ports": lb_config.udp_ports(lb_config.parse_values(state["values"])), "cap": cap}
     if check_mode or not reasons:
         return result
-    if new_template != state["template"]:
-        lb_container.replace_file(container, lb_container.TEMPLATE_PATH, new_template)
-    try:
-        lb_container.render(container, render_timeout)
-        after = wait_settled(container, want, render_timeout)
-    except lb_container.ApplyError as e:
-        undone = _roll_back(container, state["template"], new_template, render_timeout)
-        raise lb_container.ApplyError("%s; %s" % (e, undone))
+    after = _change(container, state["template"], new_template, render_timeout,
+                    lambda: wait_settled(container, want, render_timeout))
     result["facts"] = lb_config.parse_live(after["conf"])
     result["open_file_limit"] = max(after["worker_limits"] or [0]) or None
     return result
+
+
+def _change(container, template, new_template, render_timeout, settled):
+    """The new template in place (where it differs), rendered, and settled() - the state once nginx runs it. A
+    failure puts the old template back, renders it and raises ApplyError saying both."""
+    if new_template != template:
+        lb_container.replace_file(container, lb_container.TEMPLATE_PATH, new_template)
+    try:
+        lb_container.render(container, render_timeout)
+        return settled()
+    except lb_container.ApplyError as e:
+        undone = _roll_back(container, template, new_template, render_timeout)
+        raise lb_container.ApplyError("%s; %s" % (e, undone))
+
+
+def _wait_unfixed(container, timeout, sleep, clock):
+    """After the undo's render: poll until nginx runs none of the fix."""
+    deadline = clock() + timeout
+    while True:
+        after = lb_container.read_state(container)
+        left = _live_fix(after["conf"])
+        if not left:
+            return after
+        if clock() >= deadline:
+            raise lb_container.ApplyError("after the render: %s" % "; ".join(left))
+        sleep(0.3)
 
 
 def _roll_back(container, template, new_template, render_timeout):
@@ -209,22 +229,8 @@ def remove(container, check_mode=False, render_timeout=RENDER_TIMEOUT, sleep=tim
               "cap": None}
     if check_mode or not reasons:
         return result
-    if new_template != state["template"]:
-        lb_container.replace_file(container, lb_container.TEMPLATE_PATH, new_template)
-    try:
-        lb_container.render(container, render_timeout)
-        deadline = clock() + render_timeout
-        while True:
-            after = lb_container.read_state(container)
-            left = _live_fix(after["conf"])
-            if not left:
-                break
-            if clock() >= deadline:
-                raise lb_container.ApplyError("after the render: %s" % "; ".join(left))
-            sleep(0.3)
-    except lb_container.ApplyError as e:
-        undone = _roll_back(container, state["template"], new_template, render_timeout)
-        raise lb_container.ApplyError("%s; %s" % (e, undone))
+    after = _change(container, state["template"], new_template, render_timeout,
+                    lambda: _wait_unfixed(container, render_timeout, sleep, clock))
     result["facts"] = lb_config.parse_live(after["conf"])
     result["open_file_limit"] = max(after["worker_limits"] or [0]) or None
     return result
