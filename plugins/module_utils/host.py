@@ -98,9 +98,9 @@ def hold_revert(module, state_dir, rid):
             break
         except (IOError, OSError):
             if time.time() > deadline:
+                lock = os.path.join(state_dir, ur.LOCK)
                 module.fail_json(msg="the firewall lock (%s) is held by a revert for more than %d s: see %s/*/revert.log;"
-                                     " nothing was changed" % (os.path.join(state_dir, ur.LOCK), ur.CHANGE_LOCK_WAIT,
-                                                                state_dir))
+                                     " nothing was changed" % (lock, ur.CHANGE_LOCK_WAIT, state_dir))
             time.sleep(0.2)
     d = os.path.join(state_dir, rid)
     meta = read_text(os.path.join(d, "meta.json"))
