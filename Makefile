@@ -11,7 +11,7 @@ setup:            ## engine + venv + confd/Traefik + lab images
 demo: setup       ## the main job on the local lab: failure before, site.yml, proof after
 	demo/demo.sh
 
-test: setup       ## the whole test suite (unit, lint, sanity, every Molecule scenario)
+test:             ## the whole test suite (sets the lab up itself: unit, lint, sanity, every Molecule scenario)
 	tests/run.sh all
 
 unit lint sanity molecule: setup
