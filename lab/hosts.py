@@ -19,7 +19,9 @@ nginx.conf (the VPS's stream proxy). --systemd boots the host with systemd as
 PID 1 (homelab-edge/host-systemd:lab: ssh.service, ufw.service; `docker
 restart` is its restart), and --ssh-socket then gives it Ubuntu's socket-
 activated sshd (ssh.socket) instead of ssh.service. A systemd host has no
-nginx and no Docker engine of its own.
+nginx; with --docker it runs Docker Engine 29 as users install it today
+(lab/lab.sh engine29: dockerd, containerd 2 and runc 1.3 with the units the
+projects ship, started by systemd, so its containers get systemd's limits).
 """
 import argparse
 import json
@@ -33,6 +35,10 @@ KEY = os.path.join(CACHE, "ssh", "id_ed25519")
 HOST_IMAGE = "homelab-edge/host:lab"
 SYSTEMD_IMAGE = "homelab-edge/host-systemd:lab"
 CLIENT_IMAGE = "homelab-edge/client:lab"
+# Engine 29 in a systemd host: lab binary (lab/lab.sh engine29) -> where the host has it
+ENGINE29 = {"dockerd29": "/usr/local/bin/dockerd", "docker-proxy29": "/usr/local/bin/docker-proxy",
+            "containerd29": "/usr/local/bin/containerd", "containerd-shim-runc-v2-29": "/usr/local/bin/containerd-shim-runc-v2",
+            "runc29": "/usr/local/bin/runc"}
 USER, SUDO_PASSWORD = "edge", "edge-lab-sudo"
 LABEL = "homelab.edge.lab"
 SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
@@ -96,6 +102,8 @@ def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None,
     if systemd:
         argv += ["--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
                  "--cgroupns=host", "-e", "container=docker"]
+        if docker:  # overlayfs cannot stack on the container's own overlay: the engine's data on volumes
+            argv += ["-v", "%s-docker:/var/lib/docker" % name, "-v", "%s-containerd:/var/lib/containerd" % name]
         sh(*(argv + [SYSTEMD_IMAGE]))
         wait("systemd of %s" % name, lambda: sh("docker", "exec", name, "systemctl", "is-system-running",
                                                 check=False).stdout.strip() in ("running", "degraded"), timeout=90)
@@ -105,6 +113,10 @@ def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None,
                "> /etc/systemd/system/ssh.socket.d/port.conf && systemctl daemon-reload && "
                "systemctl enable --now ssh.socket >/dev/null 2>&1" % sshd_port)
         wait("sshd of %s" % name, lambda: ssh(ssh_port, "true", check=False).returncode == 0)
+        if docker:
+            engine29(name)
+            if load:
+                load_images(name, load)
         return name
     if nginx_conf:
         argv += ["-e", "HOST_NGINX=yes"]
@@ -122,6 +134,21 @@ def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None,
     return name
 
 
+def engine29(name):
+    """Docker Engine 29 installed and started as its packages do: binaries, units, systemctl enable --now."""
+    for binary, path in ENGINE29.items():
+        src = os.path.realpath(os.path.join(CACHE, "bin", binary))
+        if not os.path.exists(src):
+            raise RuntimeError("no %s: run lab/lab.sh engine29 (make setup does)" % binary)
+        sh("docker", "cp", src, "%s:%s" % (name, path))
+    for unit in ("docker.service", "docker.socket", "containerd.service"):
+        sh("docker", "cp", os.path.join(CACHE, "engine29-units", unit), "%s:/etc/systemd/system/%s" % (name, unit))
+    sh("docker", "exec", name, "sh", "-c", "systemctl daemon-reload && systemctl enable --now containerd.service "
+       "docker.socket docker.service >/dev/null 2>&1")
+    wait("Docker Engine 29 in %s" % name,
+         lambda: sh("docker", "exec", name, "docker", "info", check=False).returncode == 0, timeout=90)
+
+
 def client(name, net):
     network(net)
     sh("docker", "run", "-d", "--name", name, "--hostname", name, "--network", net, "--label", LABEL,
@@ -132,7 +159,7 @@ def client(name, net):
 def down(*names):
     for name in names:
         sh("docker", "rm", "-f", "-v", name, check=False)
-        sh("docker", "volume", "rm", "%s-docker" % name, check=False)
+        sh("docker", "volume", "rm", "%s-docker" % name, "%s-containerd" % name, check=False)
     for net in sh("docker", "network", "ls", "-q", "--filter", "label=%s" % LABEL).stdout.split():
         sh("docker", "network", "rm", net, check=False)  # only the emptied ones go
 

@@ -12,7 +12,12 @@ multiples of 100): DNS 53 (udp, tcp) on base+53, 1053 (udp) on base+54,
 443 on base+43 and the API on base+44. Without a base port they go to
 random ports on 127.0.0.1 (k3d maps the same ports on the load balancer).
 
-  lab/k3d.py up NAME... [--base-port N]    lab/k3d.py down NAME...
+  lab/k3d.py up NAME... [--base-port N] [--host HOST]    lab/k3d.py down NAME... [--host HOST]
+
+--host runs the k3d CLI inside a lab host (docker exec; lab/hosts.py up
+--systemd --docker: Docker Engine 29) on that host's engine, with the k3d
+binary and images copied in (see install_in_host()); its ports are then the
+host's own 127.0.0.1.
 """
 
 import argparse
@@ -48,13 +53,16 @@ def server_name(cluster, index=0):
     return "k3d-%s-server-%d" % (cluster, index)
 
 
-def k3d(*args, timeout=300, check=True, lb_image=None):
+def k3d(*args, timeout=300, check=True, lb_image=None, host=None):
     """Run the k3d CLI with the lab's images (lb_image: another load-balancer
-    image, e.g. BUSYBOX_LB); returns the CompletedProcess."""
-    env = dict(os.environ, **ENV)
-    if lb_image:
-        env["K3D_IMAGE_LOADBALANCER"] = lb_image
-    out = subprocess.run(["k3d"] + list(args), env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    image, e.g. BUSYBOX_LB), here or inside the lab host `host`; returns the
+    CompletedProcess."""
+    images = dict(ENV, **({"K3D_IMAGE_LOADBALANCER": lb_image} if lb_image else {}))
+    env = dict(os.environ, **images)
+    argv = ["k3d"] + list(args)
+    if host:
+        argv = ["docker", "exec"] + ["--env=%s=%s" % kv for kv in sorted(images.items())] + [host] + argv
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     if check and out.returncode != 0:
         raise RuntimeError("k3d %s failed (rc=%d):\n%s" % (" ".join(args), out.returncode, out.stderr[-3000:]))
     return out
@@ -74,18 +82,26 @@ def port_args(base_port):
     return args + ["--api-port", "127.0.0.1:%d" % (base_port + API_OFFSET if base_port else 0)]
 
 
-def create(cluster, base_port=None, network=NETWORK, extra=(), lb_image=None):
-    """`k3d cluster create` on the shared network, DNS and HTTPS @loadbalancer."""
-    _ensure_network(network)
+def create(cluster, base_port=None, network=NETWORK, extra=(), lb_image=None, host=None):
+    """`k3d cluster create` on the shared network, DNS and HTTPS @loadbalancer
+    (in a lab host: k3d creates the network on the host's engine)."""
+    if not host:
+        _ensure_network(network)
     k3d("cluster", "create", cluster, "--image", SERVER_IMAGE, "--network", network,
         "--kubeconfig-update-default=false", "--kubeconfig-switch-context=false",
-        *(port_args(base_port) + list(extra)), lb_image=lb_image)
+        *(port_args(base_port) + list(extra)), lb_image=lb_image, host=host)
     return lb_name(cluster)
 
 
-def delete(*clusters):
+def delete(*clusters, host=None):
     for cluster in clusters:
-        k3d("cluster", "delete", cluster, check=False)
+        k3d("cluster", "delete", cluster, check=False, host=host)
+
+
+def install_in_host(host, cache=os.environ.get("HOMELAB_EDGE_CACHE", "/var/cache/homelab-edge")):
+    """The lab's k3d CLI into a lab host (its images: lab/hosts.py up --load)."""
+    subprocess.run(["docker", "cp", os.path.realpath(os.path.join(cache, "bin", "k3d")), "%s:/usr/local/bin/k3d" % host],
+                   capture_output=True, text=True, check=True, timeout=120)
 
 
 def node_create(cluster, node):
@@ -148,12 +164,15 @@ def main(argv=None):
     ap.add_argument("action", choices=["up", "down"])
     ap.add_argument("clusters", nargs="+")
     ap.add_argument("--base-port", type=int)
+    ap.add_argument("--host")
     a = ap.parse_args(argv)
     if a.action == "up":
+        if a.host:
+            install_in_host(a.host)
         for i, cluster in enumerate(a.clusters):
-            print(create(cluster, a.base_port + 100 * i if a.base_port else None))
+            print(create(cluster, a.base_port + 100 * i if a.base_port else None, host=a.host))
     else:
-        delete(*a.clusters)
+        delete(*a.clusters, host=a.host)
     return 0
 
 

@@ -35,6 +35,11 @@ TRAEFIK2_SUM="h1:Jkb5H8aI9lKQY/DDqwK3JP7iNUEnRfNLWXsr3azFf8w="
 # proxy; v2.0.0-beta.24 serves API 1.56, minimum 1.40): dockerd and
 # docker-proxy, built static, run inside a lab host (tests/lab/test_docker29.py).
 MOBY_VERSION=v2.0.0-beta.24
+# ... and the runtime it needs (Engine 29 puts a time namespace in every
+# container's spec; Debian 12's runc 1.1.5 refuses it): runc of Docker 29's
+# static packages' line (cgo, libseccomp linked in statically) and containerd 2.
+RUNC_VERSION=v1.3.7
+CONTAINERD_VERSION=v2.2.9
 SUITE=bookworm
 # Packages of the base image. Lab images are docker-built on top of it and
 # mostly add files, so a cold build needs one debootstrap and little apt in docker.
@@ -46,13 +51,16 @@ RUNTIME=homelab-edge-runc
 log() { printf '[lab] %s\n' "$*" >&2; }
 hash_of() { (cd "$ROOT" && cat "$@") | sha256sum | cut -c1-12; }
 mkdir -p "$CACHE"
+# Debian packages for this machine; setup's parallel jobs take turns (apt and dpkg hold locks)
+apt_install() {
+  flock "$CACHE/.apt.lock" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null' apt "$@"
+}
 
 cmd_engine() {
   if docker info >/dev/null 2>&1; then return 0; fi
   if ! command -v dockerd >/dev/null 2>&1; then
     log "installing docker.io from Debian"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
+    apt_install docker.io
   fi
   log "starting dockerd"
   # as docker.service does (LimitNOFILE=infinity): containers inherit the
@@ -213,6 +221,8 @@ pinned_version() {
     traefik) echo "${TRAEFIK_VERSION#v}" ;;
     traefik2) echo "${TRAEFIK2_VERSION#v}" ;;
     dockerd29) echo "$MOBY_VERSION" ;;
+    runc29) echo "${RUNC_VERSION#v}" ;;
+    containerd29) echo "$CONTAINERD_VERSION" ;;
   esac
 }
 
@@ -224,7 +234,8 @@ version_output() {
     confd) "$2" -version 2>&1 ;;
     k3d) "$2" version 2>&1 ;;
     traefik|traefik2) "$2" version 2>&1 ;;
-    dockerd29) "$2" --version 2>&1 ;;
+    dockerd29|containerd29) "$2" --version 2>&1 ;;
+    runc29) "$2" --version 2>&1 ;;
   esac
 }
 
@@ -239,6 +250,8 @@ reports_version() {
     k3d) pattern="^k3d version ${want//./\.}\$" ;;
     traefik|traefik2) pattern="^Version: +${want//./\.}\$" ;;
     dockerd29) pattern="^Docker version ${want//./\.}, " ;;
+    runc29) pattern="^runc version ${want//./\.}\$" ;;
+    containerd29) pattern="^containerd github.com/containerd/containerd/v2 ${want//./\.}( |\$)" ;;
   esac
   if [ "$rc" -eq 0 ] && grep -q -E "$pattern" <<<"$got"; then return 0; fi
   log "$2 does not report $1 $want (exit $rc): $(head -n 3 <<<"$got" | tr -s ' \n' ' ')"
@@ -297,6 +310,39 @@ cmd_engine29() {
   fi
   ln -sf "$dockerd" "$CACHE/bin/dockerd29"
   ln -sf "$proxy" "$CACHE/bin/docker-proxy29"
+  local runc="$CACHE/bin/runc-$RUNC_VERSION" ctd="$CACHE/bin/containerd-$CONTAINERD_VERSION"
+  local shim="$CACHE/bin/containerd-shim-runc-v2-$CONTAINERD_VERSION"
+  if ! cached runc29 "$runc"; then
+    log "building runc $RUNC_VERSION (Engine 29's runtime) from the Go module proxy"
+    [ -f /usr/lib/x86_64-linux-gnu/libseccomp.a ] || apt_install libseccomp-dev
+    local src; src=$(mktemp -d)
+    cp -r "$(go_module_dir "github.com/opencontainers/runc@$RUNC_VERSION")/." "$src" && chmod -R u+w "$src"
+    (cd "$src" && rm -rf vendor && GOWORK=off GOFLAGS="-modcacherw -mod=mod" CGO_ENABLED=1 go build -trimpath -tags "seccomp urfave_cli_no_docs" \
+       -ldflags "-s -w -X main.version=${RUNC_VERSION#v} -extldflags -static" -o "$runc.tmp" .) \
+      >"$CACHE/runc29-build.log" 2>&1 || { tail -n 20 "$CACHE/runc29-build.log" >&2; rm -rf "$src"; return 1; }
+    mv "$runc.tmp" "$runc"; rm -rf "$src"
+    reports_version runc29 "$runc" || { rm -f "$runc"; return 1; }
+  fi
+  if ! cached containerd29 "$ctd" || [ ! -x "$shim" ]; then
+    log "building containerd $CONTAINERD_VERSION (Engine 29's) from the Go module proxy"
+    { go_build "$ctd" "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" ./cmd/containerd \
+        "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" &&
+      go_build "$shim" "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" ./cmd/containerd-shim-runc-v2; } \
+      >"$CACHE/containerd29-build.log" 2>&1 || { tail -n 20 "$CACHE/containerd29-build.log" >&2; return 1; }
+    reports_version containerd29 "$ctd" || { rm -f "$ctd"; return 1; }
+  fi
+  ln -sf "$runc" "$CACHE/bin/runc29"
+  ln -sf "$ctd" "$CACHE/bin/containerd29"
+  ln -sf "$shim" "$CACHE/bin/containerd-shim-runc-v2-29"
+  # the systemd units as the two projects ship them (no LimitNOFILE: services get systemd's
+  # DefaultLimitNOFILE, 1024:524288), dockerd where lab/hosts.py installs it
+  local units="$CACHE/engine29-units" m
+  mkdir -p "$units"
+  m=$(go_module_dir "github.com/moby/moby/v2@$MOBY_VERSION")
+  sed 's|^ExecStart=/usr/bin/dockerd |ExecStart=/usr/local/bin/dockerd |' "$m/contrib/init/systemd/docker.service" >"$units/docker.service"
+  cp "$m/contrib/init/systemd/docker.socket" "$units/docker.socket"
+  cp "$(go_module_dir "github.com/containerd/containerd/v2@$CONTAINERD_VERSION")/containerd.service" "$units/containerd.service"
+  grep -q "^ExecStart=/usr/local/bin/dockerd " "$units/docker.service" || { log "moby's docker.service changed: $units"; return 1; }
 }
 
 cmd_gobins() {
@@ -358,7 +404,7 @@ build_base() {
   local tarball="$CACHE/${tag//[\/:]/_}.tar"
   if [ ! -s "$tarball" ]; then
     command -v debootstrap >/dev/null 2>&1 || {
-      apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+      apt_install debootstrap; }
     local dir; dir=$(mktemp -d)
     log "debootstrap $SUITE into $dir"
     debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$dir" "$(apt_mirror)" >"$CACHE/debootstrap.log" 2>&1 \
@@ -481,7 +527,7 @@ cmd_images() {
 # the versions inside it (tests/run.sh runs this as its `versions` step).
 cmd_versions() {
   local rc=0 name bin img
-  for name in confd k3d traefik traefik2 dockerd29; do
+  for name in confd k3d traefik traefik2 dockerd29 runc29 containerd29; do
     bin=$(readlink -f "$CACHE/bin/$name" 2>/dev/null || true)
     if [ -n "$bin" ] && [ -x "$bin" ] && reports_version "$name" "$bin"; then
       printf '%-10s %-10s ok (%s)\n' "$name" "$(pinned_version "$name")" "$bin"

@@ -10,11 +10,10 @@ render - reading Engine 29's events, which no longer carry `id` and
 `status`. With the keeper reading the old event shape (the net removed)
 every event is a KeyError and the created load balancer stays k3d's own.
 
-Not here: starting containers on this engine. Engine 29 puts a time namespace
-in every container's spec, which Debian 12's runc 1.1.5 refuses ("namespace
-time does not exist"); it needs runc 1.2 or later, which the lab has not
-built yet. So the limits a stock Engine 29 gives a running load balancer are
-not measured here, and k3d's CLI is not used."""
+Here the engine runs beside Debian 12's containerd 1.6 and starts no
+container (this test needs none). Engine 29 with its own runtime (containerd
+2, runc 1.3), started by systemd, running k3d and the role's keeper as a
+systemd unit: molecule/k3d_docker29."""
 import io
 import json
 import os

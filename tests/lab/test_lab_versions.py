@@ -35,6 +35,8 @@ TRAEFIK = "Version:      3.6.12\nCodename:     ramequin\nGo version:   go1.25.8\
     ("k3d", "k3d version v5.9.0\nk3s version v1.31.5-k3s1 (default)\n"),
     ("confd", "confd 0.16.0 (Git SHA: , Go Version: go1.26.8)\n"),
     ("dockerd29", "Docker version v2.0.0-beta.24, build library-import\n"),
+    ("runc29", "runc version 1.3.7\nspec: 1.2.1\ngo: go1.26.8\nlibseccomp: 2.5.4\n"),
+    ("containerd29", "containerd github.com/containerd/containerd/v2 v2.2.9 \n"),
 ])
 def test_a_binary_that_reports_its_pin_is_taken_whatever_it_writes_after(tmp_path, name, output):
     assert check(tmp_path, name, output) == (0, "")
@@ -47,6 +49,9 @@ def test_a_binary_that_reports_its_pin_is_taken_whatever_it_writes_after(tmp_pat
     ("k3d", "k3d version v5-dev\n", 0, "does not report k3d v5.9.0"),
     # moby's build without -X .../dockerversion.Version
     ("dockerd29", "Docker version library-import, build library-import\n", 0, "does not report dockerd29 v2.0.0-beta.24"),
+    # runc's and containerd's builds without their -X ldflags
+    ("runc29", "runc version unknown\nspec: 1.2.1\n", 0, "does not report runc29 1.3.7"),
+    ("containerd29", "containerd github.com/containerd/containerd/v2 2.2.9+unknown \n", 0, "does not report containerd29 v2.2.9"),
     # a binary that cannot run here says so, with its exit code
     ("traefik", "exec format error\n", 126, "(exit 126): exec format error"),
 ])
