@@ -4,12 +4,13 @@
 # packages, PyPI and the Go module proxy.
 #
 #   lab/lab.sh setup        engine + venv + Go binaries + images (what make demo/test run)
-#   lab/lab.sh engine       start dockerd (installing docker.io) if none answers
+#   lab/lab.sh engine       start Docker Engine 29 (building it first) unless it answers already;
+#                           an older engine that answers is stopped first
 #   lab/lab.sh privileged   let --privileged containers start where they fail (k3d's nodes need it)
 #   lab/lab.sh venv         pinned Python tools in a venv, cached by hash
 #   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik v3, cached by version
 #   lab/lab.sh traefik2     Traefik v2 from source (setup runs it in the background)
-#   lab/lab.sh engine29     Docker Engine 29's dockerd and docker-proxy from source (in the background too)
+#   lab/lab.sh engine29     Docker Engine 29 from source: dockerd, docker-proxy, containerd 2, runc 1.3
 #   lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
 #   lab/lab.sh toolvenv NAME PYTHON PKG...  a cached venv of its own (publishing tools, other ansible-core)
 #   lab/lab.sh versions     every lab binary reports its pinned version; every image names its versions
@@ -56,21 +57,45 @@ apt_install() {
   flock "$CACHE/.apt.lock" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null' apt "$@"
 }
 
+# The lab's engine is Docker Engine 29 (lab/lab.sh engine29), with the limits
+# a systemd host gives one today: Docker 29's docker.service and containerd's
+# unit set no LimitNOFILE, so the engine starts at systemd's default, soft 1024
+# and hard 524288 (where this machine allows less, its own hard limit), and its
+# containers get that (Go restores the soft limit it raised for the processes
+# it starts). dockerd finds containerd, its shim, runc and docker-proxy on its
+# PATH, so a directory of links names Engine 29's binaries as dockerd expects.
+# Debian's docker.io is installed first for what the engine needs beside it
+# (iptables, docker-init); its own dockerd, containerd and runc stay unused.
+ENGINE_PATH="$CACHE/engine29-path"
+
+engine_version() { docker version -f '{{.Server.Version}}' 2>/dev/null; }
+
 cmd_engine() {
-  if docker info >/dev/null 2>&1; then return 0; fi
+  if docker info >/dev/null 2>&1; then
+    [ "$(engine_version)" = "$MOBY_VERSION" ] && return 0
+    log "stopping the engine that answers (Docker $(engine_version)): the lab runs Docker Engine 29"
+    pkill -TERM -x dockerd || true
+    for _ in $(seq 1 120); do pgrep -x dockerd >/dev/null || break; sleep 0.5; done
+  fi
   if ! command -v dockerd >/dev/null 2>&1; then
-    log "installing docker.io from Debian"
+    log "installing docker.io from Debian (what the engine needs beside it)"
     apt_install docker.io
   fi
-  log "starting dockerd"
-  # as docker.service does (LimitNOFILE=infinity): containers inherit the
-  # engine's open-file limit, and k3d's nginx raises its workers' up to it
-  (ulimit -n 1048576 2>/dev/null || true; exec nohup dockerd >"$CACHE/dockerd.log" 2>&1) &
-  for _ in $(seq 1 60); do
-    docker info >/dev/null 2>&1 && return 0
+  cmd_engine29
+  mkdir -p "$ENGINE_PATH"
+  ln -sfn "$CACHE/bin/dockerd29" "$ENGINE_PATH/dockerd"
+  ln -sfn "$CACHE/bin/docker-proxy29" "$ENGINE_PATH/docker-proxy"
+  ln -sfn "$CACHE/bin/containerd29" "$ENGINE_PATH/containerd"
+  ln -sfn "$CACHE/bin/containerd-shim-runc-v2-29" "$ENGINE_PATH/containerd-shim-runc-v2"
+  ln -sfn "$CACHE/bin/runc29" "$ENGINE_PATH/runc"
+  log "starting Docker Engine 29 ($MOBY_VERSION, containerd $CONTAINERD_VERSION, runc $RUNC_VERSION)"
+  (ulimit -Hn 524288 2>/dev/null || true; ulimit -Sn 1024
+   PATH="$ENGINE_PATH:$PATH" exec nohup dockerd >"$CACHE/dockerd.log" 2>&1) &
+  for _ in $(seq 1 90); do
+    [ "$(engine_version)" = "$MOBY_VERSION" ] && return 0
     sleep 1
   done
-  log "dockerd did not answer within 60 s; tail of its log:"
+  log "Docker Engine 29 did not answer within 90 s; tail of its log:"
   tail -n 20 "$CACHE/dockerd.log" >&2
   return 1
 }
@@ -82,6 +107,10 @@ cmd_engine() {
 # /etc/docker/daemon.json and reloading dockerd with SIGHUP (running
 # containers are not touched).
 cmd_privileged() {
+  # a wrapper registered by an earlier setup is kept current
+  if [ -e "$LIBEXEC/runc-drop-sys-resource" ] && ! cmp -s "$HERE/engine/runc-drop-sys-resource" "$LIBEXEC/runc-drop-sys-resource"; then
+    install -m 0755 "$HERE/engine/runc-drop-sys-resource" "$LIBEXEC/runc-drop-sys-resource"
+  fi
   local probe; probe=$(base_tag)
   image_exists "$probe" || probe=$(build_base)
   if docker run --rm --privileged "$probe" true >/dev/null 2>&1; then return 0; fi
@@ -543,15 +572,15 @@ cmd_versions() {
 }
 
 cmd_setup() {
+  # Traefik v2's ten minutes of compiling and the venv's downloads run beside the engine's build
+  local t2 v; cmd_traefik2 & t2=$!
+  cmd_venv & v=$!
   cmd_engine
-  local t2 e29; cmd_traefik2 & t2=$!
-  cmd_engine29 & e29=$!
-  cmd_venv
+  wait "$v" || { log "creating the venv failed"; return 1; }
   cmd_gobins
   build_base >/dev/null
   cmd_privileged
   wait "$t2" || { log "building traefik $TRAEFIK2_VERSION failed"; return 1; }
-  wait "$e29" || { log "building dockerd $MOBY_VERSION failed"; return 1; }
   cmd_images
 }
 

@@ -62,7 +62,8 @@ def engine():
         sh("docker", "cp", os.path.realpath(proxy), "%s:/usr/local/bin/docker-proxy" % HOST)
         sh("docker", "exec", "-d", HOST, "sh", "-c", "exec /usr/local/bin/dockerd -H unix:///var/run/docker.sock "
            "-H tcp://0.0.0.0:2375 >/var/log/dockerd29.log 2>&1")
-        address = outer.containers.get(HOST).attrs["NetworkSettings"]["IPAddress"]
+        # per network: Engine 29 (API 1.52) dropped the top-level NetworkSettings.IPAddress
+        address = next(iter(outer.containers.get(HOST).attrs["NetworkSettings"]["Networks"].values()))["IPAddress"]
         deadline = time.time() + 90
         while True:
             try:
