@@ -18,8 +18,8 @@ engine into it (there is no registry). --nginx-conf is the host's own
 nginx.conf (the VPS's stream proxy). --systemd boots the host with systemd as
 PID 1 (homelab-edge/host-systemd:lab: ssh.service, ufw.service; `docker
 restart` is its restart), and --ssh-socket then gives it Ubuntu's socket-
-activated sshd (ssh.socket) instead of ssh.service. A systemd host has no
-nginx; with --docker it runs Docker Engine 29 as users install it today
+activated sshd (ssh.socket) instead of ssh.service. On a systemd host
+--nginx-conf runs nginx as nginx.service; with --docker it runs Docker Engine 29 as users install it today
 (lab/lab.sh engine29: dockerd, containerd 2 and runc 1.3 with the units the
 projects ship, started by systemd, so its containers get systemd's limits).
 """
@@ -113,6 +113,10 @@ def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None,
                "> /etc/systemd/system/ssh.socket.d/port.conf && systemctl daemon-reload && "
                "systemctl enable --now ssh.socket >/dev/null 2>&1" % sshd_port)
         wait("sshd of %s" % name, lambda: ssh(ssh_port, "true", check=False).returncode == 0)
+        if nginx_conf:  # the admin's own file, nginx run by systemd as Debian's package does
+            sh("docker", "cp", os.path.abspath(nginx_conf), "%s:/etc/nginx/nginx.conf" % name)
+            sh("docker", "exec", name, "sh", "-c", "systemctl enable nginx.service >/dev/null 2>&1; "
+               "systemctl restart nginx.service")
         if docker:
             engine29(name)
             if load:
@@ -157,10 +161,17 @@ def client(name, net):
 
 
 def down(*names):
+    """The hosts, their volumes, and those of their lab networks no other container is on (not every
+    empty lab network: another scenario may have just made one for the host it is about to start)."""
+    nets = set()
     for name in names:
+        out = sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", name, check=False)
+        if out.returncode == 0:
+            nets.update(json.loads(out.stdout or "{}") or {})
         sh("docker", "rm", "-f", "-v", name, check=False)
         sh("docker", "volume", "rm", "%s-docker" % name, "%s-containerd" % name, check=False)
-    for net in sh("docker", "network", "ls", "-q", "--filter", "label=%s" % LABEL).stdout.split():
+    labelled = set(sh("docker", "network", "ls", "--format", "{{.Name}}", "--filter", "label=%s" % LABEL).stdout.split())
+    for net in sorted(nets & labelled):
         sh("docker", "network", "rm", net, check=False)  # only the emptied ones go
 
 

@@ -75,7 +75,7 @@ cmd_engine() {
     [ "$(engine_version)" = "$MOBY_VERSION" ] && return 0
     log "stopping the engine that answers (Docker $(engine_version)): the lab runs Docker Engine 29"
     pkill -TERM -x dockerd || true
-    for _ in $(seq 1 120); do pgrep -x dockerd >/dev/null || break; sleep 0.5; done
+    for _ in $(seq 1 120); do pgrep -x dockerd >/dev/null || pgrep -x containerd >/dev/null || break; sleep 0.5; done
   fi
   if ! command -v dockerd >/dev/null 2>&1; then
     log "installing docker.io from Debian (what the engine needs beside it)"
@@ -88,9 +88,17 @@ cmd_engine() {
   ln -sfn "$CACHE/bin/containerd29" "$ENGINE_PATH/containerd"
   ln -sfn "$CACHE/bin/containerd-shim-runc-v2-29" "$ENGINE_PATH/containerd-shim-runc-v2"
   ln -sfn "$CACHE/bin/runc29" "$ENGINE_PATH/runc"
+  # containerd as its own service, as the packages run it (containerd.service, systemd's umask 0022):
+  # started by dockerd, it would inherit dockerd's umask 0 and so would every `docker exec`
+  if [ ! -S /run/containerd/containerd.sock ] || ! pgrep -x containerd >/dev/null; then
+    log "starting containerd $CONTAINERD_VERSION"
+    (umask 022; ulimit -Hn 524288 2>/dev/null || true; ulimit -Sn 1024
+     PATH="$ENGINE_PATH:$PATH" exec nohup containerd >"$CACHE/containerd.log" 2>&1) &
+    for _ in $(seq 1 30); do [ -S /run/containerd/containerd.sock ] && break; sleep 1; done
+  fi
   log "starting Docker Engine 29 ($MOBY_VERSION, containerd $CONTAINERD_VERSION, runc $RUNC_VERSION)"
-  (ulimit -Hn 524288 2>/dev/null || true; ulimit -Sn 1024
-   PATH="$ENGINE_PATH:$PATH" exec nohup dockerd >"$CACHE/dockerd.log" 2>&1) &
+  (umask 022; ulimit -Hn 524288 2>/dev/null || true; ulimit -Sn 1024
+   PATH="$ENGINE_PATH:$PATH" exec nohup dockerd --containerd=/run/containerd/containerd.sock >"$CACHE/dockerd.log" 2>&1) &
   for _ in $(seq 1 90); do
     [ "$(engine_version)" = "$MOBY_VERSION" ] && return 0
     sleep 1

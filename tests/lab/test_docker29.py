@@ -13,7 +13,7 @@ every event is a KeyError and the created load balancer stays k3d's own.
 Here the engine runs beside Debian 12's containerd 1.6 and starts no
 container (this test needs none). Engine 29 with its own runtime (containerd
 2, runc 1.3), started by systemd, running k3d and the role's keeper as a
-systemd unit: molecule/k3d_docker29."""
+systemd unit: molecule/k3d_engines."""
 import io
 import json
 import os

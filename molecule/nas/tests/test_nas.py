@@ -257,7 +257,8 @@ def put_back_as_they_wrote_it(host):
     NAS.check_output("rm -rf %s/dynamic %s/config.yml" % (project, project) if host == "nas-d" else "true")
     for repo, path in files:
         with open(os.path.join(USER, repo), "rb") as f:
-            NAS.check_output("echo %s | base64 -d > %s" % (base64.b64encode(f.read()).decode(), path))
+            # with the umask of the user's shell: `docker exec` starts with containerd's (0000 under an Engine 29 dockerd that started containerd itself)
+            NAS.check_output("umask 022; echo %s | base64 -d > %s" % (base64.b64encode(f.read()).decode(), path))
     inner("compose", "--project-directory", project, "-f", project + "/compose.yml", "up", "-d")
     t0 = time.time()
     while time.time() - t0 < 30 and get(port, "site")[0] != 200:
