@@ -27,11 +27,12 @@ CACHE=${HOMELAB_EDGE_CACHE:-/var/cache/homelab-edge}
 CONFD_VERSION=v0.16.0
 K3D_VERSION=v5.9.0
 TRAEFIK_VERSION=v3.6.12
-# Traefik v2 (the last v2.11 the Go module proxy serves), built from source:
+# Traefik v2 (the newest v2.11 the Go module proxy serves; from 2.11.31 its
+# Docker provider negotiates the API, which Engine 29 needs), built from source:
 # no v2 release binary can be had here. The checksum database is not
 # reachable for it, so its module hash is pinned here instead.
-TRAEFIK2_VERSION=v2.11.30
-TRAEFIK2_SUM="h1:Jkb5H8aI9lKQY/DDqwK3JP7iNUEnRfNLWXsr3azFf8w="
+TRAEFIK2_VERSION=v2.11.35
+TRAEFIK2_SUM="h1:k3Z9GwfEx7km6TS/aMji1A/bgB2C0PW/6XcNHNzjHCc="
 # Docker Engine 29 (the moby v2 module is the Engine 29 line on the Go module
 # proxy; v2.0.0-beta.24 serves API 1.56, minimum 1.40): dockerd and
 # docker-proxy, built static, run inside a lab host (tests/lab/test_docker29.py).
@@ -54,7 +55,9 @@ hash_of() { (cd "$ROOT" && cat "$@") | sha256sum | cut -c1-12; }
 mkdir -p "$CACHE"
 # Debian packages for this machine; setup's parallel jobs take turns (apt and dpkg hold locks)
 apt_install() {
-  flock "$CACHE/.apt.lock" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null' apt "$@"
+  local log; log=$(mktemp)
+  retry_download "$log" flock "$CACHE/.apt.lock" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null' apt "$@"
+  local rc=$?; rm -f "$log"; return $rc
 }
 
 # The lab's engine is Docker Engine 29 (lab/lab.sh engine29), with the limits
@@ -312,9 +315,25 @@ go_build() {
   src=$(mktemp -d)
   cp -r "$(go_module_dir "$module" "$sum")/." "$src"
   chmod -R u+w "$src"
-  (cd "$src" && GOWORK=off GOFLAGS=-modcacherw CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
+  retry_download "$src/.build.log" sh -c 'cd "$1" && GOWORK=off GOFLAGS=-modcacherw CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $2" -o "$3.tmp" "$4"' \
+    go_build "$src" "$ldflags" "$out" "$pkg" || { rm -rf "$src"; return 1; }
   mv "$out.tmp" "$out"
   rm -rf "$src"
+}
+
+# A command that downloads (go build from the module proxy, apt-get), run up to three times while what
+# failed was the network (a cold machine fetches hundreds of modules; one dropped connection must not
+# fail the whole setup); any other failure at once. Its output goes to stdout (callers keep it in a log).
+retry_download() { # log file, command...
+  local log=$1 try rc; shift
+  for try in 1 2 3; do
+    "$@" >"$log" 2>&1; rc=$?
+    cat "$log"
+    [ $rc -eq 0 ] && return 0
+    grep -qiE 'dial tcp|i/o timeout|connection (reset|refused)|TLS handshake|unexpected EOF|no such host|Temporary failure|50[234] |Could not connect|Failed to fetch|Hash Sum mismatch' "$log" || return $rc
+    [ $try -lt 3 ] && { echo "[lab] a download failed (try $try of 3); trying again in 10 s"; sleep 10; }
+  done
+  return $rc
 }
 
 # Traefik v2: ten minutes of compiling on two cores, so setup runs it in the
@@ -354,8 +373,9 @@ cmd_engine29() {
     [ -f /usr/lib/x86_64-linux-gnu/libseccomp.a ] || apt_install libseccomp-dev
     local src; src=$(mktemp -d)
     cp -r "$(go_module_dir "github.com/opencontainers/runc@$RUNC_VERSION")/." "$src" && chmod -R u+w "$src"
-    (cd "$src" && rm -rf vendor && GOWORK=off GOFLAGS="-modcacherw -mod=mod" CGO_ENABLED=1 go build -trimpath -tags "seccomp urfave_cli_no_docs" \
-       -ldflags "-s -w -X main.version=${RUNC_VERSION#v} -extldflags -static" -o "$runc.tmp" .) \
+    rm -rf "$src/vendor"
+    retry_download "$src/.build.log" sh -c 'cd "$1" && GOWORK=off GOFLAGS="-modcacherw -mod=mod" CGO_ENABLED=1 go build -trimpath -tags "seccomp urfave_cli_no_docs" \
+       -ldflags "-s -w -X main.version=$2 -extldflags -static" -o "$3.tmp" .' runc "$src" "${RUNC_VERSION#v}" "$runc" \
       >"$CACHE/runc29-build.log" 2>&1 || { tail -n 20 "$CACHE/runc29-build.log" >&2; rm -rf "$src"; return 1; }
     mv "$runc.tmp" "$runc"; rm -rf "$src"
     reports_version runc29 "$runc" || { rm -f "$runc"; return 1; }

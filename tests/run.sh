@@ -317,6 +317,11 @@ merge() { # pid, result file, log, title: wait for a group run in the background
   rm -f "$2"
 }
 
+lab_setup() {
+  # its output is kept: when it fails, its tail is printed again at the very end (a CI log is often cut)
+  lab/lab.sh setup 2>&1 | tee tests/output/setup.log
+}
+
 bench() {
   for b in benchmarks/bench_*.py; do python "$b" || return 1; done
 }
@@ -356,7 +361,7 @@ case "$what" in
         printf '%s\n' "$passed" "$failed" "${failures[@]}" >"$beside"
       ) </dev/null >"$beside_log" 2>&1 &
       beside_pid=$!
-      step "lab setup" lab/lab.sh setup
+      step "lab setup" lab_setup
       step versions versions; step unit unit; step mutations mutations; step rules rules; step docs docs
       step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert; step "docker 29" docker29
     fi
@@ -385,6 +390,9 @@ case "$what" in
 esac
 
 echo
+case " ${failures[*]} " in
+  *" lab setup "*) echo "=== lab setup failed; the end of its output (tests/output/setup.log):"; tail -n 40 tests/output/setup.log ;;
+esac
 [ ${#failures[@]} -eq 0 ] || echo "failed steps: ${failures[*]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

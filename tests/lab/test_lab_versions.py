@@ -31,7 +31,7 @@ TRAEFIK = "Version:      3.6.12\nCodename:     ramequin\nGo version:   go1.25.8\
 
 @pytest.mark.parametrize("name, output", [
     ("traefik", TRAEFIK),
-    ("traefik2", TRAEFIK.replace("3.6.12", "2.11.30")),
+    ("traefik2", TRAEFIK.replace("3.6.12", "2.11.35")),
     ("k3d", "k3d version v5.9.0\nk3s version v1.31.5-k3s1 (default)\n"),
     ("confd", "confd 0.16.0 (Git SHA: , Go Version: go1.26.8)\n"),
     ("dockerd29", "Docker version v2.0.0-beta.24, build library-import\n"),

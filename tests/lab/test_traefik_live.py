@@ -103,3 +103,34 @@ def test_the_real_traefik_runs_what_the_module_wrote(name, kind, major, tmp_path
             said.stdout + said.stderr
     finally:
         docker("rm", "-f", container, check=False)
+
+
+@pytest.mark.parametrize("major", [3, 2])
+def test_the_labs_traefik_routes_a_container_of_this_engine(major):
+    """Docker Engine 29 refuses clients below API 1.44; Traefik v2 up to 2.11.30 asked every engine for 1.24
+    (traefik#12253) and routed no container there. The lab's Traefik (v3 and v2), on this machine's engine (the
+    lab's: Engine 29), finds a container by its labels through its Docker provider."""
+    tag = uuid.uuid4().hex[:8]
+    traefik_c, backend = "homelab-edge-traefik-docker-%s" % tag, "homelab-edge-traefik-backend-%s" % tag
+    try:
+        docker("run", "-d", "--name", backend, "--label", "traefik.enable=true",
+               "--label", "traefik.http.routers.probe-%s.rule=Host(`probe.lab`)" % tag,
+               "--label", "traefik.http.services.probe-%s.loadbalancer.server.port=80" % tag,
+               "--entrypoint", "sleep", IMAGES[major], "120")
+        docker("run", "-d", "--network", "none", "--name", traefik_c,
+               "-v", "/var/run/docker.sock:/var/run/docker.sock:ro", IMAGES[major],
+               "--providers.docker=true", "--providers.docker.exposedByDefault=false",
+               "--entrypoints.web.address=:8000", "--api.insecure=true", "--entrypoints.traefik.address=:9099")
+        router, t0 = None, time.time()
+        while time.time() - t0 < 20:
+            got = docker("exec", traefik_c, "wget", "-q", "-O", "-",
+                         "http://127.0.0.1:9099/api/http/routers/probe-%s@docker" % tag, check=False)
+            if got.returncode == 0:
+                router = json.loads(got.stdout)
+                break
+            time.sleep(0.5)
+        logs = docker("logs", traefik_c, check=False)
+        assert router is not None and router["status"] == "enabled", \
+            "Traefik v%d routed no container of this engine: %s" % (major, (logs.stdout + logs.stderr)[-2000:])
+    finally:
+        docker("rm", "-f", traefik_c, backend, check=False)
