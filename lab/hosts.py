@@ -6,7 +6,7 @@ privileged) from homelab-edge/host:lab, so ufw, nftables, WireGuard and its
 own Docker engine act in its own network namespace and nowhere else.
 
   lab/hosts.py up NAME --network NET --ssh-port PORT [--sshd-port PORT] [--docker] [--load IMAGE]... [--nginx-conf FILE]
-                 [--systemd [--ssh-socket]]
+                 [--systemd [--ssh-socket]] [--privileged-runtime]
   lab/hosts.py client NAME... --network NET    clients (each its own address) on NET
   lab/hosts.py down NAME...                    containers, their volumes, emptied lab networks
   lab/hosts.py key                             the lab's SSH key
@@ -22,6 +22,9 @@ activated sshd (ssh.socket) instead of ssh.service. On a systemd host
 --nginx-conf runs nginx as nginx.service; with --docker it runs Docker Engine 29 as users install it today
 (lab/lab.sh engine29: dockerd, containerd 2 and runc 1.3 with the units the
 projects ship, started by systemd, so its containers get systemd's limits).
+--privileged-runtime (a host without systemd, with --docker): where the host's root lacks CAP_SYS_RESOURCE
+(this machine's root does, and so do its containers), Debian's runc 1.1 refuses privileged containers (k3d's
+nodes); the lab's runtime wrapper is registered as the host engine's default, as lab/lab.sh privileged does here.
 """
 import argparse
 import json
@@ -94,7 +97,7 @@ def load_images(name, images):
 
 
 def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None, sshd_port=22, systemd=False,
-       ssh_socket=False):
+       ssh_socket=False, privileged_runtime=False):
     network(net, subnet)
     argv = ["docker", "run", "-d", "--name", name, "--hostname", name, "--network", net, "--privileged",
             "--label", LABEL, "-p", "127.0.0.1:%d:%d" % (ssh_port, sshd_port), "-e", "SSHD_PORT=%d" % sshd_port,
@@ -133,6 +136,8 @@ def up(name, net, ssh_port, docker=False, load=(), nginx_conf=None, subnet=None,
         sh("docker", "exec", name, "sh", "-c", "nginx -s reload 2>/dev/null || nginx")
     if docker:
         wait("docker in %s" % name, lambda: sh("docker", "exec", name, "docker", "info", check=False).returncode == 0)
+        if privileged_runtime:
+            runtime_wrapper(name)
         if load:
             load_images(name, load)
     return name
@@ -151,6 +156,29 @@ def engine29(name):
        "docker.socket docker.service >/dev/null 2>&1")
     wait("Docker Engine 29 in %s" % name,
          lambda: sh("docker", "exec", name, "docker", "info", check=False).returncode == 0, timeout=90)
+
+
+CAP_SYS_RESOURCE = 24
+WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine", "runc-drop-sys-resource")
+WRAPPER_NAME = "homelab-edge-runc"
+
+
+def runtime_wrapper(name):
+    """The lab's OCI runtime wrapper as the default runtime of the host's engine (daemon.json merged, SIGHUP:
+    nothing restarts), where the host's root lacks CAP_SYS_RESOURCE."""
+    bounding = sh("docker", "exec", name, "awk", "/^CapBnd/ {print $2}", "/proc/self/status").stdout.strip()
+    if int(bounding, 16) & (1 << CAP_SYS_RESOURCE):
+        return
+    path = "/usr/local/libexec/%s" % WRAPPER_NAME
+    sh("docker", "exec", name, "mkdir", "-p", "/usr/local/libexec", "/etc/docker")
+    sh("docker", "cp", WRAPPER, "%s:%s" % (name, path))
+    conf = json.loads(sh("docker", "exec", name, "sh", "-c", "cat /etc/docker/daemon.json 2>/dev/null || echo {}").stdout)
+    conf.setdefault("runtimes", {})[WRAPPER_NAME] = {"path": path}
+    conf["default-runtime"] = WRAPPER_NAME
+    sh("docker", "exec", "-i", name, "sh", "-c", "cat > /etc/docker/daemon.json && pkill -HUP -x dockerd",
+       input=json.dumps(conf, indent=2))
+    wait("the runtime wrapper in %s" % name, lambda: sh("docker", "exec", name, "docker", "info", "-f",
+                                                         "{{.DefaultRuntime}}", check=False).stdout.strip() == WRAPPER_NAME)
 
 
 def client(name, net):
@@ -187,12 +215,13 @@ def main(argv=None):
     ap.add_argument("--nginx-conf")
     ap.add_argument("--systemd", action="store_true")
     ap.add_argument("--ssh-socket", action="store_true")
+    ap.add_argument("--privileged-runtime", action="store_true")
     a = ap.parse_args(argv)
     if a.action == "key":
         print(key())
     elif a.action == "up":
         print(up(a.names[0], a.network, a.ssh_port, a.docker, a.load, a.nginx_conf, sshd_port=a.sshd_port,
-                 systemd=a.systemd, ssh_socket=a.ssh_socket))
+                 systemd=a.systemd, ssh_socket=a.ssh_socket, privileged_runtime=a.privileged_runtime))
     elif a.action == "client":
         for n in a.names:
             print(client(n, a.network))

@@ -90,16 +90,22 @@ _MASTER_HARD = ("for p in $(pgrep -f 'nginx: master process'); do "
 _SPLIT = "\x1fhomelab-edge\x1f"
 
 
-def read_state(container):
+def read_state(container, sleep=time.sleep):
     """Template, values, the rendered nginx.conf and the open-file limits of
     nginx's current workers, in one exec: a no-change run is one round trip."""
     sep = "; printf '%s'; " % _SPLIT.replace("\x1f", "\\037")
     script = "set -e; " + sep.join(["cat %s" % path for path in (TEMPLATE_PATH, VALUES_PATH, NGINX_CONF)]
                                    + [_WORKERS, _MASTER_HARD])
-    rc, out, err = _exec(container, ["sh", "-c", script])
+    for attempt in range(3):
+        rc, out, err = _exec(container, ["sh", "-c", script])
+        # an exec that came back with nothing at all - no output, no error, no exit code or a failing one - was
+        # lost on its way (seen on Engine 29 under load while nginx reloaded): it is tried again, twice at most
+        if rc == 0 or out or err:
+            break
+        sleep(0.5)
     parts = out.split(_SPLIT)
     if rc != 0 or len(parts) != 5:
-        raise ApplyError("cannot read the load balancer's files: %s" % (err or out).strip()[-300:])
+        raise ApplyError("cannot read the load balancer's files (exit code %s): %s" % (rc, (err or out).strip()[-300:]))
     limits = sorted(set(int(x) for x in parts[3].split() if x.isdigit()))
     hard = [int(x) for x in parts[4].split() if x.isdigit()]
     return {"template": parts[0], "values": parts[1], "conf": parts[2], "worker_limits": limits,
@@ -154,7 +160,7 @@ def render(container, timeout):
               if " ERROR " in ln or "[emerg]" in ln]
     if rc != 0 or errors:
         raise ApplyError("confd rejected the render: %s" % (" / ".join(errors[-3:]) if errors else
-                                                            "rc=%d %s" % (rc, (err or out).strip()[-300:])))
+                                                            "rc=%s %s" % (rc, (err or out).strip()[-300:])))
 
 
 def created_hard_limit(container):

@@ -25,7 +25,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import binascii
 import re
+import socket
 
 STATE_DIR = "/var/lib/homelab-edge/ufw-revert"
 ROOTS = ("/etc/ufw", "/etc/default/ufw")
@@ -308,3 +310,79 @@ def describe(meta, where, now, alive=None, reverted_at=None, rc=None):
         out["reverted_at"] = reverted_at
         out["ok"] = rc == 0
     return out
+
+
+# ------------------------------------------------------------ the new login
+# A confirmation proves that the way in still works only when it arrives over a NEW path from outside: an SSH
+# login that started after the revert was armed, from an address other than loopback (ufw always accepts
+# loopback, so a login through an `ssh -L` tunnel, sslh or a jump through the host itself proves nothing).
+# The module finds its login by walking up from its own process to the sshd that holds the connection.
+
+SSHD_COMMS = ("sshd", "sshd-session")  # OpenSSH 9.8 and later run each connection as sshd-session
+TCP_ESTABLISHED = "01"
+
+
+def parse_stat(text):
+    """/proc/PID/stat -> (comm, ppid, start in clock ticks since boot). comm may hold spaces and ')'."""
+    head, dummy, rest = text.rpartition(")")
+    fields = rest.split()  # fields[0] is the state (field 3 of proc(5)), so field N is fields[N - 3]
+    return head.partition("(")[2], int(fields[1]), int(fields[19])
+
+
+def _address(hexaddr):
+    """An address of /proc/net/tcp{,6} (32-bit words in host order, little-endian here) as text; an
+    IPv4-mapped IPv6 address as IPv4."""
+    raw = b"".join(binascii.unhexlify(hexaddr[i:i + 8])[::-1] for i in range(0, len(hexaddr), 8))
+    if len(raw) == 16 and raw[:12] == b"\0" * 10 + b"\xff\xff":
+        raw = raw[12:]
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+
+
+def tcp_sockets(text):
+    """/proc/net/tcp or /proc/net/tcp6 -> {inode: {local, local_port, peer, peer_port, state}}."""
+    found = {}
+    for line in text.splitlines()[1:]:
+        f = line.split()
+        if len(f) < 10:
+            continue
+        (laddr, lport), (raddr, rport) = f[1].split(":"), f[2].split(":")
+        found[int(f[9])] = {"local": _address(laddr), "local_port": int(lport, 16), "peer": _address(raddr),
+                            "peer_port": int(rport, 16), "state": f[3]}
+    return found
+
+
+def ssh_login(chain, sockets):
+    """The SSH login a process runs in, from its chain of ancestors ([{pid, comm, start (seconds since boot),
+    sockets: [inode]}], itself first) and the host's TCP sockets: {pid, started, peer, port} of the sshd
+    process that holds an established connection (the oldest such process in the chain: the connection's
+    own monitor, not the listener), or None when no sshd in the chain holds one."""
+    login = None
+    for proc in chain:
+        if proc["comm"] not in SSHD_COMMS:
+            continue
+        for inode in proc["sockets"]:
+            s = sockets.get(inode)
+            if s and s["state"] == TCP_ESTABLISHED and (login is None or proc["start"] < login["started"]):
+                login = {"pid": proc["pid"], "started": proc["start"], "peer": s["peer"], "port": s["local_port"]}
+    return login
+
+
+def loopback(address):
+    return address.startswith("127.") or address == "::1"
+
+
+def new_login_problem(login, armed_uptime):
+    """Why this login proves no new way in from outside (None when it does). armed_uptime: seconds since boot
+    when the revert was armed, on the clock of /proc/PID/stat."""
+    if login is None:
+        return ("this confirmation did not arrive over SSH (a local, docker or aws_ssm connection, or a login "
+                "whose sshd could not be read), so nothing shows that a new login from outside still works")
+    if login["started"] <= armed_uptime:
+        return ("the login that confirms is older than the revert (it started %.0f s before the revert was armed): "
+                "a reused connection is ESTABLISHED traffic, which any firewall lets through; run the meta task "
+                "reset_connection before the confirmation (and no ControlPersist shared with another process)"
+                % (armed_uptime - login["started"]))
+    if loopback(login["peer"]):
+        return ("the login came from %s on this host (an ssh -L tunnel, sslh, or a jump through the host itself): "
+                "ufw always lets loopback in, so it proves nothing about the way in from outside" % login["peer"])
+    return None

@@ -32,6 +32,12 @@ description:
     free where the reverts are kept.
   - The timer is a transient systemd timer (C(systemd-run)) where systemd runs, otherwise a detached process in a
     session of its own; either way it does not depend on the SSH session or the controller.
+  - O(state=confirmed) proves a NEW way in from outside before it confirms - it finds the SSH login it runs in (the
+    sshd process above it and that process's connection) and refuses one that started before the revert was armed (a
+    reused connection), one from loopback (an C(ssh -L) tunnel, sslh, a jump through the host itself, which ufw always lets
+    loopback in) and a confirmation that arrives over no SSH login at all (C(ansible_connection) C(local), C(docker),
+    C(aws_ssm)). Refused, it reverts at once and fails saying why. O(require_new_login=false) confirms without that
+    proof, for a way in you checked yourself.
   - O(state=confirmed) also checks, with the rules as they now are, that every port in O(must_stay) still lets a new
     client in (for example the WireGuard port the NAS's tunnel uses); when one does not, it reverts at once and fails
     naming it.
@@ -63,6 +69,15 @@ options:
     type: list
     elements: str
     default: []
+  require_new_login:
+    description:
+      - With O(state=confirmed), confirm only over an SSH login that started after the revert was armed, from an address
+        other than loopback; otherwise revert at once and fail.
+      - V(false) confirms on your word - for a connection that cannot prove it (C(local), C(docker), C(aws_ssm), or a
+        C(become_method) that starts the module outside the login, such as C(machinectl)) when you checked the way in
+        from outside by other means. The result then warns that nothing proved it.
+    type: bool
+    default: true
   state_dir:
     description: Where the reverts are kept on the host.
     type: path
@@ -80,8 +95,8 @@ attributes:
 requirements:
   - ufw, tar, sh, and systemd-run or setsid on the target; root (C(become))
 notes:
-  - A host that restarts before the timer fires comes back with the unconfirmed change; O(state=query) reports such a
-    revert as C(missed), and the next O(state=armed) refuses until it is settled.
+  - Without systemd, a host that restarts before the timer fires comes back with the unconfirmed change; O(state=query)
+    reports such a revert as C(missed), and the next O(state=armed) refuses until it is settled.
 seealso:
   - module: homelab.edge.ufw_access
   - module: homelab.edge.ufw_connlimit
@@ -121,8 +136,14 @@ timer:
   description: What runs the revert (C(systemd-run) or C(detached)).
   returned: with O(state=armed)
   type: str
+login:
+  description: The SSH login that confirmed (or was refused) - pid of its sshd, C(started) (seconds since boot), C(peer)
+    (the client's address as the host sees it), C(port) (the host's), or none when the confirmation arrived over no
+    SSH login.
+  returned: with O(state=confirmed)
+  type: dict
 outcome:
-  description: C(confirmed), or C(reverted) (C(state=reverted), or a port in O(must_stay) cut).
+  description: C(confirmed), or C(reverted) (C(state=reverted), a port in O(must_stay) cut, or no new login).
   returned: with O(state=confirmed) and O(state=reverted)
   type: str
 cut:
@@ -157,6 +178,35 @@ from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
 KEEP = 10  # reverts kept for query, newest first
+
+
+def uptime():
+    """Seconds since boot, on the clock of /proc/PID/stat's start times."""
+    return float(read("/proc/uptime").split()[0])
+
+
+def login_chain():
+    """This process and its ancestors ({pid, comm, start, sockets}: sockets only of sshd processes), and the
+    host's TCP sockets: what module_utils' ssh_login reads."""
+    tick, chain, pid = float(os.sysconf("SC_CLK_TCK")), [], os.getpid()
+    while pid > 1 and len(chain) < 64:
+        try:
+            comm, ppid, start = ur.parse_stat(read("/proc/%d/stat" % pid, ""))
+        except (IOError, OSError, ValueError, IndexError):
+            break
+        sockets = []
+        if comm in ur.SSHD_COMMS:
+            try:
+                links = [os.readlink("/proc/%d/fd/%s" % (pid, fd)) for fd in os.listdir("/proc/%d/fd" % pid)]
+            except OSError:
+                links = []
+            sockets = [int(ln[8:-1]) for ln in links if ln.startswith("socket:[")]
+        chain.append({"pid": pid, "comm": comm, "start": start / tick, "sockets": sockets})
+        pid = ppid
+    tables = {}
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        tables.update(ur.tcp_sockets(read(name, "")))
+    return chain, tables
 
 
 def alive(pid):
@@ -244,7 +294,7 @@ class Reverts(object):
         host.write_text(self.module, script, ur.script(d, p["timeout"], was_enabled), new_mode=0o700)
         # the deadline counts from here, after the snapshot; meta.json comes before the timer
         meta = {"id": rid, "armed_at": now, "fires_at": int(time.time()) + p["timeout"], "timeout": p["timeout"],
-                "was_enabled": was_enabled}
+                "was_enabled": was_enabled, "armed_uptime": uptime()}
         self.write(rid, "meta.json", json.dumps(meta))
         # the boot unit before the armed marker: nothing after the marker but the timer can fail
         meta["boot_unit"] = self.boot_unit()
@@ -395,13 +445,29 @@ class Reverts(object):
                       "change; raise the timeout if a new login takes longer" % (rid, meta["timeout"]), id=rid)
         if where == "confirmed":
             self.exit(changed=False, id=rid, outcome="confirmed", cut=[])
+        login = ur.ssh_login(*login_chain())
+        if p["require_new_login"]:
+            armed_uptime = meta.get("armed_uptime")
+            if armed_uptime is None:  # armed by an earlier release: its Unix time on the boot clock
+                armed_uptime = meta["armed_at"] - (time.time() - uptime())
+            problem = ur.new_login_problem(login, armed_uptime)
+            if problem:
+                done = self.revert_now(rid)
+                self.fail("not confirmed: %s. The firewall was put back as it was (%s). Confirm over a new SSH login "
+                          "from outside, or set require_new_login=false once you checked the way in yourself"
+                          % (problem, "ufw %s" % ("reloaded" if meta["was_enabled"] else "disabled again")
+                             if done.get("ok") else "see %s" % self.path(rid, "revert.log")),
+                          id=rid, outcome="reverted", cut=[], login=login)
+        else:
+            self.module.warn("require_new_login=false: the change to the firewall is confirmed with nothing that shows "
+                             "a new login from outside still works")
         cut = self.cut(p["must_stay"])
         if cut:
             done = self.revert_now(rid)
             self.fail("the change cut %s, which let new clients in before it: the firewall was put back as it was "
                       "(%s)" % (", ".join(cut), "ufw %s" % ("reloaded" if meta["was_enabled"] else "disabled again")
                                 if done.get("ok") else "see %s" % self.path(rid, "revert.log")),
-                      id=rid, outcome="reverted", cut=cut)
+                      id=rid, outcome="reverted", cut=cut, login=login)
         try:
             os.rename(self.path(rid, "armed"), self.path(rid, "confirmed"))
         except OSError:
@@ -411,7 +477,7 @@ class Reverts(object):
         for name in ("files.tar", "iptables.save", "ip6tables.save", "iptables.scoped", "ip6tables.scoped"):
             if os.path.exists(self.path(rid, name)):
                 os.remove(self.path(rid, name))
-        self.exit(changed=True, id=rid, outcome="confirmed", cut=[])
+        self.exit(changed=True, id=rid, outcome="confirmed", cut=[], login=login)
 
     def cut(self, must_stay):
         """Ports of must_stay that the rules as they are now let no new client into."""
@@ -432,6 +498,7 @@ def main():
             id=dict(type="str"),
             timeout=dict(type="int", default=120),
             must_stay=dict(type="list", elements="str", default=[]),
+            require_new_login=dict(type="bool", default=True),
             state_dir=dict(type="path", default=ur.STATE_DIR),
         ),
         required_if=[("state", "confirmed", ["id"]), ("state", "reverted", ["id"])],

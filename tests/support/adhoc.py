@@ -11,14 +11,18 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def run_module(module, args, target="localhost", connection="local", check=False, diff=False, become=False,
-               inventory=None, timeout=180):
+               inventory=None, timeout=180, new_connection=False, extra_vars=None):
     """`ansible <target> -m homelab.edge.<module> -a <args>`; the host's result dict.
 
     With `inventory` (for example Molecule's, MOLECULE_INVENTORY_FILE) the
     target is reached as the inventory says (SSH as a sudo user: become=True).
     Otherwise connection "local" runs on this host with this Python, and any
-    other (for example community.docker.docker) uses the target's python3."""
+    other (for example community.docker.docker) uses the target's python3.
+    new_connection: an SSH connection of its own (no ControlPersist master
+    shared with an earlier run: a new login on the host). extra_vars: -e."""
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
+    if new_connection:
+        env["ANSIBLE_SSH_ARGS"] = "-C -o ControlMaster=no"
     if inventory:
         cmd = ["ansible", target, "-i", inventory]
     elif target != "localhost" and connection == "local":
@@ -28,6 +32,7 @@ def run_module(module, args, target="localhost", connection="local", check=False
         cmd = ["ansible", "all", "-i", "%s," % target, "-c", connection,
                "-e", "ansible_python_interpreter=%s" % interpreter]
     cmd += ["-m", "homelab.edge.%s" % module, "-a", json.dumps(args)]
+    cmd += ["-e", json.dumps(extra_vars)] if extra_vars else []
     cmd += (["--check"] if check else []) + (["--diff"] if diff else []) + (["--become"] if become else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     try:

@@ -297,7 +297,7 @@ def test_confirm_reverts_when_a_port_that_let_clients_in_is_cut():
 
     def confirm(rid, must_stay):
         return adhoc.run_module("ufw_revert", {"state": "confirmed", "id": rid, "must_stay": must_stay},
-                                target="vps-fresh", inventory=INVENTORY, become=True)
+                                target="vps-fresh", inventory=INVENTORY, become=True, new_connection=True)
 
     make_fresh()
     FRESH.check_output("ufw allow 2222/tcp >/dev/null && ufw allow 51820/udp >/dev/null && ufw --force enable >/dev/null")
@@ -314,6 +314,57 @@ def test_confirm_reverts_when_a_port_that_let_clients_in_is_cut():
     assert not res.get("failed") and res["outcome"] == "confirmed"
     assert not udp_answers()  # confirmed: the cut stays
     make_fresh()
+
+
+def test_only_a_new_login_from_outside_confirms():
+    """A confirmation over the connection that armed the revert (ControlPersist reuses it: ESTABLISHED traffic,
+    which any firewall lets through) and one through a jump into the host's own loopback (as an ssh -L tunnel or
+    sslh arrives: ufw always lets loopback in) prove nothing: each is refused, and the firewall put back at once.
+    A new login from outside confirms. The net removed (require_new_login=false), the loopback login confirms
+    the same change."""
+    def armed():
+        res = adhoc.run_module("ufw_revert", {"state": "armed", "timeout": 60}, target="vps-fresh",
+                               inventory=INVENTORY, become=True)  # a ControlPersist master, kept 60 s
+        assert res.get("id"), res
+        FRESH.check_output("ufw allow 8081/tcp >/dev/null")  # the change
+        return res["id"]
+
+    def confirm(rid, require=True, **how):
+        return adhoc.run_module("ufw_revert", {"state": "confirmed", "id": rid, "require_new_login": require},
+                                target="vps-fresh", inventory=INVENTORY, become=True, **how)
+
+    jump = {"ansible_ssh_common_args": " ".join(hosts.SSH_OPTIONS[:6]) + " -o ProxyCommand=\"ssh -i %s -p 2223 %s -W "
+            "127.0.0.1:22 %s@127.0.0.1\"" % (hosts.key(), " ".join(hosts.SSH_OPTIONS), hosts.USER)}
+    make_fresh()
+    FRESH.check_output("ufw allow 2222/tcp >/dev/null && ufw --force enable >/dev/null")
+    before = firewall()
+    res = confirm(armed())
+    assert res.get("failed") and "older than the revert" in res["msg"] and res["outcome"] == "reverted", res
+    assert firewall() == before
+    res = confirm(armed(), new_connection=True, extra_vars=jump)
+    assert res.get("failed") and "from 127.0.0.1" in res["msg"] and res["outcome"] == "reverted", res
+    assert res["login"]["peer"] == "127.0.0.1" and firewall() == before
+    res = confirm(armed(), new_connection=True)
+    assert not res.get("failed") and res["outcome"] == "confirmed", res
+    assert res["login"]["peer"] != "127.0.0.1" and "8081" in FRESH.check_output("ufw status")
+    FRESH.check_output("ufw delete allow 8081/tcp >/dev/null")
+    # the net removed
+    res = confirm(armed(), require=False, new_connection=True, extra_vars=jump)
+    assert not res.get("failed") and res["outcome"] == "confirmed", res
+    assert firewall() != before and "8081" in FRESH.check_output("ufw status")
+    make_fresh()
+
+
+def test_the_role_refuses_a_connection_that_cannot_log_in_anew():
+    """Over Docker's connection (as over local or aws_ssm) no new SSH login can confirm a change: the role says so
+    before anything is written - no package, no file, no revert armed."""
+    make_fresh()
+    before = firewall()
+    refused = run_role(("ansible_connection", "community.docker.docker"), ("ansible_host", "vps-fresh"),
+                       ("ansible_user", "root"))
+    text = " ".join(refused.stdout.split())
+    assert refused.returncode != 0 and "cannot make, so nothing would prove the way in" in text, text[-3000:]
+    assert firewall() == before and not reverts()
 
 
 def test_absent_removes_the_limit_commit_confirmed_and_keeps_ufw_and_the_way_in():

@@ -324,6 +324,36 @@ class Fake(object):
         raise AssertionError("unexpected exec %r" % (argv,))
 
 
+class LosesExecs(Fake):
+    """An engine that loses the first `lost` execs of the read: nothing comes back, not even an exit code."""
+
+    def __init__(self, lost, **kw):
+        Fake.__init__(self, **kw)
+        self.lost = lost
+
+    def exec_run(self, argv, demux=False):
+        if argv[:2] == ["sh", "-c"] and self.lost:
+            self.lost -= 1
+            return type("R", (), {"exit_code": None, "output": (None, None)})()
+        return Fake.exec_run(self, argv, demux)
+
+
+def test_a_read_lost_on_its_way_is_tried_again_and_a_real_failure_is_not():
+    assert lb_container.read_state(LosesExecs(2), sleep=lambda s: None)["template"] == K3D
+    with pytest.raises(lb_container.ApplyError, match=r"exit code None"):
+        lb_container.read_state(LosesExecs(3), sleep=lambda s: None)
+    calls = []
+
+    class Missing(Fake):
+        def exec_run(self, argv, demux=False):
+            calls.append(argv)
+            return type("R", (), {"exit_code": 1, "output": (b"", b"cat: /etc/nginx/nginx.conf: No such file")})()
+
+    with pytest.raises(lb_container.ApplyError, match=r"exit code 1\): cat: /etc/nginx/nginx.conf"):
+        lb_container.read_state(Missing(), sleep=lambda s: None)
+    assert len(calls) == 1  # a read that failed saying why is not repeated
+
+
 def test_apply_patches_renders_and_reports():
     c = Fake()
     res = lb.apply(c, WANT)

@@ -193,3 +193,82 @@ def test_a_filter_table_never_used_is_taken_only_where_the_live_ruleset_agrees()
     assert "".join(x + "\n" for x in sorted(ur.own_part(fixed))) == ur.EMPTY_LIVE
     with pytest.raises(ur.SnapshotError):
         ur.scoped_restore(ur.with_filter_table("", "-P FORWARD ACCEPT\n-P INPUT DROP\n-P OUTPUT ACCEPT\n-N ufw-x\n"))
+
+
+# ------------------------------------------------------------ the new login
+def test_parse_stat_reads_a_comm_with_spaces_and_parentheses():
+    rest = " ".join(["S", "41"] + [str(n) for n in range(5, 22)] + ["123456", "0"])
+    assert ur.parse_stat("77 (sshd: edge (x)) %s" % rest) == ("sshd: edge (x)", 41, 123456)
+
+
+# /proc/net/tcp and tcp6 as Linux writes them (a listener, an established login from 172.18.0.1, one from loopback,
+# one from an IPv4-mapped address, and one from 2001:db8::5)
+TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1001 1 0 100 0 0 10 0
+   1: 030012AC:0016 010012AC:C350 01 00000000:00000000 02:0009C2A5 00000000     0        0 1002 2 0 20 4 30 10 -1
+   2: 0100007F:0016 0100007F:D431 01 00000000:00000000 02:0009C2A5 00000000     0        0 1003 2 0 20 4 30 10 -1
+"""
+TCP6 = """  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0000000000000000FFFF0000030012AC:0016 0000000000000000FFFF0000090012AC:9C40 01 00000000:00000000 00:00000000 00000000     0        0 1004 1 0 20 4 30 10 -1
+   1: B80D0120000000000000000001000000:0016 B80D0120000000000000000005000000:9C41 01 00000000:00000000 00:00000000 00000000     0        0 1005 1 0 20 4 30 10 -1
+"""
+
+
+def test_tcp_sockets_reads_both_tables():
+    s = ur.tcp_sockets(TCP)
+    s.update(ur.tcp_sockets(TCP6))
+    assert s[1001]["state"] == "0A" and s[1001]["local_port"] == 22
+    assert (s[1002]["peer"], s[1002]["peer_port"], s[1002]["local"]) == ("172.18.0.1", 50000, "172.18.0.3")
+    assert s[1003]["peer"] == "127.0.0.1"
+    assert s[1004]["peer"] == "172.18.0.9"
+    assert s[1005]["peer"] == "2001:db8::5" and s[1005]["state"] == "01"
+
+
+def chain(login_socket, start=500.0, comm="sshd"):
+    """python <- sh <- sudo <- sh <- sshd: edge@notty <- sshd: edge [priv] <- sshd (the listener) <- init"""
+    return [{"pid": 900, "comm": "python3", "start": start + 2, "sockets": []},
+            {"pid": 899, "comm": "sh", "start": start + 2, "sockets": []},
+            {"pid": 898, "comm": "sudo", "start": start + 2, "sockets": []},
+            {"pid": 897, "comm": "sh", "start": start + 1, "sockets": []},
+            {"pid": 896, "comm": comm, "start": start + 0.5, "sockets": [login_socket, 7]},
+            {"pid": 895, "comm": comm, "start": start, "sockets": [login_socket]},
+            {"pid": 10, "comm": "sshd", "start": 3.0, "sockets": [1001]}]
+
+
+def test_ssh_login_is_the_connections_own_sshd_not_the_listener():
+    sockets = ur.tcp_sockets(TCP)
+    assert ur.ssh_login(chain(1002), sockets) == {"pid": 895, "started": 500.0, "peer": "172.18.0.1", "port": 22}
+    assert ur.ssh_login(chain(1002, comm="sshd-session"), sockets)["pid"] == 895  # OpenSSH 9.8 and later
+    assert ur.ssh_login(chain(1002)[:4], sockets) is None  # no sshd above: local, docker, aws_ssm
+    assert ur.ssh_login(chain(1001), sockets) is None  # only the listener's socket: no login
+
+
+@pytest.mark.parametrize("socket, armed, proves", [
+    (1002, 400.0, True),                    # a new login from outside
+    (1002, 600.0, False),                   # older than the revert: a reused connection
+    (1003, 400.0, False),                   # from loopback: a tunnel, sslh
+    (1004, 400.0, True),                    # IPv4-mapped, from outside
+    (1005, 400.0, True),                    # IPv6, from outside
+    (None, 400.0, False),                   # no SSH login at all
+])
+def test_a_new_login_from_outside_and_nothing_else_proves_the_way_in(socket, armed, proves):
+    sockets = ur.tcp_sockets(TCP)
+    sockets.update(ur.tcp_sockets(TCP6))
+    login = ur.ssh_login(chain(socket), sockets) if socket else None
+    problem = ur.new_login_problem(login, armed)
+    assert (problem is None) is proves
+    if socket == 1002 and not proves:
+        assert "older than the revert" in problem and "reset_connection" in problem
+    if socket == 1003:
+        assert "127.0.0.1" in problem and "loopback" in problem
+    if socket is None:
+        assert "did not arrive over SSH" in problem
+
+
+def test_the_login_of_this_test_reads_from_proc():
+    """The module's reader on this machine: the chain ends at init; an sshd above us, if any, gives a login."""
+    import importlib
+    mod = importlib.import_module("ansible_collections.homelab.edge.plugins.modules.ufw_revert")
+    procs, tables = mod.login_chain()
+    assert procs[0]["pid"] == os.getpid() and procs[0]["start"] > 0 and all("comm" in p for p in procs)
+    assert isinstance(tables, dict) and 0 < mod.uptime()
