@@ -98,13 +98,14 @@ def read_state(container, sleep=time.sleep):
                                    + [_WORKERS, _MASTER_HARD])
     for attempt in range(3):
         rc, out, err = _exec(container, ["sh", "-c", script])
-        # an exec that came back with nothing at all - no output, no error, no exit code or a failing one - was
-        # lost on its way (seen on Engine 29 under load while nginx reloaded): it is tried again, twice at most
-        if rc == 0 or out or err:
+        parts = out.split(_SPLIT)
+        # every part printed is the whole read (`set -e`: a failing cat stops it), whatever exit code the engine
+        # reports: it may report none yet. An exec that came back with nothing at all - no output, no error - was
+        # lost on its way (seen on Engine 29 under load while nginx reloaded): it is tried again, twice at most.
+        if (rc in (0, None) and len(parts) == 5) or (rc not in (0, None) and (out or err)):
             break
         sleep(0.5)
-    parts = out.split(_SPLIT)
-    if rc != 0 or len(parts) != 5:
+    if rc not in (0, None) or len(parts) != 5:
         raise ApplyError("cannot read the load balancer's files (exit code %s): %s" % (rc, (err or out).strip()[-300:]))
     limits = sorted(set(int(x) for x in parts[3].split() if x.isdigit()))
     hard = [int(x) for x in parts[4].split() if x.isdigit()]

@@ -353,6 +353,13 @@ def test_a_read_lost_on_its_way_is_tried_again_and_a_real_failure_is_not():
         lb_container.read_state(Missing(), sleep=lambda s: None)
     assert len(calls) == 1  # a read that failed saying why is not repeated
 
+    class NoExitCodeYet(Fake):
+        def exec_run(self, argv, demux=False):
+            r = Fake.exec_run(self, argv, demux)
+            return type("R", (), {"exit_code": None, "output": r.output})()
+
+    assert lb_container.read_state(NoExitCodeYet(), sleep=lambda s: None)["template"] == K3D  # the whole read
+
 
 def test_apply_patches_renders_and_reports():
     c = Fake()
