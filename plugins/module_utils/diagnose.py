@@ -26,6 +26,7 @@ CODES = (
     "drain_slow", "host_kernel_busy",
     "vps_rules_unreadable", "vps_rules_differ", "vps_address_floods", "vps_docker_port_unlimited",
     "vps_docker_nftables", "way_in_blocked", "way_in_revert_pending", "way_in_revert_missed",
+    "way_in_revert_stalled",
     "nas_client_bound_high", "nas_unhealthy", "nas_autoheal_cannot_restart", "nas_rate_limited", "nas_errors_5xx",
     "nas_limit_blind",
     "k3d_engine_unreadable",
@@ -281,6 +282,14 @@ def way_in(host, access, reverts):
                                "ufw allow %s if new clients should reach it; or list it in "
                                "vps_connlimit_closed_ports to say it is closed on purpose" % spec, spec, code="way_in_blocked"))
     for r in (reverts or {}).get("pending") or []:
+        if r.get("state") == "stalled":
+            out.append(finding(host, "a revert of a firewall change was cut off half way",
+                               "ufw_revert %s: armed at %s, due at %s, still reverting" % (r.get("id"), r.get("armed_at"),
+                                                                                   r.get("fires_at")),
+                               "the host restarted, or the revert's script was killed, while it put the firewall back",
+                               "homelab.edge.ufw_revert state=reverted id=%s finishes it" % r.get("id"), "firewall",
+                               code="way_in_revert_stalled"))
+            continue
         missed = r.get("state") == "missed"
         what = "was never confirmed and its revert never ran" if missed else "waits for its confirmation"
         out.append(finding(host, "a firewall change %s" % what,

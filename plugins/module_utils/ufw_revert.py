@@ -19,6 +19,11 @@ confirmation and the timer can never both win:
 
   armed -> confirmed   (the change was confirmed over a new connection)
   armed -> reverting -> reverted   (the timer fired, or a revert now)
+
+A revert cut off half way (the host restarted, the script was killed) stays
+`reverting`: describe() calls it 'stalled' once it cannot still be running,
+the boot unit finishes it at boot, and the script's 'resume' mode finishes it
+on demand (state=reverted).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -209,14 +214,19 @@ set -u
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 dir=%(dir)s
 mode=${1:-wait}
-[ "$mode" = now ] || [ "$mode" = boot ] || sleep %(timeout)d
+case $mode in now|boot|resume) ;; *) sleep %(timeout)d ;; esac
 # the lock the change modules hold while they change the firewall: a change
 # still running finishes first, then this puts it all back
 if command -v flock >/dev/null 2>&1; then
   exec 9>>"$(dirname "$dir")/%(lock)s"
   flock -w %(lock_wait)d 9 || echo "the lock was not free within %(lock_wait)d s: reverting anyway" >>"$dir/revert.log"
 fi
-mv "$dir/armed" "$dir/reverting" 2>/dev/null || exit 0
+# the armed marker taken, or (boot, resume) a revert that was cut off half way: it is finished
+if mv "$dir/armed" "$dir/reverting" 2>/dev/null; then
+  touch "$dir/reverting"
+elif [ "$mode" = now ] || [ "$mode" = wait ] || [ ! -e "$dir/reverting" ]; then
+  exit 0
+fi
 exec >>"$dir/revert.log" 2>&1
 echo "revert started at $(date +%%s) ($mode)"
 if [ "$mode" = boot ]; then
@@ -265,7 +275,8 @@ BOOT_UNIT = "homelab-edge-ufw-revert-boot.service"
 
 def boot_unit(state_dir=STATE_DIR):
     """A persistent unit that reverts, at boot and before ufw.service loads the rules, every change still armed
-    (the host restarted inside the window: the transient timer is gone, the unconfirmed files are not)."""
+    (the host restarted inside the window: the transient timer is gone, the unconfirmed files are not), and
+    finishes every revert that a restart cut off half way."""
     return """[Unit]
 Description=homelab.edge: revert a firewall change left unconfirmed by a restart, before ufw starts
 DefaultDependencies=no
@@ -276,7 +287,7 @@ ConditionPathIsDirectory=%(dir)s
 
 [Service]
 Type=oneshot
-ExecStart=/bin/sh -c 'for d in %(dir)s/*/; do [ -e "$${d}armed" ] && /bin/sh "$${d}revert.sh" boot; done; exit 0'
+ExecStart=/bin/sh -c 'for d in %(dir)s/*/; do if [ -e "$${d}armed" ] || [ -e "$${d}reverting" ]; then /bin/sh "$${d}revert.sh" boot; fi; done; exit 0'
 
 [Install]
 WantedBy=sysinit.target
@@ -298,14 +309,25 @@ def marker(names):
     return "unknown"
 
 
-def describe(meta, where, now, alive=None, reverted_at=None, rc=None):
+# a revert script runs at most LOCK_WAIT seconds for the lock, then a few for the restore
+STALL = LOCK_WAIT + 120
+
+
+def describe(meta, where, now, alive=None, reverted_at=None, rc=None, reverting_since=None, booted_at=None):
     """One revert as data: {id, state, armed_at, fires_at, ...}. A pending
     revert whose timer should have fired more than GRACE seconds ago (or
-    whose process is gone) is 'missed': its change is on disk, unconfirmed."""
+    whose process is gone) is 'missed': its change is on disk, unconfirmed.
+    A revert 'reverting' since before the host booted, or for longer than
+    any revert runs (STALL, counted from its start or its due time), is
+    'stalled': cut off half way, its files part restored."""
     out = {"id": meta.get("id"), "state": where, "armed_at": meta.get("armed_at"), "fires_at": meta.get("fires_at"),
            "timeout": meta.get("timeout"), "timer": meta.get("timer"), "was_enabled": meta.get("was_enabled")}
     if where == "armed" and ((meta.get("fires_at") or 0) + GRACE < now or alive is False):
         out["state"] = "missed"
+    if where == "reverting" and reverting_since is not None and (
+            (booted_at is not None and reverting_since < booted_at)
+            or max(reverting_since, meta.get("fires_at") or 0) + STALL < now):
+        out["state"] = "stalled"
     if reverted_at is not None:
         out["reverted_at"] = reverted_at
         out["ok"] = rc == 0

@@ -152,12 +152,14 @@ cut:
   type: list
   elements: str
 reverts:
-  description: Every revert kept on the host, newest first - id, state (armed, missed, confirmed, reverting, reverted), armed_at, fires_at, reverted_at, ok.
+  description: Every revert kept on the host, newest first - id, state (armed, missed, confirmed, reverting, stalled,
+    reverted), armed_at, fires_at, reverted_at, ok. C(stalled) - a revert cut off half way (the host restarted, its
+    script was killed); O(state=reverted) with its id finishes it.
   returned: always
   type: list
   elements: dict
 pending:
-  description: The reverts still armed or missed.
+  description: The reverts still armed, missed or stalled.
   returned: always
   type: list
   elements: dict
@@ -241,20 +243,27 @@ class Reverts(object):
         where = ur.marker(os.listdir(self.path(rid)))
         pid_alive = alive(meta["pid"]) if meta.get("pid") else None
         at, rc = read(self.path(rid, "reverted_at")), read(self.path(rid, "revert_rc"))
+        since = None
+        if where == "reverting":
+            try:
+                since = os.stat(self.path(rid, "reverting")).st_mtime
+            except OSError:
+                pass
         return ur.describe(meta, where, int(time.time()), pid_alive, int(at) if at else None,
-                           int(rc) if rc and rc.strip().isdigit() else None)
+                           int(rc) if rc and rc.strip().isdigit() else None, reverting_since=since,
+                           booted_at=time.time() - uptime())
 
     def all(self):
         return [self.describe(r) for r in self.ids()]
 
     def exit(self, **kw):
         reverts = self.all()
-        self.module.exit_json(reverts=reverts, pending=[r for r in reverts if r["state"] in ("armed", "missed")], **kw)
+        self.module.exit_json(reverts=reverts, pending=[r for r in reverts if r["state"] in ("armed", "missed", "stalled")], **kw)
 
     def fail(self, msg, **kw):
         reverts = self.all()
         self.module.fail_json(msg=msg, reverts=reverts,
-                              pending=[r for r in reverts if r["state"] in ("armed", "missed")], **kw)
+                              pending=[r for r in reverts if r["state"] in ("armed", "missed", "stalled")], **kw)
 
     # ---------------------------------------------------------------- armed
     def arm(self):
@@ -263,6 +272,11 @@ class Reverts(object):
         if problems:
             self.module.fail_json(msg="; ".join(problems) + "; nothing was changed")
         for r in self.all():
+            if r["state"] == "stalled":
+                self.fail("a revert of the change armed at %s was cut off half way (id %s: the host restarted, or "
+                          "its script was killed), so the firewall is partly put back. Finish it with "
+                          "homelab.edge.ufw_revert state=reverted id=%s; nothing was changed"
+                          % (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["armed_at"] or 0)), r["id"], r["id"]))
             if r["state"] in ("armed", "missed", "reverting"):
                 self.fail("a revert armed at %s is %s (id %s%s): its copy is the firewall before a change that was "
                           "never confirmed. %s; nothing was changed"
@@ -430,7 +444,8 @@ class Reverts(object):
         """Run the revert at once, here, then stop its timer (the script takes the armed marker first, so a
         timer firing meanwhile finds nothing to do); the outcome as data."""
         meta = self.known(rid)
-        self.module.run_command([self.module.get_bin_path("sh", required=True), self.path(rid, "revert.sh"), "now"],
+        mode = "resume" if self.describe(rid)["state"] == "stalled" else "now"
+        self.module.run_command([self.module.get_bin_path("sh", required=True), self.path(rid, "revert.sh"), mode],
                                 environ_update=C_ENV)
         self.stop_timer(meta)
         return self.describe(rid)
@@ -440,7 +455,7 @@ class Reverts(object):
         rid = p["id"]
         meta = self.known(rid)
         where = self.describe(rid)["state"]
-        if where in ("reverting", "reverted"):
+        if where in ("reverting", "stalled", "reverted"):
             self.fail("too late: the revert %s already ran (its %d s were up), so the firewall is as it was before the "
                       "change; raise the timeout if a new login takes longer" % (rid, meta["timeout"]), id=rid)
         if where == "confirmed":

@@ -212,3 +212,24 @@ def test_a_fresh_host_whose_filter_table_was_never_used_gets_it_back_empty(tmp_p
         assert sh(name, ur.own_lines_cmd("iptables")).stdout == ur.EMPTY_LIVE
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def test_a_revert_cut_off_half_way_is_finished_by_resume_and_at_boot_and_by_nothing_else(ns, tmp_path):
+    """The host restarted (or the script was killed) after the revert took its marker: it stays `reverting`,
+    with the change still live. A second `now` (a timer, revert_now) leaves it alone - it cannot tell a stale
+    revert from a running one; `resume` (state=reverted on a stalled revert) finishes it, and so does the boot
+    unit's `boot` (nothing runs across a restart)."""
+    d, armed = arm(ns, tmp_path)
+    window(ns)
+    os.rename(str(d / "armed"), str(d / "reverting"))  # cut off right after taking its marker
+    sh(ns, "sh %s now" % (d / "revert.sh"))
+    assert not (d / "reverted").exists() and sh(ns, ur.own_lines_cmd("iptables")).stdout != armed
+    sh(ns, "sh %s resume" % (d / "revert.sh"))
+    assert (d / "reverted").exists() and not (d / "reverting").exists()
+    assert (d / "revert_rc").read_text().strip() == "0", (d / "revert.log").read_text()
+    assert sh(ns, ur.own_lines_cmd("iptables")).stdout == armed
+    # at boot: the files back (the ruleset is empty at boot: ufw.service loads the files next)
+    (tmp_path / "etc-ufw" / "added-in-the-window").write_text("x")
+    os.rename(str(d / "reverted"), str(d / "reverting"))
+    subprocess.run(["sh", str(d / "revert.sh"), "boot"], check=True, timeout=60)
+    assert (d / "reverted").exists() and not (tmp_path / "etc-ufw" / "added-in-the-window").exists()

@@ -171,3 +171,48 @@ def test_without_the_boot_unit_a_restart_keeps_the_unconfirmed_change():
     assert c.check_output("ufw status").startswith("Status: active")
     assert c.run("test -e %s/%s/armed" % (ur.STATE_DIR, rid)).rc == 0
     repair(name)
+
+
+def cut_off(name, rid):
+    """The revert cut off right after it took its marker (the host went down, the script was killed)."""
+    console(name).check_output("systemctl stop %s%s.timer; mv %s/%s/armed %s/%s/reverting"
+                               % (ur.UNIT_PREFIX, rid, ur.STATE_DIR, rid, ur.STATE_DIR, rid))
+
+
+def test_a_restart_finishes_a_revert_that_was_cut_off_half_way():
+    name = "vps-systemd"
+    make_fresh(name)
+    before = console(name).check_output("cat /etc/ufw/before.rules /etc/ufw/ufw.conf")
+    rid = arm(name, 600)
+    cut_ssh(name)
+    cut_off(name, rid)
+    restart(name)
+    assert new_login(name)
+    c = console(name)
+    assert c.check_output("cat /etc/ufw/before.rules /etc/ufw/ufw.conf") == before
+    (rec,) = [r for r in reverts(name) if r["id"] == rid]
+    assert rec["state"] == "reverted", rec
+    make_fresh(name)
+
+
+def test_a_stalled_revert_is_reported_refused_and_finished_on_demand():
+    """Cut off before the host's last boot: `stalled`, in pending; a new arm refuses naming the way out;
+    state=reverted finishes it (the script's resume mode: a second `now` would find no marker to take)."""
+    name = "vps-systemd"
+    make_fresh(name)
+    rid = arm(name, 600)
+    c = console(name)
+    c.check_output("ufw allow 8082/tcp >/dev/null")
+    cut_off(name, rid)
+    c.check_output("touch -d '2000-01-01' %s/%s/reverting" % (ur.STATE_DIR, rid))
+    (rec,) = [r for r in reverts(name) if r["id"] == rid]
+    assert rec["state"] == "stalled", rec
+    refused = adhoc.run_module("ufw_revert", {"state": "armed", "timeout": 60}, target=name, inventory=INVENTORY,
+                               become=True)
+    assert refused.get("failed") and "cut off half way" in refused["msg"] and "state=reverted id=%s" % rid in \
+        refused["msg"], refused
+    done = adhoc.run_module("ufw_revert", {"state": "reverted", "id": rid}, target=name, inventory=INVENTORY,
+                            become=True)
+    assert done.get("outcome") == "reverted", done
+    assert "8082" not in c.check_output("cat /etc/ufw/user.rules")
+    make_fresh(name)

@@ -182,7 +182,7 @@ def test_the_boot_unit_runs_before_ufw_without_default_dependencies():
     unit = ur.boot_unit("/var/lib/homelab-edge/ufw-revert")
     assert "DefaultDependencies=no" in unit and "Before=ufw.service" in unit and "WantedBy=sysinit.target" in unit
     # systemd expands $VAR in ExecStart: the shell's variables are written $$
-    assert '[ -e "$${d}armed" ] && /bin/sh "$${d}revert.sh" boot' in unit
+    assert 'if [ -e "$${d}armed" ] || [ -e "$${d}reverting" ]; then /bin/sh "$${d}revert.sh" boot; fi' in unit
 
 
 def test_a_filter_table_never_used_is_taken_only_where_the_live_ruleset_agrees():
@@ -272,3 +272,13 @@ def test_the_login_of_this_test_reads_from_proc():
     procs, tables = mod.login_chain()
     assert procs[0]["pid"] == os.getpid() and procs[0]["start"] > 0 and all("comm" in p for p in procs)
     assert isinstance(tables, dict) and 0 < mod.uptime()
+
+
+def test_a_revert_cut_off_half_way_is_stalled_once_it_cannot_still_run():
+    meta = {"id": "x", "armed_at": 1000, "fires_at": 1120, "timeout": 120}
+    assert ur.describe(meta, "reverting", 1200, reverting_since=1121, booted_at=500)["state"] == "reverting"
+    assert ur.describe(meta, "reverting", 1121 + ur.STALL + 1, reverting_since=1121, booted_at=500)["state"] == "stalled"
+    assert ur.describe(meta, "reverting", 1200, reverting_since=1121, booted_at=1150)["state"] == "stalled"  # restarted
+    # armed by an earlier release (the marker's time is the arm's): counted from the due time
+    assert ur.describe(meta, "reverting", 1120 + ur.STALL - 1, reverting_since=1000, booted_at=500)["state"] == "reverting"
+    assert ur.describe(meta, "reverting", 1200)["state"] == "reverting"  # no marker time: no guess
