@@ -88,6 +88,8 @@ def test_check_diff_of_the_vps_role_on_a_host_not_yet_set_up_says_what_a_run_wou
     assert "ufw is not installed: this plan is against ufw as its package installs it" in out
     assert "+-A ufw-before-input -p tcp --dport 443 -m conntrack --ctstate NEW -m connlimit --connlimit-above 100" in out
     assert not os.path.exists("/etc/ufw") and not shutil.which("ufw")
+    # over a local connection no new SSH login can confirm: --check says that a run would stop there
+    assert "A run would stop here: vps_connlimit confirms every firewall change over a new SSH login" in out
 
 
 def _inventory(tmp_path, drain_containers=()):
