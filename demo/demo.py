@@ -55,7 +55,7 @@ def k3d_hung(client, rate=1500, count=15000):
     ep = k3d.endpoints(BASE)
     with k3d.dns_server_hung(client, "lab"):
         dns, tcp, alerts = probes.dns_under_load(lbc, "127.0.0.1", ep["dns"], [ep["https"], ep["api"]], rate, count)
-    return {"hung_dns": {"rate": rate, "alerts": alerts, "tcp": tcp}}
+    return {"hung_dns": {"rate": rate, "alerts": alerts, "tcp": tcp, "dns": dict(dns, rate=rate)}}
 
 
 def k3d_recreate(client):
@@ -72,6 +72,9 @@ def k3d_recreate(client):
     return None
 
 
+RESET_KINDS = ("ConnectionRefusedError", "ConnectionResetError")
+
+
 def edge_measure(client, lab):
     """150 connections at once from client1 through the VPS to the NAS;
     client2 asks the same site meanwhile; what Traefik saw."""
@@ -84,8 +87,12 @@ def edge_measure(client, lab):
     log = subprocess.run(["docker", "exec", "lab-nas", "docker", "logs", "--since", str(since), "traefik"],
                          capture_output=True, text=True, check=False).stdout
     seen = set(json.loads(ln).get("ClientHost") for ln in log.splitlines() if ln.startswith("{"))
-    return {"reset_at_vps": sum(v for k, v in counts.items() if not k.isdigit()),
-            "answered_200": counts.get("200", 0), "answered_429": counts.get("429", 0),
+    # the VPS's limit answers a new connection's SYN with a TCP reset: refused (or reset, had it got further);
+    # anything else - a timeout, a TLS error, another status - is no reset and no answer
+    reset = sum(counts.get(k, 0) for k in RESET_KINDS)
+    done = reset + counts.get("200", 0) + counts.get("429", 0)
+    return {"reset_at_vps": reset, "answered_200": counts.get("200", 0), "answered_429": counts.get("429", 0),
+            "other_failures": sum(counts.values()) - done, "flood_counts": counts,
             "second_client": second, "client_addresses": len(seen)}
 
 
@@ -111,11 +118,13 @@ def show(value):
     if value is None:
         return "-"
     if isinstance(value, dict) and "sent" in value and "answered" in value:
-        return "%d/%d at %d/s" % (value["answered"], value["sent"], value.get("rate", 0))
+        return "%s/%s of %s planned at %s/s, %s send errors" % (value["answered"], value["sent"], value.get("planned"),
+                                                                value.get("rate"), value.get("send_errors"))
     if isinstance(value, dict) and set(value) == {"ok", "failed"}:
         return "%d ok, %d failed" % (value["ok"], value["failed"])
     if isinstance(value, dict) and "alerts" in value:
-        return "%d alerts; probes %d ok, %d failed" % (value["alerts"], value["tcp"]["ok"], value["tcp"]["failed"])
+        return "%s alerts; probes %s ok, %s failed; DNS %s" % (value["alerts"], value["tcp"]["ok"], value["tcp"]["failed"],
+                                                             show(value.get("dns")))
     if isinstance(value, (list, dict)):
         return json.dumps(value, sort_keys=True)
     return str(value)
@@ -132,6 +141,8 @@ def table(results):
     verdicts = proof.verdicts(results)
     for v in verdicts:
         rows.append((v["part"], v["label"], show(v["before"]), mark(v["before_ok"]), show(v["after"]), mark(v["after_ok"])))
+        if v["pair"]:
+            rows.append((v["part"], "  before/after: " + v["pair"], "", "", "", mark(v["pair_ok"])))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     say("before / after")
     for i, row in enumerate(rows):

@@ -13,20 +13,30 @@ import proof  # noqa: E402
 
 WANT_OPEN_FILES = proof.K3D["k3d_serverlb_worker_rlimit_nofile"]
 FLOOR = proof.K3D["k3d_serverlb_worker_connections"]
+
+
+def load(rate, planned, answered, **kw):
+    """A DNS load as probes.dns_load reports it (with the rate the demo adds)."""
+    return dict({"rate": rate, "planned": planned, "sent": planned, "answered": answered, "send_errors": 0,
+                 "failed": planned - answered, "send_s": round(planned / float(rate), 2), "lateness_p50_s": 0.001,
+                 "lateness_p99_s": 0.004, "lateness_max_s": 0.02}, **kw)
+
+
+HUNG = load(1500, 15000, 0)
 GOOD = {
     "k3d": {
-        "before": {"dns": {"rate": 100, "sent": 2000, "answered": 534}, "alerts": 1520,
+        "before": {"dns": load(100, 2000, 534), "alerts": 1520,
                    "tcp_during_dns": {"ok": 18, "failed": 54},
-                   "hung_dns": {"rate": 1500, "alerts": 900, "tcp": {"ok": 3, "failed": 40}},
+                   "hung_dns": {"rate": 1500, "alerts": 900, "tcp": {"ok": 3, "failed": 40}, "dns": HUNG},
                    "worker_connections": 1029, "worker_open_files": [1048576]},
-        "after": {"dns": {"rate": 300, "sent": 9000, "answered": 9000}, "alerts": 0,
+        "after": {"dns": load(300, 9000, 9000), "alerts": 0,
                   "tcp_during_dns": {"ok": 96, "failed": 0},
-                  "hung_dns": {"rate": 1500, "alerts": 0, "tcp": {"ok": 40, "failed": 0}},
+                  "hung_dns": {"rate": 1500, "alerts": 0, "tcp": {"ok": 40, "failed": 0}, "dns": HUNG},
                   "worker_connections": FLOOR, "worker_open_files": [WANT_OPEN_FILES], "recreated_fixed_s": 0.1}},
     "edge": {
         "before": {"reset_at_vps": 0, "answered_429": 0, "answered_200": 150, "second_client": [200, 200, 200],
                    "client_addresses": 1},
-        "after": {"reset_at_vps": proof.FLOOD_CONNECTIONS - proof.VPS_LIMIT,
+        "after": {"reset_at_vps": proof.FLOOD_CONNECTIONS - proof.VPS_LIMIT, "other_failures": 0,
                   "answered_429": proof.VPS_LIMIT - proof.AMOUNT, "answered_200": proof.AMOUNT,
                   "second_client": [200, 200, 200], "client_addresses": 2}},
     "nas": {
@@ -40,7 +50,7 @@ GOOD = {
 # where the opposite phase's value is no break (no failure claimed before), a value that breaks the fix
 BROKEN_AFTER = {
     "recreated_fixed_s": None, "second_client": [200, None, 200], "flood_probes_pct": 3.0,
-    "flood_healthy_after_s": None,
+    "flood_healthy_after_s": None, "other_failures": 3,
 }
 ROWS = [(part, measure, before is not None) for part, measure, label, before, after in proof.CLAIMS]
 
@@ -84,10 +94,54 @@ def test_the_failures_the_issue_names_are_not_proved(part, measure, value):
     assert not proof.proved(bad)
 
 
+PLAN = GOOD["k3d"]["after"]["dns"]
+
+
+@pytest.mark.parametrize("part, measure, value", [
+    ("k3d", "dns", dict(PLAN, sent=4000, answered=4000, failed=0)),                 # 4,000 of a 9,000 plan
+    ("k3d", "dns", dict(PLAN, sent=1, answered=1, failed=0)),                       # one query
+    ("k3d", "dns", load(300, 1, 1)),                                                # a plan of one: lighter than before
+    ("k3d", "dns", dict(PLAN, send_errors=9000)),                                   # every send refused
+    ("k3d", "dns", dict(PLAN, lateness_p99_s=0.8)),                                 # a stall, then a burst
+    ("k3d", "dns", dict(PLAN, send_s=60.0)),                                        # sending overran its plan
+    ("k3d", "dns", {"rate": 300, "sent": 9000, "answered": 9000}),                 # no plan, no errors recorded
+    ("k3d", "dns", dict(PLAN, answered=True, sent=True, planned=True)),            # booleans are not counts
+    ("k3d", "hung_dns", {"rate": 1500, "alerts": 0, "tcp": {"ok": 1, "failed": 0}, "dns": HUNG}),   # one probe
+    ("k3d", "hung_dns", {"rate": 1500, "alerts": 0, "tcp": {"ok": 40, "failed": 0}}),  # DNS counts thrown away
+    ("k3d", "hung_dns", {"rate": 1500, "alerts": 0, "tcp": {"ok": 40, "failed": 0},
+                         "dns": dict(HUNG, send_errors=15000)}),                    # the generator failed
+    ("k3d", "hung_dns", {"rate": 300, "alerts": 0, "tcp": {"ok": 40, "failed": 0},
+                         "dns": load(300, 3000, 0)}),                               # a lighter load than before
+    ("k3d", "tcp_during_dns", {"ok": 1, "failed": 0}),                              # a prober that stalled
+    ("k3d", "alerts", False),                                                       # False == 0 in Python
+    ("k3d", "recreated_fixed_s", 600.0),                                            # a re-fix however late
+    ("edge", "answered_200", 0),                                                    # nothing answered 200
+    ("edge", "other_failures", 37),                                                 # timeouts counted as resets
+    ("edge", "reset_at_vps", True),
+    ("nas", "served_again_s", 10000.0),                                             # a heal however late
+    ("nas", "drain", {"net.ipv4.tcp_abort_on_overflow": True, "net.ipv4.tcp_fin_timeout": 15.0}),
+    ("nas", "flood_probes_pct", 250.0),
+])
+def test_crafted_broken_runs_are_not_proved(part, measure, value):
+    """The holes an audit found in the demo check (issue 35): each crafted input prints "not proved"."""
+    bad = copy.deepcopy(GOOD)
+    bad[part]["after"][measure] = value
+    assert not proof.proved(bad)
+
+
+def test_the_computed_bounds_come_from_the_roles_settings():
+    """The heal bound: the lab's health check (retries x (interval + timeout)), autoheal's interval and stop
+    timeout, and START_S for Traefik to serve again; a few seconds over it is not proved."""
+    assert 0 < proof.HEAL_BOUND_S < 120 and 0 < proof.REFIX_BOUND_S < 30
+    bad = copy.deepcopy(GOOD)
+    bad["nas"]["after"]["served_again_s"] = proof.HEAL_BOUND_S + 1
+    assert not proof.proved(bad)
+
+
 def test_every_row_is_reported_with_its_verdict():
     rows = proof.verdicts(GOOD)
     assert len(rows) == len(proof.CLAIMS)
-    assert all(r["after_ok"] is True and r["before_ok"] in (True, None) for r in rows)
+    assert all(r["after_ok"] is True and r["before_ok"] in (True, None) and r["pair_ok"] in (True, None) for r in rows)
 
 
 def test_the_claims_read_the_lab_inventory_and_can_be_seen():

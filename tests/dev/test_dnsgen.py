@@ -59,15 +59,30 @@ def test_nobody_answering_is_a_valid_run_with_nothing_answered():
     assert r["sent"] == 50 and r["answered"] == 0 and r["valid"]
 
 
-@pytest.mark.parametrize("planned, sent, send_s, seconds, valid", [
-    (1000, 1000, 10.0, 10, True),
-    (1000, 980, 10.0, 10, True),
-    (1000, 979, 10.0, 10, False),      # fell short of the plan
-    (1000, 1000, 11.0, 10, True),
-    (1000, 1000, 11.2, 10, False),     # overran its time
+@pytest.mark.parametrize("planned, sent, send_s, seconds, errors, late, valid", [
+    (1000, 1000, 10.0, 10, 0, 0.002, True),
+    (1000, 980, 10.0, 10, 0, 0.002, True),
+    (1000, 979, 10.0, 10, 0, 0.002, False),      # fell short of the plan
+    (1000, 1000, 11.0, 10, 0, 0.002, True),
+    (1000, 1000, 11.2, 10, 0, 0.002, False),     # overran its time
+    (1000, 1000, 10.0, 10, 1, 0.002, False),     # a query the kernel refused never left
+    (1000, 1000, 10.0, 10, 1000, 0.002, False),  # every send refused: "sent" counts tries, not queries out
+    (1000, 1000, 10.0, 10, 0, 0.5, False),       # a stall and a burst: on time overall, not the planned load
+    (1000, 1000, 10.0, 10, 0, None, False),      # no lateness recorded: nothing shows it kept its schedule
 ])
-def test_validity(planned, sent, send_s, seconds, valid):
-    assert dnsgen.validity(planned, sent, send_s, seconds)[0] is valid
+def test_validity(planned, sent, send_s, seconds, errors, late, valid):
+    assert dnsgen.validity(planned, sent, send_s, seconds, errors, late)[0] is valid
+
+
+def test_a_run_whose_every_send_fails_is_invalid():
+    r = dnsgen.run("127.0.0.1", [0], rate=100, seconds=0.5, timeout=0.2)  # port 0: the kernel refuses each send
+    assert r["send_errors"] == r["planned"] == 50 and not r["valid"] and "refused" in r["invalid_because"], r
+
+
+def test_lateness_is_recorded_and_small_when_the_generator_keeps_up(responder):
+    port, dummy = responder
+    r = probes.dns_load("127.0.0.1", [port], rate=200, count=100, timeout=0.5)
+    assert 0 <= r["lateness_p50_s"] <= r["lateness_p99_s"] <= r["lateness_max_s"] < 1.0, r
 
 
 def test_stop_ends_sending_early():

@@ -61,12 +61,16 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
     replies.
 
     Returns dict(planned, sent, answered, failed, send_errors, send_s,
-    seconds). tests/support/dnsgen.py runs it pinned and says when it fell
-    short of the plan."""
+    seconds, lateness_p50_s, lateness_p99_s, lateness_max_s): `sent` counts
+    every send tried, `send_errors` those the kernel refused; lateness is how
+    long after its due time each query went out. Sending stops at the bound
+    even inside a catch-up burst. tests/support/dnsgen.py runs it pinned and
+    says when it fell short of the plan."""
     ports = list(ports)
     sel = selectors.DefaultSelector()
     pending = {}  # sock -> (qid, deadline), in the order sent
     sent = answered = failed = errors = 0
+    late = []  # seconds each send went out after its due time
     start = last_send = time.monotonic()
     stop_sending = start + (limit_s if limit_s else SEND_OVERRUN * count / float(rate) + 0.5)
     while True:
@@ -76,6 +80,10 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
         if sent < count and now < stop_sending:
             due = min(count, int((now - start) * rate) + 1)
             while sent < due and len(pending) < MAX_PENDING:
+                t_send = time.monotonic()
+                if t_send >= stop_sending:  # the bound holds inside a catch-up burst too
+                    break
+                late.append(max(0.0, t_send - (start + sent / float(rate))))
                 qid = random.randint(0, 65535)
                 s = None
                 try:
@@ -119,8 +127,13 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
         sel.unregister(s)
         s.close()
         failed += 1
+    late.sort()
+
+    def pct(q):
+        return round(late[min(len(late) - 1, int(q * len(late)))], 4) if late else None
     return {"planned": count, "sent": sent, "answered": answered, "failed": failed, "send_errors": errors,
-            "send_s": round(last_send - start, 2), "seconds": round(time.monotonic() - start, 2)}
+            "send_s": round(last_send - start, 2), "seconds": round(time.monotonic() - start, 2),
+            "lateness_p50_s": pct(0.50), "lateness_p99_s": pct(0.99), "lateness_max_s": round(late[-1], 4) if late else None}
 
 
 def https_status(container, address, name="site", port=443):
