@@ -97,6 +97,36 @@ MUTATIONS = {
         'if loopback(login["peer"]):',
         "if False:",
         UNIT + "test_ufw_revert.py::test_a_new_login_from_outside_and_nothing_else_proves_the_way_in"),
+    "the demo counts a boolean as a count (alerts = False reads as 0)": (
+        "demo/proof.py",
+        "    return isinstance(m, int) and not isinstance(m, bool)",
+        "    return isinstance(m, int)",
+        "tests/dev/test_demo_proof.py::test_crafted_broken_runs_are_not_proved"),
+    "the demo takes a DNS load that fell short of its plan": (
+        "demo/proof.py",
+        'return valid and m["sent"] == m["planned"] and 0 <= m["answered"] <= m["sent"]',
+        'return 0 <= m["answered"] <= m["sent"]',
+        "tests/dev/test_demo_proof.py::test_crafted_broken_runs_are_not_proved"),
+    "the demo takes however few probes as clean": (
+        "demo/proof.py",
+        '            and m["ok"] >= PROBE_TARGETS * seconds / PROBE_INTERVAL_S / 2)',
+        "            )",
+        "tests/dev/test_demo_proof.py::test_crafted_broken_runs_are_not_proved"),
+    "the demo compares no before/after pair": (
+        "demo/proof.py",
+        'and r["pair_ok"] is not False\n',
+        "\n",
+        "tests/dev/test_demo_proof.py::test_crafted_broken_runs_are_not_proved"),
+    "the generator's validity ignores send errors": (
+        "tests/support/dnsgen.py",
+        "    if send_errors:\n",
+        "    if False:\n",
+        "tests/dev/test_dnsgen.py::test_validity"),
+    "the generator's validity ignores a stall and its burst": (
+        "tests/support/dnsgen.py",
+        "if lateness_p99_s is None or lateness_p99_s > MAX_P99_LATENESS_S:",
+        "if False:",
+        "tests/dev/test_dnsgen.py::test_validity"),
     "revert fires without the change modules' lock": (
         "plugins/module_utils/ufw_revert.py",
         "if command -v flock >/dev/null 2>&1; then",
@@ -119,13 +149,13 @@ MUTATIONS = {
         "tests/unit/test_k3d_serverlb_keeper.py"),
     "demo proof: HTTPS+API probes count as clean with failures": (
         "demo/proof.py",
-        'return m["ok"] > 0 and m["failed"] == 0',
-        'return m["ok"] > 0',
+        'return (_int(m.get("ok")) and _int(m.get("failed")) and m["failed"] == 0',
+        'return (_int(m.get("ok")) and _int(m.get("failed"))',
         "tests/dev/test_demo_proof.py"),
     "demo proof: the drain row is not checked after": (
         "demo/proof.py",
-        'lambda m: m != DRAIN_WANT, lambda m: m == DRAIN_WANT),',
-        'lambda m: m != DRAIN_WANT, lambda m: True),',
+        'lambda m, r: m != DRAIN_WANT, lambda m, r: all(_int(v) for v in m.values()) and m == DRAIN_WANT),',
+        'lambda m, r: m != DRAIN_WANT, lambda m, r: True),',
         "tests/dev/test_demo_proof.py"),
     "undo puts back the original over a file changed since": (
         "plugins/module_utils/undo_record.py",
