@@ -127,6 +127,26 @@ MUTATIONS = {
         "if lateness_p99_s is None or lateness_p99_s > MAX_P99_LATENESS_S:",
         "if False:",
         "tests/dev/test_dnsgen.py::test_validity"),
+    "k3d capacity: capped only below worker_connections (a hard limit of 4,096 to 16,383 taken as room)": (
+        "plugins/module_utils/k3d_serverlb_capacity.py",
+        'hard_limit >= want["worker_rlimit_nofile"]',
+        'hard_limit >= want["worker_connections"]',
+        UNIT + "test_k3d_serverlb.py::test_capped_want_fits_under_the_hard_limit"),
+    "k3d plan: one worker at the fix's limit hides another still at 1024": (
+        "plugins/module_utils/k3d_serverlb.py",
+        'state["worker_limits"] != [want["worker_rlimit_nofile"]]',
+        'want["worker_rlimit_nofile"] not in state["worker_limits"]',
+        UNIT + "test_k3d_serverlb.py::test_a_worker_still_at_another_open_file_limit_is_a_reason"),
+    "k3d report: the shortest UDP timeout taken (the slowest server hidden)": (
+        "plugins/module_utils/k3d_serverlb_config.py",
+        "udp_timeout = max(timeouts) if timeouts else None",
+        "udp_timeout = min(timeouts) if timeouts else None",
+        UNIT + "test_k3d_serverlb.py::test_report_takes_the_longest_udp_timeout"),
+    "k3d: the created container's soft open-file limit read as its cap": (
+        "plugins/module_utils/k3d_serverlb_container.py",
+        'if u.get("Name") == "nofile" and u.get("Hard"):\n            return int(u["Hard"])',
+        'if u.get("Name") == "nofile" and u.get("Soft"):\n            return int(u["Soft"])',
+        UNIT + "test_k3d_serverlb.py::test_the_created_hard_limit_is_the_hard_one"),
     "revert fires without the change modules' lock": (
         "plugins/module_utils/ufw_revert.py",
         "if command -v flock >/dev/null 2>&1; then",

@@ -195,6 +195,27 @@ def test_report_takes_the_smallest_budget():
     assert lb_config.report("lb", "c", lb_config.parse_live(uneven), 16384)["udp_session_budget"] == 1024
 
 
+def test_report_takes_the_longest_udp_timeout():
+    """The slowest UDP server decides how fast sessions fill the connections: one left at 10 minutes."""
+    uneven = FIXED.replace("proxy_timeout 5s;", "proxy_timeout 600s;", 1)
+    r = lb_config.report("lb", "c", lb_config.parse_live(uneven), 16384)
+    assert r["udp_timeout"] == 600 and r["exhaustion_rate"] == lb_capacity.exhaustion_rate(4096, 600)
+
+
+def test_a_worker_still_at_another_open_file_limit_is_a_reason():
+    """One worker of an earlier render still runs at 1024 beside one at the fix's limit: not fixed yet."""
+    state = {"template": patch(K3D), "values": VALUES_K3D, "conf": FIXED, "hard_limit": 1048576,
+             "worker_limits": [1024, WANT["worker_rlimit_nofile"]]}
+    reasons = lb.plan(state, WANT)[2]
+    assert reasons == ["nginx workers run with open-file limit 1024,%d" % WANT["worker_rlimit_nofile"]], reasons
+
+
+def test_the_created_hard_limit_is_the_hard_one():
+    """k3d's --runtime-ulimit nofile=1024:16384: the soft 1024 is what nginx may raise; the hard 16384 is the cap."""
+    c = type("C", (), {"attrs": {"HostConfig": {"Ulimits": [{"Name": "nofile", "Soft": 1024, "Hard": 16384}]}}})()
+    assert lb_container.created_hard_limit(c) == 16384
+
+
 def test_no_udp_servers():
     facts = lb_config.parse_live(FIXED.split("  upstream 1053_udp")[0] + "}\n")
     r = lb_config.report("lb", "c", facts, 16384)
@@ -469,7 +490,7 @@ def capped_fake():
 
 
 @pytest.mark.parametrize("hard, cap", [(None, None), (16384, None), (65536, None), (524288, None), (1024, 1024),
-                                       (4000, 4000)])
+                                       (4000, 4000), (8192, 8192), (16383, 16383)])
 def test_capped_want_fits_under_the_hard_limit(hard, cap):
     want, got = lb_capacity.capped_want(WANT, hard)
     assert got == cap
