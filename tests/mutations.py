@@ -147,6 +147,16 @@ MUTATIONS = {
         'if u.get("Name") == "nofile" and u.get("Hard"):\n            return int(u["Hard"])',
         'if u.get("Name") == "nofile" and u.get("Soft"):\n            return int(u["Soft"])',
         UNIT + "test_k3d_serverlb.py::test_the_created_hard_limit_is_the_hard_one"),
+    "k3d signals: an unfixed load balancer under a cap called fixed with a cap": (
+        "plugins/module_utils/k3d_serverlb_signals.py",
+        'code = "not_fixed" if reasons else "capped" if cap else "fixed"',
+        'code = "capped" if cap else "not_fixed" if reasons else "fixed"',
+        UNIT + "test_k3d_serverlb.py::test_a_capped_load_balancer_is_fixed_with_a_cap_only_once_it_has_the_fix"),
+    "ufw_access: a rule for one of the host's addresses counts as open to all": (
+        "plugins/module_utils/ufw_access.py",
+        'if r["dst"] not in ("any", "0.0.0.0/0", "::/0"):',
+        "if False:",
+        UNIT + "test_ufw_access.py::test_allows_first_match_wins"),
     "revert fires without the change modules' lock": (
         "plugins/module_utils/ufw_revert.py",
         "if command -v flock >/dev/null 2>&1; then",

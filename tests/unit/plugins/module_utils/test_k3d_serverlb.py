@@ -8,6 +8,7 @@ from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb a
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_capacity as lb_capacity
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_config as lb_config
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
+from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_signals as lb_signals
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
 
 from ...conftest import fixture
@@ -487,6 +488,28 @@ def capped_fake():
     c = Fake(limits=[1024], hard="1024")
     c.on_render = render_capped(c)
     return c
+
+
+class Observed(Fake):
+    """A load balancer as signals() reads it: its log and its workers' load besides its files."""
+
+    def logs(self, since=None):
+        return b""
+
+    def run(self, argv):
+        if argv[:2] == ["sh", "-c"] and not argv[2].startswith("set -e; cat"):
+            return 0, "", ""  # the workers' load: none
+        return Fake.run(self, argv)
+
+
+@pytest.mark.parametrize("conf, limits, state", [
+    (STOCK, [1024], "not_fixed"),      # under a hard cap and not fixed at all: not "fixed with a cap"
+    (CAPPED, [1024], "capped"),
+])
+def test_a_capped_load_balancer_is_fixed_with_a_cap_only_once_it_has_the_fix(conf, limits, state):
+    c = Observed(template=K3D if conf is STOCK else lb_template.patch_template(K3D, lb_capacity.capped_want(WANT, 1024)[0]),
+                 conf=conf, limits=limits, hard="1024")
+    assert lb_signals.signals(c, WANT, 0)["state"] == state
 
 
 @pytest.mark.parametrize("hard, cap", [(None, None), (16384, None), (65536, None), (524288, None), (1024, 1024),

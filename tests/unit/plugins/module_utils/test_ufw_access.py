@@ -88,6 +88,8 @@ def test_user_rules_read_ufws_tuples():
     ([tuple_line("allow", "tcp", "22", direction="out")], "22/tcp", None, False),
     (["### tuple ### route:allow tcp 22 0.0.0.0/0 any 0.0.0.0/0 in"], "22/tcp", None, False),
     ([tuple_line("allow", "tcp", "22", direction="in_eth0")], "22/tcp", None, True),
+    ([tuple_line("allow", "tcp", "443", dst="203.0.113.10")], "443/tcp", None, False),  # one address of the host's
+    ([tuple_line("allow", "tcp", "443", dst="::/0")], "443/tcp", None, True),
 ])
 def test_allows_first_match_wins(lines, spec, src, allowed):
     assert ua.allows(rules(*lines), "DROP", spec, src=src) is allowed
