@@ -157,6 +157,26 @@ MUTATIONS = {
         'if r["dst"] not in ("any", "0.0.0.0/0", "::/0"):',
         "if False:",
         UNIT + "test_ufw_access.py::test_allows_first_match_wins"),
+    "k3d template: UDP sessions end at the second reply (DNS's one reply never ends them)": (
+        "plugins/module_utils/k3d_serverlb_template.py",
+        '        "proxy_responses 1;",',
+        '        "proxy_responses 2;",',
+        UNIT + "test_k3d_serverlb.py::test_patch_adds_floor_udp_policy_rlimit_and_zone"),
+    "autoheal: a health check of `true` taken as one that can fail": (
+        "plugins/module_utils/autoheal.py",
+        '        return test[1:] in (["true"], ["/bin/true"], ["/usr/bin/true"])',
+        "        return False",
+        UNIT + "test_autoheal.py::test_health_checks_that_cannot_fail"),
+    "autoheal: a container without the label taken as watched": (
+        "plugins/module_utils/autoheal.py",
+        '(config.get("Labels") or {}).get(label) != "true"',
+        '(config.get("Labels") or {}).get(label) == "false"',
+        UNIT + "test_autoheal.py::test_problems"),
+    "tcp_drain: a key it changed twice put back to its second value before": (
+        "plugins/module_utils/tcp_drain.py",
+        'if entry["status"] == "changed" and key not in out and entry["before"] is not None:',
+        'if entry["status"] == "changed" and entry["before"] is not None:',
+        UNIT + "test_tcp_drain.py::test_only_the_keys_the_module_changed_are_put_back_and_the_first_value_before_wins"),
     "revert fires without the change modules' lock": (
         "plugins/module_utils/ufw_revert.py",
         "if command -v flock >/dev/null 2>&1; then",
