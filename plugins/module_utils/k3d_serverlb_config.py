@@ -158,6 +158,10 @@ def summarize(name, facts):
         len(facts["udp_servers"]), patched)
 
 
+# the server of a "not enough" line that does not name one (a UDP datagram no connection was left for)
+UNNAMED = "unnamed"
+
+
 def report(name, cluster, facts, open_file_limit):
     """Per load balancer result: live settings and the capacity math."""
     wc = facts["worker_connections"] or 0
@@ -175,6 +179,9 @@ def report(name, cluster, facts, open_file_limit):
         "udp_servers": len(udp),
         "udp_servers_patched": sum(1 for s in udp if s["proxy_responses"] == "1"),
         "udp_ports": [s["port"] for s in udp],
+        # every key a "not enough" line is counted under: the keeper exports each from 0
+        "not_enough_keys": sorted(["udp %s" % s["port"] for s in udp] + ["tcp %s" % s["port"] for s in facts["tcp_servers"]]
+                                  + [UNNAMED]),
         "udp_timeout": udp_timeout,
         # the weakest server decides how much of the worker UDP can take
         "udp_session_budget": min(budgets) if len(budgets) == len(udp) and budgets else None,

@@ -34,7 +34,11 @@ def _labels(**kw):
 
 def add_not_enough(totals, entry):
     """The keeper's running count of "worker_connections are not enough"
-    lines, by load balancer and server (a counter: it only grows)."""
+    lines, by load balancer and server (a counter: it only grows), each
+    key the load balancer has from 0 (a series that starts at its first
+    line would make its first increase invisible to increase())."""
+    for server in entry.get("not_enough_keys") or []:
+        totals.setdefault((entry["name"], entry.get("cluster") or "", server), 0)
     for server, count in (entry.get("not_enough") or {}).items():
         key = (entry["name"], entry.get("cluster") or "", server)
         totals[key] = totals.get(key, 0) + count

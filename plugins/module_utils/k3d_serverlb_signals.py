@@ -26,7 +26,7 @@ except ImportError:  # beside the keeper (no collection there): the files sit si
 _NOT_ENOUGH = re.compile(r"worker_connections are not enough.*?(?P<proto>udp|tcp) client: [^,]+, server: "
                          r"[^,]*?:(?P<port>\d+)")
 # the server of a "not enough" line that does not name one
-UNNAMED = "unnamed"
+UNNAMED = lb_config.UNNAMED
 _EXCEED = re.compile(r"(\d+) worker_connections exceed open file resource limit: (\d+)")
 
 
@@ -73,11 +73,12 @@ def worker_load(output):
     return sum(f for f, u in rows), sum(u for f, u in rows), max(f + u for f, u in rows)
 
 
-def signals(container, want, since, dns_probe=None):
+def signals(container, want, since, dns_probe=None, until=None):
     """What a running load balancer shows now: its config as rendered, what
-    it lacks of the fix, its log since `since` (epoch s), the files its
-    workers hold open, and (dns_probe(address, port) -> seconds or None)
-    whether each UDP upstream answers."""
+    it lacks of the fix, its log since `since` (epoch s; up to `until`, so
+    that back-to-back windows count no line twice), the files its workers
+    hold open, and (dns_probe(address, port) -> seconds or None) whether each
+    UDP upstream answers."""
     state = lb_container.read_state(container)
     want, cap = lb_capacity.capped_want(want, state["hard_limit"])
     new_template, facts, reasons = lb.plan(state, want)
@@ -85,7 +86,7 @@ def signals(container, want, since, dns_probe=None):
                              max(state["worker_limits"] or [0]) or None)
     code = "not_fixed" if reasons else "capped" if cap else "fixed"
     entry.update(state=code, state_text=lb.state_text(code, cap), open_file_cap=cap)
-    raw = container.logs(since=int(since)).decode("utf-8", "replace")
+    raw = (container.logs(since=since, until=until) if until else container.logs(since=since)).decode("utf-8", "replace")
     entry.update(log_signals(raw), drift=reasons, template_patched=new_template == state["template"])
     rc, out = lb_container._exec(container, ["sh", "-c", _WORKER_LOAD])[:2]
     entry["open_files"], entry["udp_sessions"], entry["connections"] = worker_load(out if rc == 0 else "")

@@ -78,7 +78,7 @@ class Keeper(object):
         self.metrics_dir = cfg.get("metrics_dir") or ""
         self.metrics_interval = max(5, int(cfg.get("metrics_interval") or 30))
         self.not_enough = {}
-        self.metrics_since = int(time.time())
+        self.metrics_since = time.time()
 
     def fix(self, container):
         """handle() until the load balancer is fixed: one that just started
@@ -138,14 +138,14 @@ class Keeper(object):
     def write_metrics(self, client, not_found):
         """One pass: every load balancer's signals (no DNS probe) into the
         textfile, atomically (node_exporter never reads half a file)."""
-        now = int(time.time())
+        now = time.time()
         entries = []
         for name, container, dummy in lb_container.find_load_balancers(client, self.names, self.clusters,
                                                                        not_found=not_found):
             if container is None or container.status != "running":
                 continue
             try:
-                entry = lb_signals.signals(container, self.want, self.metrics_since)
+                entry = lb_signals.signals(container, self.want, self.metrics_since, until=now)
             except Exception as e:  # deliberate: one load balancer going away must not stop the metrics
                 log("%s: metrics: %s: %s" % (name, type(e).__name__, e))
                 continue
@@ -155,7 +155,7 @@ class Keeper(object):
         os.makedirs(self.metrics_dir, exist_ok=True)
         path = os.path.join(self.metrics_dir, lb_metrics.FILE)
         with open(path + ".tmp", "w") as f:
-            f.write(lb_metrics.text(entries, self.not_enough, now))
+            f.write(lb_metrics.text(entries, self.not_enough, int(now)))
         os.chmod(path + ".tmp", 0o644)
         os.rename(path + ".tmp", path)
 

@@ -493,7 +493,8 @@ def capped_fake():
 class Observed(Fake):
     """A load balancer as signals() reads it: its log and its workers' load besides its files."""
 
-    def logs(self, since=None):
+    def logs(self, since=None, until=None):
+        self.log_window = (since, until)
         return b""
 
     def run(self, argv):
@@ -510,6 +511,14 @@ def test_a_capped_load_balancer_is_fixed_with_a_cap_only_once_it_has_the_fix(con
     c = Observed(template=K3D if conf is STOCK else lb_template.patch_template(K3D, lb_capacity.capped_want(WANT, 1024)[0]),
                  conf=conf, limits=limits, hard="1024")
     assert lb_signals.signals(c, WANT, 0)["state"] == state
+
+
+def test_the_keepers_log_windows_meet_without_overlap():
+    """The keeper reads each load balancer's log from where its last read ended, to now, both to the fraction of
+    a second: a whole-second `since` read the lines of the boundary second twice (rates inflated)."""
+    c = Observed(template=patch(K3D), conf=FIXED, limits=[16384])
+    entry = lb_signals.signals(c, WANT, 100.5, until=200.25)
+    assert c.log_window == (100.5, 200.25) and entry["not_enough_keys"][-1] == "unnamed"
 
 
 @pytest.mark.parametrize("hard, cap", [(None, None), (16384, None), (65536, None), (524288, None), (1024, 1024),

@@ -56,3 +56,19 @@ def test_not_enough_lines_with_and_without_their_server_are_counted():
            "2026/12/02 03:18:47 [alert] 45#45: 1024 worker_connections are not enough\n")
     got = sig.log_signals(log)
     assert got["not_enough"] == {"unnamed": 2, "udp 53": 1} and got["not_enough_total"] == 3
+
+
+def test_every_server_is_exported_from_0_so_its_first_line_is_an_increase():
+    """increase() sees no rise in a series that starts at its first value: each key the load balancer has is
+    written at 0 before any line, so the alert needs no new-series clause (which fired after a scrape gap)."""
+    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_config as lb_config
+    keys = lb_config.report("k3d-b-serverlb", "b", {"worker_connections": 4096, "worker_rlimit_nofile": 16384,
+                                                    "udp_servers": [{"port": "53", "proxy_timeout": "5s",
+                                                                     "proxy_responses": "1", "limit_conn": 1024}],
+                                                    "tcp_servers": [{"port": "443"}, {"port": "6443"}]},
+                            16384)["not_enough_keys"]
+    assert keys == ["tcp 443", "tcp 6443", "udp 53", "unnamed"]
+    totals = m.add_not_enough({}, dict(FIXED, not_enough_keys=keys))
+    assert totals == dict((("k3d-b-serverlb", "b", k), 0) for k in keys)
+    totals = m.add_not_enough(totals, dict(FIXED, not_enough_keys=keys, not_enough={"udp 53": 4}))
+    assert totals[("k3d-b-serverlb", "b", "udp 53")] == 4 and totals[("k3d-b-serverlb", "b", "tcp 443")] == 0
