@@ -141,12 +141,16 @@ def test_the_429_alert_fires_during_a_flood_through_the_vps_and_not_after(client
 def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_the_role(client):
     """As test_diagnose: the keeper stopped, k3d re-creates lab2's load
     balancer (stock), 100 DNS queries/s; the keeper's metrics written once
-    (it fixes nothing then). Then the k3d tag, the same load: quiet."""
+    before the load (each server's count at 0) and once after (it fixes
+    nothing then): the count rose. Then the k3d tag, the same load: quiet."""
     subprocess.run([sys.executable, KEEPER, "--config", lb.KEEPER_CONFIG, "--stop"], check=True, capture_output=True)
     ep = k3d.endpoints(10100)
     try:
         k3d.port_add("lab2", "127.0.0.1:10186:854/udp@loadbalancer")
         k3d.wait_serving(client, "lab2")
+        subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", lb.KEEPER_CONFIG, "--metrics-once"],
+                       check=True, capture_output=True, timeout=120)
+        time.sleep(6)  # Prometheus scrapes every 2 s: the counts at 0 are in
         probes.dns_load("127.0.0.1", ep["dns"], rate=100, count=1500)
         subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", lb.KEEPER_CONFIG, "--metrics-once"],
                        check=True, capture_output=True, timeout=120)
