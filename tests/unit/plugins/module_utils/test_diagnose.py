@@ -131,6 +131,18 @@ def test_drain_values_at_kernel_defaults_and_a_busy_kernel():
     assert [f["code"] for f in found] == ["drain_slow", "drain_slow", "host_kernel_busy"]
 
 
+@pytest.mark.parametrize("load, system, busy", [
+    (5.18, 13.8, False),   # measured in the lab while other tests ran beside: user work, not the kernel
+    (5.0, 30, True),
+    (1.0, 60, True),       # seed 001: system CPU high whatever the load
+    (3.9, 40, False),
+])
+def test_a_busy_kernel_is_system_cpu_not_load_alone(load, system, busy):
+    sig = {"host": {"load": [load], "cpus": 2, "cpu": {"system": system}}}
+    found = dg.host_common("nas", sig, [])
+    assert [f["code"] for f in found] == (["host_kernel_busy"] if busy else [])
+
+
 @pytest.mark.parametrize("live, want, words", [
     ({"net.ipv4.tcp_fin_timeout": 20}, None, "slower than asked"),  # 20 > the default 15, not the kernel's
     ({"net.ipv4.tcp_fin_timeout": 20}, {"net.ipv4.tcp_fin_timeout": 30}, None),  # what this inventory asks
