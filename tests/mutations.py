@@ -89,12 +89,12 @@ MUTATIONS = {
         "tests/lab/test_revert_scoped.py::test_the_revert_puts_back_ufws_part_and_leaves_everyone_elses"),
     "a confirmation over a reused connection passes (the login's start not compared with the arm)": (
         "plugins/module_utils/ufw_revert.py",
-        'if login["started"] <= armed_uptime:',
+        'if same_boot and login["started"] <= armed_start:',
         "if False:",
         UNIT + "test_ufw_revert.py::test_a_new_login_from_outside_and_nothing_else_proves_the_way_in"),
     "a confirmation from loopback passes (a tunnel, sslh)": (
         "plugins/module_utils/ufw_revert.py",
-        'if loopback(login["peer"]):',
+        'if loopback(login["peer"]) or login["peer"] == login.get("local"):',
         "if False:",
         UNIT + "test_ufw_revert.py::test_a_new_login_from_outside_and_nothing_else_proves_the_way_in"),
     "the demo counts a boolean as a count (alerts = False reads as 0)": (

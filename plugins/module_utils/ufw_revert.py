@@ -33,6 +33,7 @@ __metaclass__ = type
 import binascii
 import re
 import socket
+import sys
 
 STATE_DIR = "/var/lib/homelab-edge/ufw-revert"
 ROOTS = ("/etc/ufw", "/etc/default/ufw")
@@ -224,7 +225,7 @@ fi
 # the armed marker taken, or (boot, resume) a revert that was cut off half way: it is finished
 if mv "$dir/armed" "$dir/reverting" 2>/dev/null; then
   touch "$dir/reverting"
-elif [ "$mode" = now ] || [ "$mode" = wait ] || [ ! -e "$dir/reverting" ]; then
+elif { [ "$mode" != boot ] && [ "$mode" != resume ]; } || [ ! -e "$dir/reverting" ]; then
   exit 0
 fi
 exec >>"$dir/revert.log" 2>&1
@@ -352,9 +353,10 @@ def parse_stat(text):
 
 
 def _address(hexaddr):
-    """An address of /proc/net/tcp{,6} (32-bit words in host order, little-endian here) as text; an
+    """An address of /proc/net/tcp{,6} (32-bit words in the host's byte order) as text; an
     IPv4-mapped IPv6 address as IPv4."""
-    raw = b"".join(binascii.unhexlify(hexaddr[i:i + 8])[::-1] for i in range(0, len(hexaddr), 8))
+    order = -1 if sys.byteorder == "little" else 1
+    raw = b"".join(binascii.unhexlify(hexaddr[i:i + 8])[::order] for i in range(0, len(hexaddr), 8))
     if len(raw) == 16 and raw[:12] == b"\0" * 10 + b"\xff\xff":
         raw = raw[12:]
     return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
@@ -385,7 +387,8 @@ def ssh_login(chain, sockets):
         for inode in proc["sockets"]:
             s = sockets.get(inode)
             if s and s["state"] == TCP_ESTABLISHED and (login is None or proc["start"] < login["started"]):
-                login = {"pid": proc["pid"], "started": proc["start"], "peer": s["peer"], "port": s["local_port"]}
+                login = {"pid": proc["pid"], "started": proc["start"], "peer": s["peer"], "port": s["local_port"],
+                         "local": s["local"]}
     return login
 
 
@@ -393,18 +396,21 @@ def loopback(address):
     return address.startswith("127.") or address == "::1"
 
 
-def new_login_problem(login, armed_uptime):
-    """Why this login proves no new way in from outside (None when it does). armed_uptime: seconds since boot
-    when the revert was armed, on the clock of /proc/PID/stat."""
+def new_login_problem(login, armed_start, same_boot=True):
+    """Why this login proves no new way in from outside (None when it does). armed_start: when the process that
+    armed the revert started, on the clock of /proc/PID/stat (seconds since boot: the same clock as the login's,
+    also where lxcfs rewrites /proc/uptime); same_boot: the host has not restarted since (after a restart every
+    login is newer than the arm)."""
     if login is None:
         return ("this confirmation did not arrive over SSH (a local, docker or aws_ssm connection, or a login "
                 "whose sshd could not be read), so nothing shows that a new login from outside still works")
-    if login["started"] <= armed_uptime:
+    if same_boot and login["started"] <= armed_start:
         return ("the login that confirms is older than the revert (it started %.0f s before the revert was armed): "
                 "a reused connection is ESTABLISHED traffic, which any firewall lets through; run the meta task "
                 "reset_connection before the confirmation (and no ControlPersist shared with another process)"
-                % (armed_uptime - login["started"]))
-    if loopback(login["peer"]):
-        return ("the login came from %s on this host (an ssh -L tunnel, sslh, or a jump through the host itself): "
-                "ufw always lets loopback in, so it proves nothing about the way in from outside" % login["peer"])
+                % (armed_start - login["started"]))
+    if loopback(login["peer"]) or login["peer"] == login.get("local"):
+        return ("the login came from %s, this host itself (an ssh -L tunnel, sslh, or a jump through the host): "
+                "ufw always lets the host's own traffic in (it arrives on lo), so it proves nothing about the way in "
+                "from outside" % login["peer"])
     return None

@@ -183,8 +183,17 @@ KEEP = 10  # reverts kept for query, newest first
 
 
 def uptime():
-    """Seconds since boot, on the clock of /proc/PID/stat's start times."""
+    """Seconds since boot (where lxcfs runs, the container's: use own_start() to compare with start times)."""
     return float(read("/proc/uptime").split()[0])
+
+
+def own_start():
+    """When this process started, on the clock of /proc/PID/stat (seconds since boot)."""
+    return ur.parse_stat(read("/proc/self/stat"))[2] / float(os.sysconf("SC_CLK_TCK"))
+
+
+def boot_id():
+    return (read("/proc/sys/kernel/random/boot_id", "") or "").strip() or None
 
 
 def login_chain():
@@ -308,7 +317,7 @@ class Reverts(object):
         host.write_text(self.module, script, ur.script(d, p["timeout"], was_enabled), new_mode=0o700)
         # the deadline counts from here, after the snapshot; meta.json comes before the timer
         meta = {"id": rid, "armed_at": now, "fires_at": int(time.time()) + p["timeout"], "timeout": p["timeout"],
-                "was_enabled": was_enabled, "armed_uptime": uptime()}
+                "was_enabled": was_enabled, "armed_start": own_start(), "boot_id": boot_id()}
         self.write(rid, "meta.json", json.dumps(meta))
         # the boot unit before the armed marker: nothing after the marker but the timer can fail
         meta["boot_unit"] = self.boot_unit()
@@ -444,28 +453,39 @@ class Reverts(object):
         """Run the revert at once, here, then stop its timer (the script takes the armed marker first, so a
         timer firing meanwhile finds nothing to do); the outcome as data."""
         meta = self.known(rid)
-        mode = "resume" if self.describe(rid)["state"] == "stalled" else "now"
-        self.module.run_command([self.module.get_bin_path("sh", required=True), self.path(rid, "revert.sh"), mode],
-                                environ_update=C_ENV)
+        stalled = self.describe(rid)["state"] == "stalled"
+        if stalled:  # the script as this release writes it (one armed by an earlier release has no resume mode)
+            host.write_text(self.module, self.path(rid, "revert.sh"),
+                            ur.script(self.path(rid), meta["timeout"], meta["was_enabled"]), new_mode=0o700)
+        self.module.run_command([self.module.get_bin_path("sh", required=True), self.path(rid, "revert.sh"),
+                                 "resume" if stalled else "now"], environ_update=C_ENV)
         self.stop_timer(meta)
-        return self.describe(rid)
+        done = self.describe(rid)
+        if stalled and done["state"] != "reverted":
+            self.fail("the revert %s was cut off half way and could not be finished (%s): see %s"
+                      % (rid, done["state"], self.path(rid, "revert.log")), id=rid, outcome=done["state"])
+        return done
 
     def confirm(self):
         p = self.module.params
         rid = p["id"]
         meta = self.known(rid)
         where = self.describe(rid)["state"]
-        if where in ("reverting", "stalled", "reverted"):
+        if where == "stalled":
+            self.fail("the revert %s was cut off half way (the host restarted, or its script was killed), so the "
+                      "firewall is partly put back; it cannot be confirmed. Finish it with state=reverted id=%s, then "
+                      "make the change again" % (rid, rid), id=rid)
+        if where in ("reverting", "reverted"):
             self.fail("too late: the revert %s already ran (its %d s were up), so the firewall is as it was before the "
                       "change; raise the timeout if a new login takes longer" % (rid, meta["timeout"]), id=rid)
         if where == "confirmed":
             self.exit(changed=False, id=rid, outcome="confirmed", cut=[])
         login = ur.ssh_login(*login_chain())
         if p["require_new_login"]:
-            armed_uptime = meta.get("armed_uptime")
-            if armed_uptime is None:  # armed by an earlier release: its Unix time on the boot clock
-                armed_uptime = meta["armed_at"] - (time.time() - uptime())
-            problem = ur.new_login_problem(login, armed_uptime)
+            armed_start = meta.get("armed_start")
+            if armed_start is None:  # armed by an earlier release: its Unix time on the boot clock
+                armed_start = meta["armed_at"] - (time.time() - uptime())
+            problem = ur.new_login_problem(login, armed_start, same_boot=meta.get("boot_id") in (None, boot_id()))
             if problem:
                 done = self.revert_now(rid)
                 self.fail("not confirmed: %s. The firewall was put back as it was (%s). Confirm over a new SSH login "

@@ -237,7 +237,8 @@ def chain(login_socket, start=500.0, comm="sshd"):
 
 def test_ssh_login_is_the_connections_own_sshd_not_the_listener():
     sockets = ur.tcp_sockets(TCP)
-    assert ur.ssh_login(chain(1002), sockets) == {"pid": 895, "started": 500.0, "peer": "172.18.0.1", "port": 22}
+    assert ur.ssh_login(chain(1002), sockets) == {"pid": 895, "started": 500.0, "peer": "172.18.0.1", "port": 22,
+                                                  "local": "172.18.0.3"}
     assert ur.ssh_login(chain(1002, comm="sshd-session"), sockets)["pid"] == 895  # OpenSSH 9.8 and later
     assert ur.ssh_login(chain(1002)[:4], sockets) is None  # no sshd above: local, docker, aws_ssm
     assert ur.ssh_login(chain(1001), sockets) is None  # only the listener's socket: no login
@@ -260,7 +261,7 @@ def test_a_new_login_from_outside_and_nothing_else_proves_the_way_in(socket, arm
     if socket == 1002 and not proves:
         assert "older than the revert" in problem and "reset_connection" in problem
     if socket == 1003:
-        assert "127.0.0.1" in problem and "loopback" in problem
+        assert "127.0.0.1" in problem and "this host itself" in problem
     if socket is None:
         assert "did not arrive over SSH" in problem
 
@@ -282,3 +283,18 @@ def test_a_revert_cut_off_half_way_is_stalled_once_it_cannot_still_run():
     # armed by an earlier release (the marker's time is the arm's): counted from the due time
     assert ur.describe(meta, "reverting", 1120 + ur.STALL - 1, reverting_since=1000, booted_at=500)["state"] == "reverting"
     assert ur.describe(meta, "reverting", 1200)["state"] == "reverting"  # no marker time: no guess
+
+
+def test_after_a_restart_every_login_is_newer_than_the_arm():
+    """The boot clock starts again: a login of this boot started 'before' the arm's start, but after the arm."""
+    login = ur.ssh_login(chain(1002, start=50.0), ur.tcp_sockets(TCP))
+    assert ur.new_login_problem(login, 49800.0) is not None
+    assert ur.new_login_problem(login, 49800.0, same_boot=False) is None
+
+
+def test_a_login_from_the_hosts_own_address_is_the_host_itself():
+    """ssh -J vps vps: the jump connects to the host's public address from itself; it arrives on lo."""
+    own = TCP + "   3: 0A0B0CCB:0016 0A0B0CCB:D432 01 00000000:00000000 02:0009C2A5 00000000     0        0 1006 2 0 20 4 30 10 -1\n"
+    login = ur.ssh_login(chain(1006), ur.tcp_sockets(own))
+    assert login["peer"] == login["local"] == "203.12.11.10"
+    assert "this host itself" in ur.new_login_problem(login, 400.0)
