@@ -177,6 +177,11 @@ MUTATIONS = {
         'if entry["status"] == "changed" and key not in out and entry["before"] is not None:',
         'if entry["status"] == "changed" and entry["before"] is not None:',
         UNIT + "test_tcp_drain.py::test_only_the_keys_the_module_changed_are_put_back_and_the_first_value_before_wins"),
+    "keeper metrics: a new server's count goes out above 0 (its first increase invisible)": (
+        "plugins/module_utils/k3d_serverlb_metrics.py",
+        "            totals[key] = 0\n            held[key] = held.get(key, 0) + counts.get(server, 0)",
+        "            totals[key] = counts.get(server, 0)",
+        UNIT + "test_k3d_serverlb_metrics.py::test_the_not_enough_count_only_grows_and_a_new_key_goes_out_at_0_first"),
     "revert fires without the change modules' lock": (
         "plugins/module_utils/ufw_revert.py",
         "if command -v flock >/dev/null 2>&1; then",

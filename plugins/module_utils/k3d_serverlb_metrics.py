@@ -10,6 +10,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 FILE = "homelab_edge_k3d.prom"
 STATES = ("fixed", "capped", "not_fixed")
 # name: (type, help); one line per load balancer each (labels lb, cluster)
@@ -32,16 +34,40 @@ def _labels(**kw):
                              for k, v in sorted(kw.items()))
 
 
-def add_not_enough(totals, entry):
+def add_not_enough(totals, entry, held=None):
     """The keeper's running count of "worker_connections are not enough"
-    lines, by load balancer and server (a counter: it only grows), each
-    key the load balancer has from 0 (a series that starts at its first
-    line would make its first increase invisible to increase())."""
-    for server in entry.get("not_enough_keys") or []:
-        totals.setdefault((entry["name"], entry.get("cluster") or "", server), 0)
-    for server, count in (entry.get("not_enough") or {}).items():
-        key = (entry["name"], entry.get("cluster") or "", server)
-        totals[key] = totals.get(key, 0) + count
+    lines, by load balancer and server (a counter: it only grows). Every
+    key goes out at 0 first: a series whose first sample is above 0 shows
+    increase() no rise. So each key the load balancer has is written from
+    0, and the lines of a key seen for the first time wait in `held` (the
+    keeper's, kept between writes) for the next write."""
+    held = {} if held is None else held
+    counts = entry.get("not_enough") or {}
+    lb = (entry["name"], entry.get("cluster") or "")
+    waiting = set(k[2] for k in held if k[:2] == lb)
+    for server in sorted(set(entry.get("not_enough_keys") or []) | set(counts) | waiting):
+        key = lb + (server,)
+        if key not in totals:
+            totals[key] = 0
+            held[key] = held.get(key, 0) + counts.get(server, 0)
+        else:
+            totals[key] += held.pop(key, 0) + counts.get(server, 0)
+    return totals
+
+
+_TOTAL = re.compile(r'^homelab_edge_k3d_lb_not_enough_total\{(.*)\} (\d+)$')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def read_totals(text):
+    """The not-enough counts of the textfile an earlier keeper wrote: a restarted keeper continues them (a
+    counter that fell back to 0 would hide the lines of the restart's first window)."""
+    totals = {}
+    for line in (text or "").splitlines():
+        m = _TOTAL.match(line)
+        if m:
+            labels = dict((k, re.sub(r"\\(.)", r"\1", v)) for k, v in _LABEL.findall(m.group(1)))
+            totals[(labels.get("lb", ""), labels.get("cluster", ""), labels.get("server", ""))] = int(m.group(2))
     return totals
 
 

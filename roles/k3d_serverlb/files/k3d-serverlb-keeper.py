@@ -77,7 +77,16 @@ class Keeper(object):
         self.render_timeout = cfg.get("render_timeout", lb.RENDER_TIMEOUT)
         self.metrics_dir = cfg.get("metrics_dir") or ""
         self.metrics_interval = max(5, int(cfg.get("metrics_interval") or 30))
-        self.not_enough = {}
+        # the counts continue those of the textfile an earlier keeper wrote; a key seen for the first time goes
+        # out at 0, its lines held for the next write; each load balancer's log is read from where its last
+        # successful read ended (since the keeper started, for one not read yet)
+        self.not_enough, self.held, self.read_until = {}, {}, {}
+        if self.metrics_dir:
+            try:
+                with open(os.path.join(self.metrics_dir, lb_metrics.FILE)) as f:
+                    self.not_enough = lb_metrics.read_totals(f.read())
+            except (IOError, OSError):
+                pass
         self.metrics_since = time.time()
 
     def fix(self, container):
@@ -145,13 +154,14 @@ class Keeper(object):
             if container is None or container.status != "running":
                 continue
             try:
-                entry = lb_signals.signals(container, self.want, self.metrics_since, until=now)
+                entry = lb_signals.signals(container, self.want, self.read_until.get(name, self.metrics_since),
+                                           until=now)
             except Exception as e:  # deliberate: one load balancer going away must not stop the metrics
                 log("%s: metrics: %s: %s" % (name, type(e).__name__, e))
                 continue
-            lb_metrics.add_not_enough(self.not_enough, entry)
+            self.read_until[name] = now
+            lb_metrics.add_not_enough(self.not_enough, entry, self.held)
             entries.append(entry)
-        self.metrics_since = now
         os.makedirs(self.metrics_dir, exist_ok=True)
         path = os.path.join(self.metrics_dir, lb_metrics.FILE)
         with open(path + ".tmp", "w") as f:

@@ -12,7 +12,7 @@ def samples(text):
 
 
 def test_each_load_balancer_is_in_one_state_with_its_gauges():
-    got = samples(m.text([STOCK, FIXED], m.add_not_enough({}, STOCK), 1700000000))
+    got = samples(m.text([STOCK, FIXED], m.add_not_enough({("k3d-a-serverlb", "a", "udp 53"): 0}, STOCK), 1700000000))
     assert got['homelab_edge_k3d_lb_state{cluster="a",lb="k3d-a-serverlb",state="not_fixed"}'] == "1"
     assert got['homelab_edge_k3d_lb_state{cluster="a",lb="k3d-a-serverlb",state="fixed"}'] == "0"
     assert got['homelab_edge_k3d_lb_state{cluster="b",lb="k3d-b-serverlb",state="fixed"}'] == "1"
@@ -24,10 +24,20 @@ def test_each_load_balancer_is_in_one_state_with_its_gauges():
     assert got["homelab_edge_k3d_keeper_last_write_timestamp_seconds"] == "1700000000"
 
 
-def test_the_not_enough_count_only_grows():
-    totals = m.add_not_enough({}, STOCK)
-    totals = m.add_not_enough(totals, dict(STOCK, not_enough={"udp 53": 2, "tcp 443": 1}))
-    assert totals == {("k3d-a-serverlb", "a", "udp 53"): 5, ("k3d-a-serverlb", "a", "tcp 443"): 1}
+def test_the_not_enough_count_only_grows_and_a_new_key_goes_out_at_0_first():
+    held = {}
+    totals = m.add_not_enough({}, STOCK, held)
+    assert totals == {("k3d-a-serverlb", "a", "udp 53"): 0} and held == {("k3d-a-serverlb", "a", "udp 53"): 3}
+    totals = m.add_not_enough(totals, dict(STOCK, not_enough={"udp 53": 2, "tcp 443": 1}), held)
+    assert totals == {("k3d-a-serverlb", "a", "udp 53"): 5, ("k3d-a-serverlb", "a", "tcp 443"): 0}
+    totals = m.add_not_enough(totals, dict(STOCK, not_enough={}), held)
+    assert totals == {("k3d-a-serverlb", "a", "udp 53"): 5, ("k3d-a-serverlb", "a", "tcp 443"): 1} and not held
+
+
+def test_a_restarted_keeper_continues_the_counts_of_its_textfile():
+    before = {("k3d-a-serverlb", "a", "udp 53"): 7, ('we"ird\\lb', "", "unnamed"): 2}
+    assert m.read_totals(m.text([], before, 1)) == before
+    assert m.read_totals("") == {} and m.read_totals(None) == {}
 
 
 def test_every_metric_has_help_and_type_and_label_values_are_escaped():
@@ -68,7 +78,7 @@ def test_every_server_is_exported_from_0_so_its_first_line_is_an_increase():
                                                     "tcp_servers": [{"port": "443"}, {"port": "6443"}]},
                             16384)["not_enough_keys"]
     assert keys == ["tcp 443", "tcp 6443", "udp 53", "unnamed"]
-    totals = m.add_not_enough({}, dict(FIXED, not_enough_keys=keys))
+    totals = m.add_not_enough({}, dict(FIXED, not_enough_keys=keys), {})
     assert totals == dict((("k3d-b-serverlb", "b", k), 0) for k in keys)
-    totals = m.add_not_enough(totals, dict(FIXED, not_enough_keys=keys, not_enough={"udp 53": 4}))
+    totals = m.add_not_enough(totals, dict(FIXED, not_enough_keys=keys, not_enough={"udp 53": 4}), {})
     assert totals[("k3d-b-serverlb", "b", "udp 53")] == 4 and totals[("k3d-b-serverlb", "b", "tcp 443")] == 0
