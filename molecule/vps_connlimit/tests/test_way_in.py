@@ -333,8 +333,9 @@ def test_only_a_new_login_from_outside_confirms():
         return adhoc.run_module("ufw_revert", {"state": "confirmed", "id": rid, "require_new_login": require},
                                 target="vps-fresh", inventory=INVENTORY, become=True, **how)
 
-    jump = {"ansible_ssh_common_args": " ".join(hosts.SSH_OPTIONS[:6]) + " -o ProxyCommand=\"ssh -i %s -p 2223 %s -W "
-            "127.0.0.1:22 %s@127.0.0.1\"" % (hosts.key(), " ".join(hosts.SSH_OPTIONS), hosts.USER)}
+    # a jump through the host itself: this machine -> its sshd -> its own loopback, where its sshd listens (2222)
+    jump = {"ansible_ssh_common_args": " ".join(hosts.SSH_OPTIONS[:6]) + " -o ProxyCommand=\"ssh -i %s -p %d %s -W "
+            "127.0.0.1:2222 %s@127.0.0.1\"" % (hosts.key(), SSH_PORT, " ".join(hosts.SSH_OPTIONS), hosts.USER)}
     make_fresh()
     FRESH.check_output("ufw allow 2222/tcp >/dev/null && ufw --force enable >/dev/null")
     before = firewall()
