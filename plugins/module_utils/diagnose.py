@@ -285,8 +285,8 @@ def way_in(host, access, reverts):
     for r in (reverts or {}).get("pending") or []:
         if r.get("state") == "stalled":
             out.append(finding(host, "a revert of a firewall change was cut off half way",
-                               "ufw_revert %s: armed at %s, due at %s, still reverting" % (r.get("id"), r.get("armed_at"),
-                                                                                   r.get("fires_at")),
+                               "ufw_revert %s: armed at %s, due at %s, still reverting"
+                               % (r.get("id"), r.get("armed_at"), r.get("fires_at")),
                                "the host restarted, or the revert's script was killed, while it put the firewall back",
                                "homelab.edge.ufw_revert state=reverted id=%s finishes it" % r.get("id"), "firewall",
                                code="way_in_revert_stalled"))
