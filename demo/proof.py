@@ -184,7 +184,7 @@ def verdicts(results):
         row["pair"], row["pair_ok"] = None, None
         if (part, measure) in pairs:
             row["pair"], check = pairs[(part, measure)]
-            row["pair_ok"] = _holds(lambda b, a: check(b, a), row["before"], row["after"])
+            row["pair_ok"] = _holds(check, row["before"], row["after"])
         rows.append(row)
     return rows
 

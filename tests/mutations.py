@@ -94,7 +94,7 @@ MUTATIONS = {
         UNIT + "test_ufw_revert.py::test_a_new_login_from_outside_and_nothing_else_proves_the_way_in"),
     "a confirmation from loopback passes (a tunnel, sslh)": (
         "plugins/module_utils/ufw_revert.py",
-        'if loopback(login["peer"]) or login["peer"] == login.get("local"):',
+        'if ua.is_loopback(login["peer"]) or login["peer"] == login.get("local"):',
         "if False:",
         UNIT + "test_ufw_revert.py::test_a_new_login_from_outside_and_nothing_else_proves_the_way_in"),
     "the demo counts a boolean as a count (alerts = False reads as 0)": (

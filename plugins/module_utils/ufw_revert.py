@@ -35,6 +35,11 @@ import re
 import socket
 import sys
 
+try:
+    from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+except ImportError:  # read by the lab's tests beside it (no collection there): the files sit side by side
+    import ufw_access as ua  # noqa: F811
+
 STATE_DIR = "/var/lib/homelab-edge/ufw-revert"
 ROOTS = ("/etc/ufw", "/etc/default/ufw")
 TIMEOUT_MIN, TIMEOUT_MAX = 10, 3600
@@ -302,6 +307,10 @@ def systemd_run_argv(systemd_run, unit, timeout, sh, script_path):
             "--description", "homelab.edge: revert an unconfirmed firewall change", sh, script_path, "now"]
 
 
+# the states of a revert that still needs something: a confirmation, a revert, or its end
+PENDING = ("armed", "missed", "stalled")
+
+
 def marker(names):
     """Where a revert stands, from the names in its directory."""
     for m in ("reverting", "reverted", "confirmed", "armed"):
@@ -392,10 +401,6 @@ def ssh_login(chain, sockets):
     return login
 
 
-def loopback(address):
-    return address.startswith("127.") or address == "::1"
-
-
 def new_login_problem(login, armed_start, same_boot=True):
     """Why this login proves no new way in from outside (None when it does). armed_start: when the process that
     armed the revert started, on the clock of /proc/PID/stat (seconds since boot: the same clock as the login's,
@@ -409,7 +414,7 @@ def new_login_problem(login, armed_start, same_boot=True):
                 "a reused connection is ESTABLISHED traffic, which any firewall lets through; run the meta task "
                 "reset_connection before the confirmation (and no ControlPersist shared with another process)"
                 % (armed_start - login["started"]))
-    if loopback(login["peer"]) or login["peer"] == login.get("local"):
+    if ua.is_loopback(login["peer"]) or login["peer"] == login.get("local"):
         return ("the login came from %s, this host itself (an ssh -L tunnel, sslh, or a jump through the host): "
                 "ufw always lets the host's own traffic in (it arrives on lo), so it proves nothing about the way in "
                 "from outside" % login["peer"])

@@ -252,27 +252,28 @@ class Reverts(object):
         where = ur.marker(os.listdir(self.path(rid)))
         pid_alive = alive(meta["pid"]) if meta.get("pid") else None
         at, rc = read(self.path(rid, "reverted_at")), read(self.path(rid, "revert_rc"))
-        since = None
-        if where == "reverting":
+        since = booted_at = None
+        if where == "reverting":  # the marker's time and the boot's only matter to a revert under way
             try:
                 since = os.stat(self.path(rid, "reverting")).st_mtime
             except OSError:
                 pass
+            booted_at = time.time() - uptime()
         return ur.describe(meta, where, int(time.time()), pid_alive, int(at) if at else None,
                            int(rc) if rc and rc.strip().isdigit() else None, reverting_since=since,
-                           booted_at=time.time() - uptime())
+                           booted_at=booted_at)
 
     def all(self):
         return [self.describe(r) for r in self.ids()]
 
     def exit(self, **kw):
         reverts = self.all()
-        self.module.exit_json(reverts=reverts, pending=[r for r in reverts if r["state"] in ("armed", "missed", "stalled")], **kw)
+        self.module.exit_json(reverts=reverts, pending=[r for r in reverts if r["state"] in ur.PENDING], **kw)
 
     def fail(self, msg, **kw):
         reverts = self.all()
         self.module.fail_json(msg=msg, reverts=reverts,
-                              pending=[r for r in reverts if r["state"] in ("armed", "missed", "stalled")], **kw)
+                              pending=[r for r in reverts if r["state"] in ur.PENDING], **kw)
 
     # ---------------------------------------------------------------- armed
     def arm(self):
@@ -466,6 +467,13 @@ class Reverts(object):
                       % (rid, done["state"], self.path(rid, "revert.log")), id=rid, outcome=done["state"])
         return done
 
+    def put_back(self, rid, meta):
+        """Revert at once (a confirmation that failed); what became of ufw, in words for the failure."""
+        done = self.revert_now(rid)
+        if done.get("ok"):
+            return "ufw %s" % ("reloaded" if meta["was_enabled"] else "disabled again")
+        return "see %s" % self.path(rid, "revert.log")
+
     def confirm(self):
         p = self.module.params
         rid = p["id"]
@@ -487,22 +495,17 @@ class Reverts(object):
                 armed_start = meta["armed_at"] - (time.time() - uptime())
             problem = ur.new_login_problem(login, armed_start, same_boot=meta.get("boot_id") in (None, boot_id()))
             if problem:
-                done = self.revert_now(rid)
                 self.fail("not confirmed: %s. The firewall was put back as it was (%s). Confirm over a new SSH login "
                           "from outside, or set require_new_login=false once you checked the way in yourself"
-                          % (problem, "ufw %s" % ("reloaded" if meta["was_enabled"] else "disabled again")
-                             if done.get("ok") else "see %s" % self.path(rid, "revert.log")),
-                          id=rid, outcome="reverted", cut=[], login=login)
+                          % (problem, self.put_back(rid, meta)), id=rid, outcome="reverted", cut=[], login=login)
         else:
             self.module.warn("require_new_login=false: the change to the firewall is confirmed with nothing that shows "
                              "a new login from outside still works")
         cut = self.cut(p["must_stay"])
         if cut:
-            done = self.revert_now(rid)
             self.fail("the change cut %s, which let new clients in before it: the firewall was put back as it was "
-                      "(%s)" % (", ".join(cut), "ufw %s" % ("reloaded" if meta["was_enabled"] else "disabled again")
-                                if done.get("ok") else "see %s" % self.path(rid, "revert.log")),
-                      id=rid, outcome="reverted", cut=cut, login=login)
+                      "(%s)" % (", ".join(cut), self.put_back(rid, meta)), id=rid, outcome="reverted", cut=cut,
+                      login=login)
         try:
             os.rename(self.path(rid, "armed"), self.path(rid, "confirmed"))
         except OSError:
