@@ -283,32 +283,39 @@ def test_status_and_diagnose_report_a_blocked_listener_and_a_missed_revert():
     make_fresh()
 
 
+def arm_fresh():
+    """A revert armed on the fresh VPS over SSH (ansible's ControlPersist master stays up for 60 s)."""
+    res = adhoc.run_module("ufw_revert", {"state": "armed", "timeout": 60}, target="vps-fresh",
+                           inventory=INVENTORY, become=True)
+    assert res.get("id"), res
+    return res["id"]
+
+
+def confirm_fresh(rid, args=None, **how):
+    """ufw_revert state=confirmed on the fresh VPS; `how`: adhoc.run_module's new_connection, extra_vars."""
+    return adhoc.run_module("ufw_revert", dict({"state": "confirmed", "id": rid}, **(args or {})), target="vps-fresh",
+                            inventory=INVENTORY, become=True, **how)
+
+
 def test_confirm_reverts_when_a_port_that_let_clients_in_is_cut():
     """The tunnel's port: a change that closes 51820/udp (its allow rule
     deleted; ufw refuses a deny rule for a port it already allows as "existing")
     is caught by the confirmation, which reverts at once; with the
     check left out (must_stay empty) the same change is confirmed - the net
     is what catches it."""
-    def armed():
-        res = adhoc.run_module("ufw_revert", {"state": "armed", "timeout": 60}, target="vps-fresh",
-                               inventory=INVENTORY, become=True)
-        assert res.get("id"), res
-        return res["id"]
-
     def confirm(rid, must_stay):
-        return adhoc.run_module("ufw_revert", {"state": "confirmed", "id": rid, "must_stay": must_stay},
-                                target="vps-fresh", inventory=INVENTORY, become=True, new_connection=True)
+        return confirm_fresh(rid, {"must_stay": must_stay}, new_connection=True)
 
     make_fresh()
     FRESH.check_output("ufw allow 2222/tcp >/dev/null && ufw allow 51820/udp >/dev/null && ufw --force enable >/dev/null")
     before = firewall()
-    rid = armed()
+    rid = arm_fresh()
     FRESH.check_output("ufw delete allow 51820/udp >/dev/null")
     assert not udp_answers()
     res = confirm(rid, ["51820/udp"])
     assert res.get("failed") and "the change cut 51820/udp" in res["msg"] and res["outcome"] == "reverted", res
     assert firewall() == before and udp_answers()
-    rid = armed()
+    rid = arm_fresh()
     FRESH.check_output("ufw delete allow 51820/udp >/dev/null")
     res = confirm(rid, [])
     assert not res.get("failed") and res["outcome"] == "confirmed"
@@ -323,15 +330,12 @@ def test_only_a_new_login_from_outside_confirms():
     A new login from outside confirms. The net removed (require_new_login=false), the loopback login confirms
     the same change."""
     def armed():
-        res = adhoc.run_module("ufw_revert", {"state": "armed", "timeout": 60}, target="vps-fresh",
-                               inventory=INVENTORY, become=True)  # a ControlPersist master, kept 60 s
-        assert res.get("id"), res
+        rid = arm_fresh()
         FRESH.check_output("ufw allow 8081/tcp >/dev/null")  # the change
-        return res["id"]
+        return rid
 
     def confirm(rid, require=True, **how):
-        return adhoc.run_module("ufw_revert", {"state": "confirmed", "id": rid, "require_new_login": require},
-                                target="vps-fresh", inventory=INVENTORY, become=True, **how)
+        return confirm_fresh(rid, {"require_new_login": require}, **how)
 
     # a jump through the host itself: this machine -> its sshd -> its own loopback, where its sshd listens (2222)
     jump = {"ansible_ssh_common_args": " ".join(hosts.SSH_OPTIONS[:6]) + " -o ProxyCommand=\"ssh -i %s -p %d %s -W "
