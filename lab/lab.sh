@@ -95,6 +95,9 @@ cmd_engine() {
   # started by dockerd, it would inherit dockerd's umask 0 and so would every `docker exec`
   if [ ! -S /run/containerd/containerd.sock ] || ! pgrep -x containerd >/dev/null; then
     log "starting containerd $CONTAINERD_VERSION"
+    # a socket left by a containerd that is gone (a /run kept across a restart) is not a containerd:
+    # waiting on it would start dockerd before containerd serves, and dockerd gives up at once
+    rm -f /run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc
     (umask 022; ulimit -Hn 524288 2>/dev/null || true; ulimit -Sn 1024
      PATH="$ENGINE_PATH:$PATH" exec nohup containerd >"$CACHE/containerd.log" 2>&1) &
     for _ in $(seq 1 30); do [ -S /run/containerd/containerd.sock ] && break; sleep 1; done

@@ -73,6 +73,12 @@ def worker_load(output):
     return sum(f for f, u in rows), sum(u for f, u in rows), max(f + u for f, u in rows)
 
 
+def worker_load_of(container):
+    """worker_load() of a running load balancer, read now."""
+    rc, out = lb_container._exec(container, ["sh", "-c", _WORKER_LOAD])[:2]
+    return worker_load(out if rc == 0 else "")
+
+
 def signals(container, want, since, dns_probe=None, until=None):
     """What a running load balancer shows now: its config as rendered, what
     it lacks of the fix, its log since `since` (epoch s; up to `until`, so
@@ -88,8 +94,7 @@ def signals(container, want, since, dns_probe=None, until=None):
     entry.update(state=code, state_text=lb.state_text(code, cap), open_file_cap=cap)
     raw = (container.logs(since=since, until=until) if until else container.logs(since=since)).decode("utf-8", "replace")
     entry.update(log_signals(raw), drift=reasons, template_patched=new_template == state["template"])
-    rc, out = lb_container._exec(container, ["sh", "-c", _WORKER_LOAD])[:2]
-    entry["open_files"], entry["udp_sessions"], entry["connections"] = worker_load(out if rc == 0 else "")
+    entry["open_files"], entry["udp_sessions"], entry["connections"] = worker_load_of(container)
     entry["dns_upstreams"] = []
     if dns_probe:
         for key in lb_config.udp_ports(lb_config.parse_values(state["values"])):

@@ -89,6 +89,19 @@ def test_after_the_undo_a_recreated_load_balancer_stays_k3ds_own(client):
     assert_k3ds_own(client, "mol2")
 
 
+def test_prove_refuses_a_load_balancer_k3d_left_unfixed(client):
+    """After the undo: DNS load would start the outage, so homelab.edge.prove refuses to send it and fails."""
+    import test_k3d_prove
+    rc, out, report = test_k3d_prove.prove(clusters=CLUSTERS)
+    assert rc != 0
+    rows = dict((r["target"], r) for r in report["rows"])
+    for cluster in CLUSTERS:
+        row = rows[k3d.lb_name(cluster)]
+        assert row["status"] == "refused" and "is not fixed" in row["reasons"][0], row
+        assert "Apply the fix first (homelab.edge.site --tags k3d)" in row["reasons"][0]
+    assert "0 failed, 2 refused, 0 proved" in out, out[-3000:]
+
+
 def test_present_again_after_the_undo(client):
     with tempfile.TemporaryDirectory() as tmp:
         run_role("present", tmp)

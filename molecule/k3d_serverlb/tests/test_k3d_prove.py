@@ -1,0 +1,91 @@
+"""homelab.edge.prove on the k3d host, as a user runs it (the playbook, its
+table and its JSON): the fixed load balancer proves itself under a small DNS
+load; check mode only plans; a DNS server that does not answer fails the
+proof (test_k3d_undo: a load balancer k3d left unfixed is refused)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import docker
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.dirname(__file__)]
+import adhoc  # noqa: E402
+import k3d  # noqa: E402
+import test_k3d_serverlb as base  # noqa: E402
+
+INVENTORY = """all:
+  children:
+    k3d_hosts:
+      hosts:
+        k3d-host:
+          ansible_connection: local
+          ansible_python_interpreter: %s
+          k3d_serverlb_clusters: [%s]
+"""
+
+
+def prove(*args, clusters=("mol",)):
+    """ansible-playbook playbooks/prove.yml --tags k3d: (rc, output, report or None)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        inv, report = os.path.join(tmp, "hosts.yml"), os.path.join(tmp, "prove.json")
+        with open(inv, "w") as f:
+            f.write(INVENTORY % (sys.executable, ", ".join(clusters)))
+        out = subprocess.run(["ansible-playbook", "-i", inv, os.path.join(ROOT, "playbooks", "prove.yml"), "--tags", "k3d",
+                              "-e", "prove_output=%s" % report] + list(args),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, check=False)
+        data = None
+        if os.path.exists(report):
+            with open(report) as f:
+                data = json.load(f)
+        return out.returncode, out.stdout, data
+
+
+@pytest.fixture(scope="module")
+def client():
+    return docker.from_env()
+
+
+def test_prove_proves_the_fixed_load_balancer(client):
+    rc, out, report = prove()
+    assert rc == 0, out[-3000:]
+    rows = report["rows"]
+    assert [r["target"] for r in rows] == [k3d.lb_name("mol")] and rows[0]["status"] == "proved", rows
+    assert rows[0]["host"] == "k3d-host" and rows[0]["measured"].startswith("200/200 answered, 0 'not enough'")
+    assert report["summary"]["ok"] and report["summary"]["counts"]["proved"] == 1
+    # the table names each column and the row's status
+    assert "host" in out and "measured" in out and "proved" in out
+    adhoc.record("k3d_serverlb", "prove_fixed", measured=rows[0]["measured"].replace(" ", "_"))
+
+
+def test_check_mode_plans_and_writes_no_report(client):
+    rc, out, report = prove("--check")
+    assert rc == 0, out[-3000:]
+    assert report is None
+    assert "would send 200 queries at 20/s (10 s, bound 22 s), up to 100 sessions of 256 allowed" in out, out[-3000:]
+    assert "planned" in out
+
+
+def test_a_dns_server_that_does_not_answer_fails_the_proof(client):
+    """The crafted broken case: CoreDNS (the stand-in's dnsmasq) frozen. Every
+    query is sent and goes unanswered: the proof fails and says so."""
+    base._dns_server(client, "mol", "STOP")
+    try:
+        rc, out, report = prove("-e", "k3d_serverlb_prove_count=40")
+    finally:
+        base._dns_server(client, "mol", "CONT")
+    assert rc != 0
+    row = report["rows"][0]
+    assert row["status"] == "failed" and any("of 40 queries unanswered" in r for r in row["reasons"]), row
+    assert not report["summary"]["ok"]
+    assert "1 failed, 0 refused, 0 proved, 0 skipped" in out, out[-3000:]
+
+
+def test_a_rate_that_would_take_the_budget_is_refused_before_sending(client):
+    rc, out, report = prove("-e", "k3d_serverlb_prove_rate=300", "-e", "k3d_serverlb_prove_count=3000")
+    assert rc != 0
+    row = report["rows"][0]
+    assert row["status"] == "refused" and "lower the rate to 51/s or less" in row["reasons"][0], row

@@ -1,0 +1,154 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: prove_connlimit
+short_description: Prove from outside that the VPS holds one address to its connection limit (for homelab.edge.prove)
+version_added: "1.0.0"
+description:
+  - Run where the connections should come from - the controller, outside the VPS (C(delegate_to)). For each port,
+    first opens one connection; when that one is not established the port cannot be checked from here, and the port
+    is C(skipped) with the reason (refused, or no answer). Otherwise opens O(limit) + O(extra) idle TCP connections at
+    once, waits up to O(timeout) for each, holds the established ones O(hold) seconds, counts them, and closes every one.
+  - Proved when at most O(limit) stayed established and at least O(extra) were reset (the limit answers with a TCP
+    reset), none unanswered.
+  - Connections this address already holds to the port count toward the limit too, so fewer may be established; that
+    still proves it.
+  - Sends no data. Changes nothing. In check mode returns the plan (connections, bound in time) without connecting.
+author:
+  - homelab.edge contributors (@homelab-edge)
+options:
+  host:
+    description: The VPS's address as the clients reach it (a name or an IP address).
+    type: str
+    required: true
+  ports:
+    description: The limited TCP ports.
+    type: list
+    elements: int
+    required: true
+  limit:
+    description: The limit per client address and port (as set for M(homelab.edge.ufw_connlimit)).
+    type: int
+    required: true
+  extra:
+    description: Connections over the limit; each must be reset. O(limit) + O(extra) is at most 2000.
+    type: int
+    default: 10
+  timeout:
+    description: Seconds to wait for each connection to be established or reset (at most 10).
+    type: float
+    default: 3.0
+  hold:
+    description: Seconds to hold the established connections before counting them (at most 30).
+    type: float
+    default: 2.0
+extends_documentation_fragment:
+  - homelab.edge.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Plans; connects nowhere.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+seealso:
+  - module: homelab.edge.ufw_connlimit
+"""
+
+EXAMPLES = r"""
+- name: Prove the VPS's limit of 100 on 80 and 443, from the controller
+  homelab.edge.prove_connlimit:
+    host: vps.example.org
+    ports: [80, 443]
+    limit: 100
+  delegate_to: localhost
+  register: proof
+"""
+
+RETURN = r"""
+rows:
+  description: One row per port for the prove table (host, check, target, expected, measured, status, reasons).
+  returned: always
+  type: list
+  elements: dict
+ports:
+  description: Per port, what was planned and counted.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    port: {description: The port., type: int}
+    status: {description: "C(proved), C(failed), C(refused), C(skipped) or (check mode) C(planned).", type: str}
+    reasons: {description: Why it did not prove (or was not run)., type: list, elements: str}
+    plan: {description: "connections, limit, extra, hold_s, timeout_s, bound_s.", type: dict}
+    counts:
+      description: >-
+        connections, established, reset, timeout, other (and errors: their error names), held (still open after the
+        hold), first (the first one's outcome).
+      type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.homelab.edge.plugins.module_utils import prove
+from ansible_collections.homelab.edge.plugins.module_utils import prove_net
+
+CHECK = "VPS connection limit"
+
+
+def check_port(host, port, the_plan):
+    """Read (one connection: can this port be checked from here?), then the
+    run, then the verdict."""
+    first = prove_net.hold(host, port, 1, the_plan["timeout_s"], 0)
+    unreachable = prove.unreachable_reason(first["first"])
+    if unreachable:
+        return prove.SKIPPED, ["port %d is not reachable from here: %s" % (port, unreachable)], None
+    counts = prove_net.hold(host, port, the_plan["connections"], the_plan["timeout_s"], the_plan["hold_s"])
+    status, reasons = prove.connlimit_verdict(the_plan, counts)
+    return status, reasons, counts
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(host=dict(type="str", required=True),
+                           ports=dict(type="list", elements="int", required=True),
+                           limit=dict(type="int", required=True),
+                           extra=dict(type="int", default=10),
+                           timeout=dict(type="float", default=3.0),
+                           hold=dict(type="float", default=2.0)),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        the_plan = prove.connlimit_plan(p["limit"], p["extra"], p["hold"], p["timeout"])
+    except prove.PlanError as e:
+        module.fail_json(msg="refused, nothing was sent: %s" % e)
+    if not prove_net.room_for(the_plan["connections"]):
+        module.fail_json(msg="refused, nothing was sent: this host's open-file limit is under %d connections"
+                         % the_plan["connections"])
+    expected = "at most %d established, %d+ reset" % (p["limit"], p["extra"])
+    results, rows = [], []
+    for port in p["ports"]:
+        if module.check_mode:
+            status, reasons, counts = prove.PLANNED, [], None
+            measured = "would open %d connections (bound %.0f s)" % (the_plan["connections"], the_plan["bound_s"])
+        else:
+            status, reasons, counts = check_port(p["host"], port, the_plan)
+            measured = ("%d established, %d reset, %d unanswered" % (counts["established"], counts["reset"],
+                                                                      counts["timeout"]) if counts else "-")
+        results.append({"port": port, "status": status, "reasons": reasons, "plan": the_plan, "counts": counts})
+        rows.append(prove.row(None, CHECK, "%s:%d" % (p["host"], port), expected, measured, status, reasons))
+    module.exit_json(changed=False, ports=results, rows=rows)
+
+
+if __name__ == "__main__":
+    main()

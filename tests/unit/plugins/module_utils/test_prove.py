@@ -1,0 +1,246 @@
+"""homelab.edge.prove: the bounds, refusals and verdicts (pure), and its
+traffic against loopback servers these tests start (bounded, closed)."""
+import socket
+import threading
+
+import pytest
+
+from ansible_collections.homelab.edge.plugins.module_utils import prove
+from ansible_collections.homelab.edge.plugins.module_utils import prove_net
+
+
+def test_k3d_plan_within_the_budget():
+    # the fix's defaults: 4096 connections, 50 % for UDP -> 1024 sessions; 20/s x 5 s = 100 sessions
+    plan = prove.k3d_plan(20, 200, 2.0, 5, 1024, 25)
+    assert plan["peak_sessions"] == 100 and plan["sessions_allowed"] == 256
+    assert plan["seconds"] == 10 and plan["bound_s"] == 22
+
+
+def test_k3d_plan_refuses_a_rate_that_would_take_the_budget():
+    with pytest.raises(prove.PlanError, match=r"hold up to 500 sessions, over 25 % of the UDP budget \(1024\): "
+                                              r"lower the rate to 51/s or less"):
+        prove.k3d_plan(100, 1000, 2.0, 5, 1024, 25)
+    # a stock load balancer's 600 s timeout: even 1 query/s is too much for a small budget
+    with pytest.raises(prove.PlanError):
+        prove.k3d_plan(1, 100, 2.0, 600, 256, 25)
+
+
+@pytest.mark.parametrize("args, words", [
+    ((0, 10, 2.0, 5, 1024, 25), "the query rate is 0"),
+    ((20, 0, 2.0, 5, 1024, 25), "the query count is 0"),
+    ((20, 5001, 2.0, 5, 1024, 25), "the query count is 5001; it must be between 1 and 5000"),
+    ((20, 10, 11, 5, 1024, 25), "the reply timeout is 11"),
+    ((20, 10, 2.0, 5, 1024, 51), "the share of the UDP budget is 51"),
+])
+def test_k3d_plan_hard_bounds(args, words):
+    with pytest.raises(prove.PlanError, match=words):
+        prove.k3d_plan(*args)
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"name": "k3d-a-serverlb", "running": False}, "k3d-a-serverlb is not running"),
+    ({"name": "k3d-a-serverlb", "error": "exec failed"}, "could not be read: exec failed"),
+    ({"name": "k3d-a-serverlb", "state": "not_fixed", "drift": ["udp 53: proxy_timeout 600s"]},
+     "k3d-a-serverlb is not fixed (udp 53: proxy_timeout 600s): DNS load would fill its connections"),
+])
+def test_k3d_refusal(entry, words):
+    assert words in prove.k3d_refusal(entry)
+    assert "homelab.edge.site --tags k3d" in prove.k3d_refusal(dict(entry, state="not_fixed", running=True,
+                                                                    error=None))
+
+
+@pytest.mark.parametrize("state", ["fixed", "capped"])
+def test_k3d_refusal_none_for_a_fixed_load_balancer(state):
+    assert prove.k3d_refusal({"name": "lb", "running": True, "state": state}) is None
+
+
+GOOD = {"planned": 200, "sent": 200, "answered": 200, "send_errors": 0, "not_enough": 0, "probes_ok": 60,
+        "probes_failed": 0, "peak_connections": 40}
+
+
+def test_k3d_verdict_proved():
+    assert prove.k3d_verdict(GOOD, 4096, 25) == ("proved", [])
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"answered": 150}, "50 of 200 queries unanswered"),
+    ({"send_errors": 3}, "3 queries refused by this host's kernel"),
+    ({"sent": 190}, "sent 190 of 200 planned"),
+    ({"not_enough": 1}, '1 "worker_connections are not enough" lines'),
+    ({"probes_failed": 2}, "2 of 62 probes of its TCP ports failed"),
+    ({"probes_ok": 0}, "no probe of its TCP ports answered"),
+    ({"peak_connections": 1100}, "busiest worker at 1100 connections, over 25 % of worker_connections (4096)"),
+    ({"peak_connections": None}, "could not be read"),
+])
+def test_k3d_verdict_fails_on_each_broken_measure(change, words):
+    status, why = prove.k3d_verdict(dict(GOOD, **change), 4096, 25)
+    assert status == "failed" and any(words in w for w in why), why
+
+
+def test_connlimit_plan_and_bounds():
+    plan = prove.connlimit_plan(100, 10, 2, 3.0)
+    assert plan["connections"] == 110 and plan["bound_s"] == 13
+    with pytest.raises(prove.PlanError, match="the limit is 1995"):
+        prove.connlimit_plan(1995, 10, 2, 3.0)
+    with pytest.raises(prove.PlanError, match="the hold time is 31"):
+        prove.connlimit_plan(100, 10, 31, 3.0)
+
+
+PLAN = prove.connlimit_plan(100, 10, 2, 3.0)
+
+
+@pytest.mark.parametrize("counts, status, words", [
+    ({"established": 100, "reset": 10, "timeout": 0, "other": 0}, "proved", None),
+    # other connections of this address hold slots: fewer established, still proved
+    ({"established": 97, "reset": 13, "timeout": 0, "other": 0}, "proved", None),
+    ({"established": 110, "reset": 0, "timeout": 0, "other": 0}, "failed", "110 established, 0 reset"),
+    ({"established": 100, "reset": 0, "timeout": 10, "other": 0}, "failed", "10 connections unanswered"),
+    ({"established": 100, "reset": 5, "timeout": 0, "other": 5, "errors": ["EHOSTUNREACH"]}, "failed",
+     "5 failed otherwise: EHOSTUNREACH"),
+])
+def test_connlimit_verdict(counts, status, words):
+    got, why = prove.connlimit_verdict(PLAN, counts)
+    assert got == status
+    assert (not why) if words is None else any(words in w for w in why)
+
+
+def test_unreachable_reason():
+    assert prove.unreachable_reason("established") is None
+    assert "refused" in prove.unreachable_reason("reset")
+    assert "no answer" in prove.unreachable_reason("timeout")
+
+
+def test_table_and_summary():
+    rows = [prove.row("k3d", "k3d DNS load", "lb", "all answered", "200/200", "proved"),
+            prove.row("vps", "VPS connection limit", "1.2.3.4:80", "at most 100", "110 established", "failed",
+                      ["110 established, 0 reset"])]
+    lines = prove.table(rows)
+    assert lines[0].split() == ["host", "check", "target", "expected", "measured", "status"]
+    assert lines[1].startswith("k3d ") and lines[1].endswith("proved")
+    assert lines[3] == "    - 110 established, 0 reset"
+    assert prove.summary(rows) == {"counts": {"proved": 1, "failed": 1, "refused": 0, "skipped": 0, "planned": 0},
+                                   "ok": False}
+    assert prove.summary(rows[:1])["ok"]
+    # skipped alone proves nothing; a refused check fails the run
+    assert not prove.summary([dict(rows[0], status="skipped")])["ok"]
+    assert not prove.summary([rows[0], dict(rows[0], status="refused")])["ok"]
+    assert prove.summary([dict(rows[0], status="planned")])["ok"]
+
+
+# --- traffic, on loopback only ---
+
+class DnsServer(threading.Thread):
+    """Answers every query on 127.0.0.1 (an empty response, the query's ID), at most `limit` of them."""
+
+    def __init__(self, limit=1000, answer_every=1):
+        super(DnsServer, self).__init__(daemon=True)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.limit, self.answer_every, self.seen, self.done = limit, answer_every, 0, threading.Event()
+
+    def run(self):
+        while not self.done.is_set() and self.seen < self.limit:
+            try:
+                data, peer = self.sock.recvfrom(512)
+            except socket.timeout:
+                continue
+            self.seen += 1
+            if self.seen % self.answer_every == 0:
+                self.sock.sendto(data[:2] + b"\x81\x83" + data[4:], peer)
+
+    def stop(self):
+        self.done.set()
+        self.join(2)
+        self.sock.close()
+
+
+def test_dns_paced_counts_answers_from_fresh_ports():
+    server = DnsServer()
+    server.start()
+    try:
+        out = prove_net.dns_paced([("127.0.0.1", server.port)], 200, 100, "a.lab", 1.0, 5)
+    finally:
+        server.stop()
+    assert out["sent"] == 100 and out["answered"] == 100 and out["send_errors"] == 0
+    assert server.seen == 100 and 0.4 <= out["seconds"] < 3
+
+
+def test_dns_paced_counts_what_is_not_answered_and_stops_at_its_bound():
+    server = DnsServer(answer_every=2)
+    server.start()
+    try:
+        out = prove_net.dns_paced([("127.0.0.1", server.port)], 100, 1000, "a.lab", 0.3, 0.5)
+    finally:
+        server.stop()
+    # the bound (0.5 s) stops it long before 1000 queries at 100/s
+    assert 40 <= out["sent"] <= 60 and out["answered"] == out["sent"] // 2
+    assert out["seconds"] < 1.5
+
+
+def test_hold_counts_established_and_reset():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+    try:
+        got = prove_net.hold("127.0.0.1", port, 20, 2.0, 0.1)
+        assert got["established"] == 20 and got["held"] == 20 and got["first"] == "established"
+    finally:
+        listener.close()
+    closed = prove_net.hold("127.0.0.1", port, 5, 2.0, 0)
+    assert closed["reset"] == 5 and closed["first"] == "reset" and closed["established"] == 0
+
+
+def test_probe_kinds():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(3)
+    port = listener.getsockname()[1]
+
+    def answer_http():
+        for dummy in range(2):  # the TLS probe's hello, then the HTTP probe's HEAD
+            conn, dummy = listener.accept()
+            conn.recv(512)
+            conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n")
+            conn.close()
+    t = threading.Thread(target=answer_http, daemon=True)
+    t.start()
+    try:
+        assert prove_net.probe_kind("127.0.0.1", port, 1.0) == "http"
+    finally:
+        t.join(3)
+        listener.close()
+    # nothing listens now: no kind answers
+    assert prove_net.probe_kind("127.0.0.1", port, 0.5) is None
+
+
+def test_dns_probe_over_tcp():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(3)
+
+    def answer():
+        conn, dummy = listener.accept()
+        q = conn.recv(512)[2:]
+        reply = q[:2] + b"\x81\x80" + q[4:]
+        conn.sendall(len(reply).to_bytes(2, "big") + reply)
+        conn.close()
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    try:
+        assert prove_net.probe("127.0.0.1", listener.getsockname()[1], "dns", 1.0)
+    finally:
+        t.join(3)
+        listener.close()
+
+
+def test_every_runs_bounded_rounds():
+    calls = []
+    e = prove_net.Every(lambda: calls.append(1), 0.01, 5)
+    e.start()
+    e.join(2)
+    assert len(calls) == 5
