@@ -252,6 +252,32 @@ MUTATIONS = {
         '  if [ "$rc" -eq 0 ] && grep -q -E "$pattern" <<<"$got"; then return 0; fi',
         '  if version_output "$1" "$2" | grep -q -E "$pattern"; then return 0; fi',
         "tests/lab/test_lab_versions.py::test_a_binary_that_reports_its_pin_is_taken_whatever_it_writes_after"),
+    "prove: unanswered DNS queries still prove the load balancer": (
+        "plugins/module_utils/prove.py",
+        '    if measured["answered"] < measured["sent"]:',
+        '    if measured["answered"] < measured["sent"] // 2:',
+        UNIT + "test_prove.py::test_k3d_verdict_fails_on_each_broken_measure"),
+    "prove: a load balancer that is not fixed gets the DNS load": (
+        "plugins/module_utils/prove.py",
+        '    if entry.get("state") == "not_fixed":',
+        '    if entry.get("state") == "removed":',
+        UNIT + "test_prove.py::test_k3d_refusal"),
+    "prove: no reset over the limit still proves the connlimit": (
+        "plugins/module_utils/prove.py",
+        '    if reset < plan["extra"]:',
+        '    if reset < 0:',
+        UNIT + "test_prove.py::test_connlimit_verdict"),
+    "prove: no 429 still proves the in-flight limit": (
+        "plugins/module_utils/prove.py",
+        '    if limited < plan["extra"]:',
+        '    if limited < 0:',
+        UNIT + "test_prove.py::test_inflight_verdict"),
+    "prove: skipped checks alone make a good run": (
+        "plugins/module_utils/prove.py",
+        '"ok": not counts[FAILED] and not counts[REFUSED] and (counts[PROVED] + counts[PLANNED]) > 0}',
+        '"ok": not counts[FAILED] and not counts[REFUSED]}',
+        UNIT + "test_prove.py::test_table_and_summary"),
+
 }
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "output", "results", "build", "*.tar.gz")

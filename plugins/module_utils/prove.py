@@ -29,6 +29,8 @@ K3D_MAX_RATE = 500
 K3D_MAX_SHARE = 50          # % of the UDP budget the planned sessions may take at most
 CONNLIMIT_MAX_TOTAL = 2000  # connections held at once toward one port
 CONNLIMIT_MAX_HOLD_S = 30
+INFLIGHT_MAX_TOTAL = 2000   # requests sent at once through Traefik
+INFLIGHT_MAX_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 10
 
 
@@ -135,6 +137,32 @@ def connlimit_verdict(plan, counts):
         why.append("%d connections unanswered in %s s (dropped, not reset)" % (counts["timeout"], plan["timeout_s"]))
     if counts["other"]:
         why.append("%d failed otherwise: %s" % (counts["other"], ", ".join(sorted(counts.get("errors", [])))))
+    return (FAILED if why else PROVED), why
+
+
+def inflight_plan(amount, extra, timeout):
+    """amount + extra slow requests at once through a temporary route; each
+    bounded by `timeout`, and so is the wait for Traefik to serve the route.
+    The bound: that wait, the requests, and 15 s to add and remove the route."""
+    _between("the extra requests", extra, 1, INFLIGHT_MAX_TOTAL)
+    _between("the amount", amount, 1, INFLIGHT_MAX_TOTAL - extra)
+    _between("the request timeout", timeout, 1, INFLIGHT_MAX_TIMEOUT_S)
+    return {"requests": amount + extra, "amount": amount, "extra": extra, "timeout_s": timeout,
+            "bound_s": 2 * timeout + 5 + 15}
+
+
+def inflight_verdict(plan, answers):
+    """(status, reasons): at most `amount` answered 200, at least `extra`
+    answered 429, nothing else (answers: {status or error: count})."""
+    ok, limited = answers.get("200", 0), answers.get("429", 0)
+    other = dict((k, n) for k, n in answers.items() if k not in ("200", "429"))
+    why = []
+    if ok > plan["amount"]:
+        why.append("%d answered 200: more than the amount of %d were in flight at once" % (ok, plan["amount"]))
+    if limited < plan["extra"]:
+        why.append("%d answered 429 of the %d over the amount" % (limited, plan["extra"]))
+    if other:
+        why.append("answered otherwise: %s" % ", ".join("%d %s" % (n, k) for k, n in sorted(other.items())))
     return (FAILED if why else PROVED), why
 
 

@@ -229,3 +229,62 @@ def hold(host, port, n, timeout, hold_s, clock=time.monotonic, sleep=time.sleep)
     finally:
         for s in socks:
             s.close()
+
+
+def http_status(host, port, tls, hostname, path, timeout):
+    """The status of one GET http(s)://hostname<path> sent to host:port (any
+    certificate; SNI = hostname), or the name of what went wrong."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            s = raw
+            if tls:
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+                s = ctx.wrap_socket(raw, server_hostname=hostname)
+            s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, hostname)).encode("ascii"))
+            head = s.recv(64).decode("latin-1")
+            if tls:
+                s.close()
+        parts = head.split()
+        return int(parts[1]) if len(parts) > 1 and head.startswith("HTTP/") and parts[1].isdigit() else "no HTTP answer"
+    except socket.timeout:
+        return "timeout"
+    except (OSError, ValueError) as e:
+        return type(e).__name__
+
+
+def at_once(n, fn, timeout):
+    """fn() in `n` threads released together; {result: count}. Threads left
+    after `timeout` + 5 s count as "unfinished"."""
+    gate, results, lock = threading.Barrier(n + 1), [], threading.Lock()
+
+    def one():
+        try:
+            gate.wait(timeout)
+        except threading.BrokenBarrierError:
+            return
+        r = fn()
+        with lock:
+            results.append(r)
+
+    old = threading.stack_size(256 * 1024)
+    try:
+        threads = [threading.Thread(target=one) for dummy in range(n)]
+        for t in threads:
+            t.daemon = True
+            t.start()
+    finally:
+        threading.stack_size(old)
+    gate.wait(timeout)
+    end = time.monotonic() + timeout + 5
+    for t in threads:
+        t.join(max(0, end - time.monotonic()))
+    counts = {}
+    with lock:
+        for r in results:
+            counts[str(r)] = counts.get(str(r), 0) + 1
+        unfinished = n - len(results)
+    if unfinished:
+        counts["unfinished"] = unfinished
+    return counts

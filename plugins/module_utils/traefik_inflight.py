@@ -19,6 +19,7 @@ __metaclass__ = type
 
 import json
 import posixpath
+import os
 import re
 import shlex
 
@@ -29,6 +30,8 @@ SOURCES = ("ip", "host", "header")
 # Traefik's API, for the role to read after a change: an entrypoint on the
 # loopback of Traefik's own network namespace (unreachable from outside it)
 # and one router to api@internal on it.
+# Where the module keeps what it wrote over the user's files (state=absent undoes it).
+STATE_DIR = "/var/lib/homelab-edge/traefik-inflight"
 API_ENTRYPOINT = "homelab-edge-api"
 API_PORT = 9099
 API_ROUTER = "homelab-edge-api"
@@ -88,6 +91,20 @@ class TraefikConfigError(EditError):
 
 
 # ------------------------------------------------------------ middleware
+
+def middleware_file(dir_host, name):
+    """The dynamic file the module writes the middleware into, on the host."""
+    return os.path.join(dir_host, name + ".yml")
+
+
+def record_dynamic_dir(record, name):
+    """The file provider's directory on the host, as the module's record (of
+    its container) shows it: where it wrote the middleware. None without one."""
+    for path in sorted((record or {}).get("files") or {}):
+        if os.path.basename(path) == name + ".yml":
+            return os.path.dirname(path)
+    return None
+
 
 def inflight_middleware(name, amount, source="ip", depth=0, excluded_ips=None, header=""):
     """The dynamic-config document with one inFlightReq middleware.

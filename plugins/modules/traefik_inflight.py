@@ -283,8 +283,7 @@ from ansible_collections.homelab.edge.plugins.module_utils import undo_record
 from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
 
 
-# Where the module keeps what it wrote over the user's files (state=absent undoes it).
-STATE_DIR = "/var/lib/homelab-edge/traefik-inflight"
+STATE_DIR = traefik.STATE_DIR
 # What of the compose project a re-creation needs (kept in the record).
 COMPOSE_KEYS = ("project", "project_dir", "files", "env_files", "service")
 
@@ -400,7 +399,7 @@ def read_and_plan(module, docker, opts):
             raise EditError("%s was started by compose from %s, which is not there any more; nothing was changed"
                             % (container, ", ".join(facts["compose"]["files"]) or "a file compose did not record"))
         compose_text = host.read_text(facts["compose"]["files"][0])
-    own = os.path.join(where["provider"]["dir_host"], opts["name"] + ".yml")
+    own = traefik.middleware_file(where["provider"]["dir_host"], opts["name"])
     dynamic = read_dynamic(where["provider"], own)
     containers = docker.running_labels() if where.get("docker") else []
     plan = traefik.plan(facts, where, static_text, compose_text, dynamic, opts, containers)

@@ -3,10 +3,12 @@ table and its JSON): the fixed load balancer proves itself under a small DNS
 load; check mode only plans; a DNS server that does not answer fails the
 proof (test_k3d_undo: a load balancer k3d left unfixed is refused)."""
 import json
+import re
 import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import docker
 import pytest
@@ -44,14 +46,35 @@ def prove(*args, clusters=("mol",)):
         return out.returncode, out.stdout, data
 
 
+ANSWERED = re.compile(r"dnsmasq\[(\d+)\]: queries forwarded \d+, queries answered locally (\d+)")
+
+
+def dns_answered(client):
+    """Queries mol's DNS servers (the stand-in's two dnsmasq) have answered so far: each writes its
+    counters to its log on SIGUSR1."""
+    server = client.containers.get(k3d.server_name("mol"))
+    since = time.time() - 1
+    rc, out = server.exec_run(["pkill", "-USR1", "-x", "dnsmasq"])
+    assert rc == 0, out
+    for dummy in range(20):
+        time.sleep(0.25)
+        last = dict(ANSWERED.findall(server.logs(since=int(since)).decode("utf-8", "replace")))
+        if len(last) == 2:
+            return sum(int(n) for n in last.values())
+    raise AssertionError("the DNS servers wrote no counters")
+
+
 @pytest.fixture(scope="module")
 def client():
     return docker.from_env()
 
 
 def test_prove_proves_the_fixed_load_balancer(client):
+    before = dns_answered(client)
     rc, out, report = prove()
     assert rc == 0, out[-3000:]
+    # the 200 queries went through to the cluster's DNS servers and were answered there
+    assert dns_answered(client) - before == 200
     rows = report["rows"]
     assert [r["target"] for r in rows] == [k3d.lb_name("mol")] and rows[0]["status"] == "proved", rows
     assert rows[0]["host"] == "k3d-host" and rows[0]["measured"].startswith("200/200 answered, 0 'not enough'")
@@ -61,12 +84,15 @@ def test_prove_proves_the_fixed_load_balancer(client):
     adhoc.record("k3d_serverlb", "prove_fixed", measured=rows[0]["measured"].replace(" ", "_"))
 
 
-def test_check_mode_plans_and_writes_no_report(client):
+def test_check_mode_plans_and_sends_nothing(client):
+    before = dns_answered(client)
     rc, out, report = prove("--check")
     assert rc == 0, out[-3000:]
-    assert report is None
-    assert "would send 200 queries at 20/s (10 s, bound 22 s), up to 100 sessions of 256 allowed" in out, out[-3000:]
-    assert "planned" in out
+    row = report["rows"][0]
+    assert report["check_mode"] and row["status"] == "planned", row
+    assert row["measured"] == "would send 200 queries at 20/s (10 s, bound 22 s), up to 100 sessions of 256 allowed"
+    # nothing went through the load balancer: its DNS servers answered no query since
+    assert dns_answered(client) == before
 
 
 def test_a_dns_server_that_does_not_answer_fails_the_proof(client):

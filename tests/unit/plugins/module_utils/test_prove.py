@@ -95,6 +95,8 @@ PLAN = prove.connlimit_plan(100, 10, 2, 3.0)
     ({"established": 97, "reset": 13, "timeout": 0, "other": 0}, "proved", None),
     ({"established": 110, "reset": 0, "timeout": 0, "other": 0}, "failed", "110 established, 0 reset"),
     ({"established": 100, "reset": 0, "timeout": 10, "other": 0}, "failed", "10 connections unanswered"),
+    # counts that do not add up (a crafted report): too few resets still fail
+    ({"established": 100, "reset": 5, "timeout": 0, "other": 0}, "failed", "5 reset of the 10 over the limit"),
     ({"established": 100, "reset": 5, "timeout": 0, "other": 5, "errors": ["EHOSTUNREACH"]}, "failed",
      "5 failed otherwise: EHOSTUNREACH"),
 ])
@@ -244,3 +246,56 @@ def test_every_runs_bounded_rounds():
     e.start()
     e.join(2)
     assert len(calls) == 5
+
+
+def test_inflight_plan_and_bounds():
+    plan = prove.inflight_plan(400, 10, 20)
+    assert plan["requests"] == 410 and plan["bound_s"] == 60
+    with pytest.raises(prove.PlanError, match="the amount is 1991"):
+        prove.inflight_plan(1991, 10, 20)
+    with pytest.raises(prove.PlanError, match="the request timeout is 61"):
+        prove.inflight_plan(400, 10, 61)
+
+
+INFLIGHT = prove.inflight_plan(400, 10, 20)
+
+
+@pytest.mark.parametrize("answers, status, words", [
+    ({"200": 400, "429": 10}, "proved", None),
+    ({"200": 398, "429": 12}, "proved", None),
+    ({"200": 410}, "failed", "410 answered 200: more than the amount of 400"),
+    ({"200": 400, "429": 5, "timeout": 5}, "failed", "answered otherwise: 5 timeout"),
+    ({"200": 400, "unfinished": 10}, "failed", "0 answered 429 of the 10 over the amount"),
+])
+def test_inflight_verdict(answers, status, words):
+    got, why = prove.inflight_verdict(INFLIGHT, answers)
+    assert got == status
+    assert (not why) if words is None else any(words in w for w in why), why
+
+
+def test_at_once_counts_answers_and_unfinished():
+    assert prove_net.at_once(20, lambda: 200, 2) == {"200": 20}
+    got = prove_net.at_once(3, lambda: "x" if threading.current_thread() else None, 2)
+    assert got == {"x": 3}
+
+
+def test_http_status_over_loopback():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(3)
+
+    def answer():
+        conn, dummy = listener.accept()
+        conn.recv(512)
+        conn.sendall(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n")
+        conn.close()
+    port = listener.getsockname()[1]
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    try:
+        assert prove_net.http_status("127.0.0.1", port, False, "a.lab", "/", 2) == 429
+    finally:
+        t.join(3)
+        listener.close()
+    assert prove_net.http_status("127.0.0.1", port, False, "a.lab", "/", 1) == "ConnectionRefusedError"

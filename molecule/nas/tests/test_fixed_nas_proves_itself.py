@@ -1,0 +1,129 @@
+"""homelab.edge.prove on the NAS (first of the scenario, on the converged
+NAS), as a user runs it: the playbook over SSH with sudo, its table and JSON.
+Traefik's in-flight limit through a temporary slow route (the lab's backend
+image stands in for whoami: no registry here), the drain values in Traefik's
+namespace, and the opt-in wedge healed by autoheal. Each proven both ways:
+with the limit lifted no 429 comes; with autoheal frozen the wedge is not
+healed, and the module resumes Traefik itself. Nothing is left behind."""
+import base64
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import testinfra
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path[:0] = [os.path.join(ROOT, "tests", "support")]
+import adhoc  # noqa: E402
+
+NAS = testinfra.get_host("docker://nas-lab")
+INVENTORY = adhoc.molecule_inventory()
+# the lab's nginx backend holds /slower 6 s; whoami (the default) is not in the lab
+LAB_BACKEND = {"traefik_inflight_prove_backend_image": "homelab-edge/nas:lab",
+               "traefik_inflight_prove_backend_command": ["backend"],
+               "traefik_inflight_prove_backend_port": 8080,
+               "traefik_inflight_prove_backend_path": "/slower"}
+MIDDLEWARE = "/srv/traefik-a/config/dynamic/inflight-limit.yml"
+
+
+def prove(extra=None, *args):
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "prove.json")
+        out = subprocess.run(["ansible-playbook", "-i", INVENTORY, os.path.join(ROOT, "playbooks", "prove.yml"),
+                              "--tags", "nas", "--limit", "nas-a", "-e", "prove_output=%s" % report,
+                              "-e", json.dumps(dict(LAB_BACKEND, **(extra or {})))] + list(args),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, check=False)
+        data = None
+        if os.path.exists(report):
+            with open(report) as f:
+                data = json.load(f)
+        return out.returncode, out.stdout, data
+
+
+def rows(report):
+    return dict((r["check"], r) for r in report["rows"])
+
+
+def left_behind():
+    """Temporary routes' containers and files still on the NAS."""
+    return (NAS.check_output("docker ps -aq --filter label=homelab.edge.prove"),
+            NAS.check_output("ls /srv/traefik-a/config/dynamic | grep homelab-edge-prove || true"))
+
+
+def test_the_fixed_nas_proves_its_limit_and_drain_values_and_leaves_nothing():
+    rc, out, report = prove()
+    assert rc == 0, out[-3000:]
+    got = rows(report)
+    inflight = got["Traefik in-flight limit"]
+    assert inflight["status"] == "proved" and inflight["measured"] == "400 answered 200, 10 answered 429", inflight
+    assert got["drain values"]["status"] == "proved", got["drain values"]
+    assert got["drain values"]["measured"] == "tcp_fin_timeout=15 tcp_abort_on_overflow=1"
+    assert got["autoheal on a wedge"]["status"] == "skipped" and "opt-in" in got["autoheal on a wedge"]["reasons"][0]
+    assert left_behind() == ("", "")
+    adhoc.record("nas", "prove_inflight", measured=inflight["measured"].replace(" ", "_"))
+
+
+def test_check_mode_plans_without_a_route_or_a_request():
+    rc, out, report = prove(None, "--check")
+    assert rc == 0, out[-3000:]
+    inflight = rows(report)["Traefik in-flight limit"]
+    assert report["check_mode"] and inflight["status"] == "planned", inflight
+    assert inflight["measured"].startswith("would add route homelab-edge-prove-")
+    assert inflight["measured"].endswith("and send 410 requests at once (bound 60 s)")
+    assert left_behind() == ("", "")
+
+
+def test_with_the_limit_lifted_no_429_comes_and_the_proof_fails():
+    """The crafted broken case: the middleware's amount raised past what is sent (Traefik reloads it live)."""
+    original = NAS.file(MIDDLEWARE).content_string
+    assert "amount: 400" in original
+    NAS.check_output("sed -i 's/amount: 400/amount: 100000/' %s" % MIDDLEWARE)
+    try:
+        time.sleep(3)  # the file provider's watcher
+        rc, out, report = prove()
+    finally:
+        NAS.check_output("echo %s | base64 -d > %s" % (base64.b64encode(original.encode()).decode(), MIDDLEWARE))
+        time.sleep(3)
+    assert rc != 0
+    inflight = rows(report)["Traefik in-flight limit"]
+    assert inflight["status"] == "failed" and inflight["measured"] == "410 answered 200, 0 answered 429", inflight
+    assert any("0 answered 429 of the 10 over the amount" in r for r in inflight["reasons"]), inflight
+    assert left_behind() == ("", "")
+    assert NAS.file(MIDDLEWARE).content_string == original
+
+
+def test_the_opt_in_wedge_is_healed_by_autoheal_and_timed():
+    rc, out, report = prove({"autoheal_prove_wedge": True})
+    assert rc == 0, out[-3000:]
+    wedge = rows(report)["autoheal on a wedge"]
+    assert wedge["status"] == "proved" and wedge["measured"].startswith("outage "), wedge
+    adhoc.record("nas", "prove_wedge", measured=wedge["measured"].replace(" ", "_"))
+
+
+def test_with_autoheal_frozen_the_wedge_is_not_healed_and_traefik_is_resumed():
+    NAS.check_output("docker pause autoheal")
+    try:
+        rc, out, report = prove({"autoheal_prove_wedge": True, "autoheal_prove_timeout": 20})
+    finally:
+        NAS.check_output("docker unpause autoheal")
+    assert rc != 0
+    wedge = rows(report)["autoheal on a wedge"]
+    assert wedge["status"] == "failed" and wedge["reasons"] == ["not healed within 20 s; Traefik resumed (SIGCONT)"], wedge
+    # resumed, not left wedged: it answers again at once
+    assert NAS.run("curl -sk -o /dev/null -m 5 https://127.0.0.1:443/").rc == 0
+
+
+def test_a_wedge_autoheal_could_not_see_is_refused_before_it_is_made():
+    NAS.check_output("docker stop autoheal")
+    try:
+        started = NAS.check_output("docker inspect -f '{{.State.StartedAt}}' traefik-a")
+        rc, out, report = prove({"autoheal_prove_wedge": True})
+        assert NAS.check_output("docker inspect -f '{{.State.StartedAt}}' traefik-a") == started
+    finally:
+        NAS.check_output("docker start autoheal")
+    assert rc != 0
+    wedge = rows(report)["autoheal on a wedge"]
+    assert wedge["status"] == "refused" and "autoheal container autoheal is not running" in wedge["reasons"][0], wedge

@@ -1,0 +1,193 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, homelab.edge contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: prove_autoheal
+short_description: Prove on the NAS that autoheal heals a wedged Traefik, and time the outage (for homelab.edge.prove)
+version_added: "1.0.0"
+description:
+  - B(Costs an outage) - Traefik answers nothing from the wedge until it is healed. Run it only when you accept that
+    (homelab.edge.prove runs it only with C(prove_wedge=true)).
+  - Wedges Traefik as seed 001's was - alive, running, answering nothing - by stopping its processes (SIGSTOP through
+    the engine). Then probes O(url) twice a second until Traefik answers again from a restarted container that is
+    healthy. Proved when that happens within O(timeout); the result says how long the outage lasted.
+  - When it is not healed within O(timeout), the module resumes Traefik itself (SIGCONT) and says so - it never
+    leaves Traefik wedged.
+  - B(Refuses), before the wedge, when autoheal could not see or heal it - the autoheal container is not running,
+    Traefik lacks the label autoheal watches (its C(AUTOHEAL_CONTAINER_LABEL)), has no health check or one that cannot
+    fail, is not healthy now, or does not answer at O(url) now.
+  - In check mode it reads and returns what it would do and its bound, without wedging anything.
+author:
+  - homelab.edge contributors (@homelab-edge)
+options:
+  container:
+    description: The Traefik container.
+    type: str
+    default: traefik
+  autoheal_container:
+    description: The autoheal container.
+    type: str
+    default: autoheal
+  url:
+    description: Where this host reaches Traefik. Any HTTP answer counts (a 404 for an unknown host too).
+    type: str
+    default: https://127.0.0.1:443
+  timeout:
+    description: Seconds from the wedge to a healed Traefik (at most 600).
+    type: int
+    default: 180
+extends_documentation_fragment:
+  - homelab.edge.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads and plans; wedges nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+seealso:
+  - module: homelab.edge.traefik_inflight
+"""
+
+EXAMPLES = r"""
+- name: Wedge Traefik and time until autoheal has it serving again (an outage of its own)
+  homelab.edge.prove_autoheal:
+    container: traefik
+  register: proof
+"""
+
+RETURN = r"""
+rows:
+  description: The row for the prove table (host, check, target, expected, measured, status, reasons).
+  returned: always
+  type: list
+  elements: dict
+outage_s:
+  description: Seconds from the wedge until Traefik answered again (null when it did not in time).
+  returned: when run
+  type: float
+healthy_s:
+  description: Seconds from the wedge until the restarted container was healthy (null when not in time).
+  returned: when run
+  type: float
+resumed:
+  description: The module resumed a Traefik that was not healed in time (SIGCONT).
+  returned: when run
+  type: bool
+"""
+
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.six.moves.urllib.parse import urlsplit
+
+from ansible_collections.homelab.edge.plugins.module_utils import autoheal
+from ansible_collections.homelab.edge.plugins.module_utils import host
+from ansible_collections.homelab.edge.plugins.module_utils import prove
+from ansible_collections.homelab.edge.plugins.module_utils import prove_net
+
+CHECK = "autoheal on a wedge"
+MAX_TIMEOUT_S = 600
+
+
+def inspect(module, docker, name):
+    rc, out, err = module.run_command([docker, "inspect", name], environ_update=host.C_ENV)
+    return json.loads(out)[0] if rc == 0 else None
+
+
+def answers(url):
+    u = urlsplit(url)
+    return isinstance(prove_net.http_status(u.hostname, u.port or (443 if u.scheme == "https" else 80),
+                                            u.scheme == "https", u.hostname, "/", 2), int)
+
+
+def watch_label(autoheal_inspect):
+    """The label autoheal watches (its AUTOHEAL_CONTAINER_LABEL; C(all): every container)."""
+    for item in (autoheal_inspect.get("Config") or {}).get("Env") or []:
+        key, dummy, value = item.partition("=")
+        if key == "AUTOHEAL_CONTAINER_LABEL" and value:
+            return value
+    return "autoheal"
+
+
+def refusal(traefik, autoheal_inspect, url_answers, name, autoheal_name):
+    """Why the wedge must not be made (autoheal could not see or heal it), or None."""
+    if traefik is None or not traefik["State"].get("Running"):
+        return "%s is not running" % name
+    if autoheal_inspect is None or not autoheal_inspect["State"].get("Running"):
+        return "the autoheal container %s is not running (homelab.edge.autoheal)" % autoheal_name
+    unseen = autoheal.problems(name, traefik, watch_label(autoheal_inspect))
+    if unseen:
+        return "; ".join(unseen)
+    health = (traefik["State"].get("Health") or {}).get("Status")
+    if health != "healthy":
+        return "%s is %s now, not healthy: wait for it, or see why" % (name, health or "without a health status")
+    if not url_answers:
+        return "Traefik does not answer at the url now"
+    return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(container=dict(type="str", default="traefik"),
+                           autoheal_container=dict(type="str", default="autoheal"),
+                           url=dict(type="str", default="https://127.0.0.1:443"),
+                           timeout=dict(type="int", default=180)),
+        supports_check_mode=True,
+    )
+    p = module.params
+    docker = module.get_bin_path("docker", required=True)
+    target = p["container"]
+    expected = "serving again, restarted and healthy, within %d s" % p["timeout"]
+
+    def done(status, reasons, measured="-", **extra):
+        module.exit_json(changed=False, rows=[prove.row(None, CHECK, target, expected, measured, status, reasons)],
+                         **extra)
+
+    if not 1 <= p["timeout"] <= MAX_TIMEOUT_S:
+        done(prove.REFUSED, ["the timeout is %d; it must be between 1 and %d" % (p["timeout"], MAX_TIMEOUT_S)])
+    traefik = inspect(module, docker, p["container"])
+    why = refusal(traefik, inspect(module, docker, p["autoheal_container"]), answers(p["url"]),
+                  p["container"], p["autoheal_container"])
+    if why:
+        done(prove.REFUSED, [why])
+    if module.check_mode:
+        done(prove.PLANNED, [], "would wedge %s (SIGSTOP) and wait up to %d s" % (p["container"], p["timeout"]))
+    started = traefik["State"]["StartedAt"]
+    t0 = time.monotonic()
+    rc, out, err = module.run_command([docker, "kill", "-s", "STOP", p["container"]], environ_update=host.C_ENV)
+    if rc != 0:
+        done(prove.FAILED, ["the wedge could not be made: %s" % (err or out).strip()])
+    outage = healthy = None
+    while time.monotonic() - t0 < p["timeout"] and (outage is None or healthy is None):
+        now = inspect(module, docker, p["container"]) or {"State": {}}
+        restarted = now["State"].get("StartedAt") not in (None, started)
+        if outage is None and restarted and answers(p["url"]):
+            outage = round(time.monotonic() - t0, 1)
+        if healthy is None and restarted and (now["State"].get("Health") or {}).get("Status") == "healthy":
+            healthy = round(time.monotonic() - t0, 1)
+        time.sleep(0.5)
+    resumed = False
+    if outage is None or healthy is None:
+        now = inspect(module, docker, p["container"]) or {"State": {}}
+        if now["State"].get("StartedAt") == started:  # still the wedged one: never leave it so
+            resumed = module.run_command([docker, "kill", "-s", "CONT", p["container"]],
+                                         environ_update=host.C_ENV)[0] == 0
+        done(prove.FAILED, ["not healed within %d s%s" % (p["timeout"], "; Traefik resumed (SIGCONT)" if resumed else "")],
+             "served again after %s s, healthy after %s s" % (outage, healthy), outage_s=outage, healthy_s=healthy,
+             resumed=resumed)
+    done(prove.PROVED, [], "outage %s s: served again after %s s, healthy after %s s" % (outage, outage, healthy),
+         outage_s=outage, healthy_s=healthy, resumed=False)
+
+
+if __name__ == "__main__":
+    main()
