@@ -146,15 +146,17 @@ SAMPLE_S = 1.0
 
 def published(container):
     """{"udp": [(host, port)], "tcp": [(host, port, container_port)]}: where
-    the load balancer's ports are published on this host."""
+    the load balancer's ports are published on this host, one address per
+    port (IPv4 first: Docker publishes on both families by default)."""
     out = {"udp": [], "tcp": []}
     for key, bindings in sorted(((container.attrs.get("NetworkSettings") or {}).get("Ports") or {}).items()):
         port, dummy, proto = key.partition("/")
-        for b in bindings or []:
+        if proto not in out:
+            continue
+        for b in sorted(bindings or [], key=lambda b: ":" in (b.get("HostIp") or "")):
             host = LOCAL.get(b.get("HostIp") or "", b.get("HostIp"))
-            target = (host, int(b["HostPort"]))
-            if target not in [t[:2] for t in out[proto]]:
-                out[proto].append(target + ((int(port),) if proto == "tcp" else ()))
+            out[proto].append((host, int(b["HostPort"])) + ((int(port),) if proto == "tcp" else ()))
+            break
     return out
 
 
