@@ -36,31 +36,8 @@ options:
     description: Send one DNS query to each DNS server behind a UDP port (2 s timeout) and time the answer.
     type: bool
     default: true
-  docker_host:
-    description: Docker API address. Defaults to the environment (C(DOCKER_HOST)) or the local socket.
-    type: str
-  udp_timeout:
-    description: The fix's UDP timeout to compare with (as set for M(homelab.edge.k3d_serverlb)).
-    type: int
-    default: 5
-  worker_connections:
-    description: The fix's connection floor to compare with.
-    type: int
-    default: 4096
-  worker_rlimit_nofile:
-    description: The fix's open-file limit to compare with.
-    type: int
-    default: 16384
-  udp_share:
-    description: The fix's UDP share to compare with.
-    type: int
-    default: 50
-  budget_log_level:
-    description: The fix's budget log level to compare with.
-    type: str
-    choices: [info, notice, warn, error]
-    default: info
 extends_documentation_fragment:
+  - homelab.edge.k3d_serverlb_fix
   - homelab.edge.attributes
   - homelab.edge.attributes.info_module
 attributes:

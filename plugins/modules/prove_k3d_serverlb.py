@@ -55,31 +55,8 @@ options:
     description: The name each DNS query asks for. Any answer counts (NXDOMAIN too) - the server behind answered.
     type: str
     default: kubernetes.default.svc.cluster.local
-  docker_host:
-    description: Docker API address. Defaults to the environment (C(DOCKER_HOST)) or the local socket.
-    type: str
-  udp_timeout:
-    description: The fix's UDP timeout (as set for M(homelab.edge.k3d_serverlb)), to read the load balancer against.
-    type: int
-    default: 5
-  worker_connections:
-    description: The fix's connection floor.
-    type: int
-    default: 4096
-  worker_rlimit_nofile:
-    description: The fix's open-file limit.
-    type: int
-    default: 16384
-  udp_share:
-    description: The fix's UDP share.
-    type: int
-    default: 50
-  budget_log_level:
-    description: The fix's budget log level.
-    type: str
-    choices: [info, notice, warn, error]
-    default: info
 extends_documentation_fragment:
+  - homelab.edge.k3d_serverlb_fix
   - homelab.edge.attributes
 attributes:
   check_mode:

@@ -63,6 +63,28 @@ def playbook(inventory, text, *args, timeout=600):
         os.unlink(f.name)
 
 
+# homelab.edge.prove's temporary backend in the lab: the NAS image's nginx (its /slower holds a request 6 s)
+# stands in for whoami, the default, which no registry here serves
+PROVE_LAB_BACKEND = {"traefik_inflight_prove_backend_image": "homelab-edge/nas:lab",
+                     "traefik_inflight_prove_backend_command": ["backend"],
+                     "traefik_inflight_prove_backend_port": 8080,
+                     "traefik_inflight_prove_backend_path": "/slower"}
+
+
+def prove(inventory, *args):
+    """ansible-playbook playbooks/prove.yml (homelab.edge.prove) with its JSON report in a temporary
+    file: (exit code, output with stderr, the report or None)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "prove.json")
+        out = subprocess.run(["ansible-playbook", "-i", inventory, os.path.join(ROOT, "playbooks", "prove.yml"),
+                              "-e", "prove_output=%s" % report] + list(args), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=600, check=False)
+        if not os.path.exists(report):
+            return out.returncode, out.stdout, None
+        with open(report) as f:
+            return out.returncode, out.stdout, json.load(f)
+
+
 def record(scenario, name, **figures):
     """Print a line of figures and append it to tests/output/<scenario>.txt."""
     os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)

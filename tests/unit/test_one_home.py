@@ -29,13 +29,26 @@ def load(*path):
         return yaml.safe_load(f)
 
 
-def module_options(name):
-    with open(os.path.join(ROOT, "plugins", "modules", name + ".py")) as f:
+def _doc(path, target):
+    """The YAML of the string assigned to `target` in a file (at the top, or in a class)."""
+    with open(path) as f:
         tree = ast.parse(f.read())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and node.targets[0].id == "DOCUMENTATION":
-            return yaml.safe_load(node.value.value)["options"]
-    raise AssertionError("no DOCUMENTATION in %s" % name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == target:
+            return yaml.safe_load(node.value.value)
+    raise AssertionError("no %s in %s" % (target, path))
+
+
+def module_options(name):
+    """A module's options as ansible-doc shows them: its own and its doc fragments' (homelab.edge.FILE[.VAR])."""
+    doc = _doc(os.path.join(ROOT, "plugins", "modules", name + ".py"), "DOCUMENTATION")
+    options = {}
+    for fragment in doc.get("extends_documentation_fragment") or []:
+        parts = fragment.split(".")[2:]
+        path = os.path.join(ROOT, "plugins", "doc_fragments", parts[0] + ".py")
+        options.update(_doc(path, parts[1].upper() if len(parts) > 1 else "DOCUMENTATION").get("options") or {})
+    options.update(doc["options"])
+    return options
 
 
 def templated(value):
@@ -57,7 +70,7 @@ def test_role_defaults_and_argument_specs_agree(role):
 def test_k3d_numbers_have_one_home():
     role = load("roles", "k3d_serverlb", "defaults", "main.yml")
     spec = load("roles", "k3d_serverlb", "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
-    docs = dict((m, module_options(m)) for m in ("k3d_serverlb", "k3d_serverlb_info"))
+    docs = dict((m, module_options(m)) for m in ("k3d_serverlb", "k3d_serverlb_info", "prove_k3d_serverlb"))
     for key, value in lb.DEFAULTS.items():
         assert role["k3d_serverlb_" + key] == value, key
         assert spec["k3d_serverlb_" + key]["default"] == value, key

@@ -2,10 +2,8 @@
 table and its JSON): the fixed load balancer proves itself under a small DNS
 load; check mode only plans; a DNS server that does not answer fails the
 proof (test_k3d_undo: a load balancer k3d left unfixed is refused)."""
-import json
 import re
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,19 +29,12 @@ INVENTORY = """all:
 
 
 def prove(*args, clusters=("mol",)):
-    """ansible-playbook playbooks/prove.yml --tags k3d: (rc, output, report or None)."""
+    """homelab.edge.prove --tags k3d on this host: (rc, output, report or None)."""
     with tempfile.TemporaryDirectory() as tmp:
-        inv, report = os.path.join(tmp, "hosts.yml"), os.path.join(tmp, "prove.json")
+        inv = os.path.join(tmp, "hosts.yml")
         with open(inv, "w") as f:
             f.write(INVENTORY % (sys.executable, ", ".join(clusters)))
-        out = subprocess.run(["ansible-playbook", "-i", inv, os.path.join(ROOT, "playbooks", "prove.yml"), "--tags", "k3d",
-                              "-e", "prove_output=%s" % report] + list(args),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, check=False)
-        data = None
-        if os.path.exists(report):
-            with open(report) as f:
-                data = json.load(f)
-        return out.returncode, out.stdout, data
+        return adhoc.prove(inv, "--tags", "k3d", *args)
 
 
 ANSWERED = re.compile(r"dnsmasq\[(\d+)\]: queries forwarded \d+, queries answered locally (\d+)")

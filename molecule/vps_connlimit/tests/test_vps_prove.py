@@ -4,11 +4,9 @@ limit proves itself on 80 (ufw's input chain) and 443 (Docker's path); with
 the limit's rule taken out of the live ruleset the same check fails; a port
 that is not reachable from the controller is skipped, and skipped alone
 proves nothing."""
-import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import pytest
 import testinfra
@@ -27,19 +25,9 @@ def vps_ip():
 
 
 def prove(*args):
-    """ansible-playbook playbooks/prove.yml --tags vps on vps-lab, the connections from this machine
-    to the VPS's address: (rc, output, report or None)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        report = os.path.join(tmp, "prove.json")
-        out = subprocess.run(["ansible-playbook", "-i", INVENTORY, os.path.join(ROOT, "playbooks", "prove.yml"),
-                              "--tags", "vps", "--limit", "vps-lab", "-e", "prove_output=%s" % report,
-                              "-e", "vps_connlimit_prove_address=%s" % vps_ip()] + list(args),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, check=False)
-        data = None
-        if os.path.exists(report):
-            with open(report) as f:
-                data = json.load(f)
-        return out.returncode, out.stdout, data
+    """homelab.edge.prove --tags vps on vps-lab, the connections from this machine to the VPS's address."""
+    return adhoc.prove(INVENTORY, "--tags", "vps", "--limit", "vps-lab",
+                       "-e", "vps_connlimit_prove_address=%s" % vps_ip(), *args)
 
 
 def test_prove_proves_the_limit_on_both_paths():
@@ -52,6 +40,10 @@ def test_prove_proves_the_limit_on_both_paths():
         assert row["measured"] == "100 established, 10 reset, 0 unanswered", row
         adhoc.record("vps_connlimit", "prove_%d" % port, measured=row["measured"].replace(" ", "_"))
     assert report["summary"]["counts"]["proved"] == 2 and report["summary"]["ok"]
+    # every connection closed: none left open from this machine to the VPS's ports
+    left = subprocess.run(["ss", "-Htn", "state", "established", "dst", vps_ip()], capture_output=True, text=True,
+                          check=True).stdout
+    assert not [ln for ln in left.splitlines() if ln.split()[-1].rsplit(":", 1)[1] in ("80", "443")], left
 
 
 def test_check_mode_plans_and_connects_nowhere():

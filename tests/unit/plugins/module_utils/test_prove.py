@@ -1,7 +1,9 @@
 """homelab.edge.prove: the bounds, refusals and verdicts (pure), and its
 traffic against loopback servers these tests start (bounded, closed)."""
+import contextlib
 import socket
 import threading
+import time
 
 import pytest
 
@@ -131,6 +133,30 @@ def test_table_and_summary():
 
 # --- traffic, on loopback only ---
 
+@contextlib.contextmanager
+def tcp_server(*replies):
+    """A loopback TCP server that answers its next len(replies) connections,
+    each with its reply (bytes, or a function of what the client sent); yields its port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(3)
+
+    def serve():
+        for reply in replies:
+            conn, dummy = listener.accept()
+            got = conn.recv(512)
+            conn.sendall(reply(got) if callable(reply) else reply)
+            conn.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        t.join(3)
+        listener.close()
+
+
 class DnsServer(threading.Thread):
     """Answers every query on 127.0.0.1 (an empty response, the query's ID), at most `limit` of them."""
 
@@ -196,48 +222,20 @@ def test_hold_counts_established_and_reset():
 
 
 def test_probe_kinds():
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    listener.settimeout(3)
-    port = listener.getsockname()[1]
-
-    def answer_http():
-        for dummy in range(2):  # the TLS probe's hello, then the HTTP probe's HEAD
-            conn, dummy = listener.accept()
-            conn.recv(512)
-            conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n")
-            conn.close()
-    t = threading.Thread(target=answer_http, daemon=True)
-    t.start()
-    try:
+    # the TLS probe's hello gets HTTP back and fails; the HTTP probe's HEAD is answered
+    with tcp_server(b"HTTP/1.0 200 OK\r\n\r\n", b"HTTP/1.0 200 OK\r\n\r\n") as port:
         assert prove_net.probe_kind("127.0.0.1", port, 1.0) == "http"
-    finally:
-        t.join(3)
-        listener.close()
     # nothing listens now: no kind answers
     assert prove_net.probe_kind("127.0.0.1", port, 0.5) is None
 
 
 def test_dns_probe_over_tcp():
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    listener.settimeout(3)
-
-    def answer():
-        conn, dummy = listener.accept()
-        q = conn.recv(512)[2:]
+    def answer(got):
+        q = got[2:]
         reply = q[:2] + b"\x81\x80" + q[4:]
-        conn.sendall(len(reply).to_bytes(2, "big") + reply)
-        conn.close()
-    t = threading.Thread(target=answer, daemon=True)
-    t.start()
-    try:
-        assert prove_net.probe("127.0.0.1", listener.getsockname()[1], "dns", 1.0)
-    finally:
-        t.join(3)
-        listener.close()
+        return len(reply).to_bytes(2, "big") + reply
+    with tcp_server(answer) as port:
+        assert prove_net.probe("127.0.0.1", port, "dns", 1.0)
 
 
 def test_every_runs_bounded_rounds():
@@ -280,22 +278,22 @@ def test_at_once_counts_answers_and_unfinished():
 
 
 def test_http_status_over_loopback():
+    with tcp_server(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n") as port:
+        assert prove_net.http_status("127.0.0.1", port, False, "a.lab", "/", 2) == 429
+    assert prove_net.http_status("127.0.0.1", port, False, "a.lab", "/", 1) == "ConnectionRefusedError"
+
+
+def test_hold_is_bounded_by_its_timeout_when_the_host_does_not_answer():
+    """A slow host: a listener that never accepts, its queue full - the kernel drops the SYNs beyond it.
+    The connections not answered count as unanswered, and the call ends at its timeout."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    listener.settimeout(3)
-
-    def answer():
-        conn, dummy = listener.accept()
-        conn.recv(512)
-        conn.sendall(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n")
-        conn.close()
-    port = listener.getsockname()[1]
-    t = threading.Thread(target=answer, daemon=True)
-    t.start()
+    listener.listen(0)
     try:
-        assert prove_net.http_status("127.0.0.1", port, False, "a.lab", "/", 2) == 429
+        t0 = time.monotonic()
+        got = prove_net.hold("127.0.0.1", listener.getsockname()[1], 8, 0.5, 0)
+        elapsed = time.monotonic() - t0
     finally:
-        t.join(3)
         listener.close()
-    assert prove_net.http_status("127.0.0.1", port, False, "a.lab", "/", 1) == "ConnectionRefusedError"
+    assert got["timeout"] >= 5 and got["established"] + got["timeout"] == 8, got
+    assert elapsed < 2, elapsed
