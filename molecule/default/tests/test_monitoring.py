@@ -118,7 +118,8 @@ def mixed_clients(client, vps, n=40):
 def test_the_429_alert_fires_during_a_flood_through_the_vps_and_not_after(client):
     """Two waves from one address through the VPS (Traefik's 429 counter
     starts at its first 429: a flood shows as its growth): the alert fires
-    on websecure and on the site router, and is quiet again after."""
+    for the NAS's Traefik and on the site router (the limit's own 429s: no
+    app behind answers 429 here), and is quiet again after."""
     vps = hosts.address("lab-vps", "lab-wan")
     waves = []
     try:
@@ -131,7 +132,7 @@ def test_the_429_alert_fires_during_a_flood_through_the_vps_and_not_after(client
         adhoc.record("monitoring", "alert_429", waves=waves, alerts=[a["labels"] for a in alerts + routers],
                      value=alerts[0]["value"])
         assert [w.get("429") for w in waves] == [50, 50], waves
-        assert [a["labels"]["entrypoint"] for a in alerts] == ["websecure"]
+        assert len(alerts) == 1 and "entrypoint" not in alerts[0]["labels"], alerts
         assert [a for a in routers if "site@" in a["labels"]["router"]], routers
         wait("TraefikRateLimited quiet again", lambda: not firing(nas_prometheus(), "TraefikRateLimited"), 90)
     finally:
