@@ -1,9 +1,14 @@
 """The one-home checks of tests/unit/test_one_home.py on what only the
 checkout has: Molecule's clean-up removes the keeper's config where the
-module writes it, and the demo repeats neither it nor the render timeout."""
+module writes it, the demo repeats neither it nor the render timeout, and
+the alerts' runbook_url is galaxy.yml's repository's README, at a heading."""
+import glob
 import os
 import re
 
+import yaml
+
+from ansible_collections.homelab.edge.plugins.filter import runbook
 from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
 
 from .conftest import ROOT
@@ -16,3 +21,23 @@ def test_the_demo_and_molecule_take_the_keeper_config_and_render_timeout_from_th
     with open(os.path.join(ROOT, "demo", "demo.py")) as f:
         found = [m.group(0) for m in literal.finditer(f.read())]
     assert found == [], "demo/demo.py repeats %s" % found
+
+
+def github_anchor(heading):
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces as dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_alerts_runbook_url_is_a_heading_of_the_published_readme():
+    with open(os.path.join(ROOT, "galaxy.yml")) as f:
+        assert runbook.README_URL == yaml.safe_load(f)["repository"] + "/blob/main/README.md"
+    with open(os.path.join(ROOT, "README.md")) as f:
+        headings = {github_anchor(m.group(1)) for m in re.finditer(r"^#+ (.+)$", f.read(), re.M)}
+    used = set()
+    for template in glob.glob(os.path.join(ROOT, "roles", "*", "templates", "prometheus-rules.yml.j2")):
+        with open(template) as f:
+            text = f.read()
+        # every alert has one
+        assert text.count("- alert: ") == text.count("| homelab.edge.runbook_url }}"), template
+        used |= set(re.findall(r"'([^']+)' \| homelab\.edge\.runbook_url", text))
+    assert used and used <= headings, used - headings

@@ -9,6 +9,8 @@ import jinja2
 import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "plugins", "filter"))
+import runbook  # noqa: E402  (the collection's filter, as the template module finds it by its FQCN)
 
 
 def roles():
@@ -21,8 +23,9 @@ def render(role, overrides=None):
         values = yaml.safe_load(f)
     values.update(overrides or {}, ansible_managed="Managed by homelab.edge")
     with open(os.path.join(ROOT, "roles", role, "templates", "prometheus-rules.yml.j2")) as f:
-        return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(
-            f.read()).render(values)
+        env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+        env.filters["homelab.edge.runbook_url"] = runbook.runbook_url
+        return env.from_string(f.read()).render(values)
 
 
 def main(out):
