@@ -13,8 +13,11 @@ __metaclass__ = type
 import re
 
 FILE = "homelab_edge_k3d.prom"
+# The k3d cluster's label: not "cluster", which multi-cluster Prometheus setups (Thanos, Mimir, kube-prometheus'
+# external labels) set for the Prometheus's own cluster and would overwrite or clash with.
+CLUSTER = "k3d_cluster"
 STATES = ("fixed", "capped", "not_fixed")
-# name: (type, help); one line per load balancer each (labels lb, cluster)
+# name: (type, help); one line per load balancer each (labels lb, k3d_cluster)
 GAUGES = (
     ("homelab_edge_k3d_lb_connections", "connections",
      "Connections of the busiest nginx worker: its open files plus its UDP sessions (nginx counts each twice)."),
@@ -67,7 +70,9 @@ def read_totals(text):
         m = _TOTAL.match(line)
         if m:
             labels = dict((k, re.sub(r"\\(.)", r"\1", v)) for k, v in _LABEL.findall(m.group(1)))
-            totals[(labels.get("lb", ""), labels.get("cluster", ""), labels.get("server", ""))] = int(m.group(2))
+            # a file written before the label was k3d_cluster names it cluster
+            cluster = labels.get(CLUSTER, labels.get("cluster", ""))
+            totals[(labels.get("lb", ""), cluster, labels.get("server", ""))] = int(m.group(2))
     return totals
 
 
@@ -78,18 +83,18 @@ def text(entries, not_enough_totals, now):
            % ", ".join(STATES), "# TYPE homelab_edge_k3d_lb_state gauge"]
     for e in entries:
         for state in STATES:
-            labels = _labels(lb=e["name"], cluster=e.get("cluster") or "", state=state)
+            labels = _labels(lb=e["name"], state=state, **{CLUSTER: e.get("cluster") or ""})
             out.append("homelab_edge_k3d_lb_state%s %d" % (labels, e.get("state") == state))
     for name, key, helptext in GAUGES:
         out += ["# HELP %s %s" % (name, helptext), "# TYPE %s gauge" % name]
         for e in entries:
             if e.get(key) is not None:
-                out.append("%s%s %d" % (name, _labels(lb=e["name"], cluster=e.get("cluster") or ""), e[key]))
+                out.append("%s%s %d" % (name, _labels(lb=e["name"], **{CLUSTER: e.get("cluster") or ""}), e[key]))
     out += ["# HELP homelab_edge_k3d_lb_not_enough_total 'worker_connections are not enough' lines in the load "
             "balancer's log since the keeper started, by server.",
             "# TYPE homelab_edge_k3d_lb_not_enough_total counter"]
     for (lb, cluster, server), count in sorted(not_enough_totals.items()):
-        out.append("homelab_edge_k3d_lb_not_enough_total%s %d" % (_labels(lb=lb, cluster=cluster, server=server),
+        out.append("homelab_edge_k3d_lb_not_enough_total%s %d" % (_labels(lb=lb, server=server, **{CLUSTER: cluster}),
                                                                   count))
     out += ["# HELP homelab_edge_k3d_keeper_last_write_timestamp_seconds When the keeper last wrote these metrics.",
             "# TYPE homelab_edge_k3d_keeper_last_write_timestamp_seconds gauge",

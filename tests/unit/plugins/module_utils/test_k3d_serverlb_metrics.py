@@ -13,14 +13,14 @@ def samples(text):
 
 def test_each_load_balancer_is_in_one_state_with_its_gauges():
     got = samples(m.text([STOCK, FIXED], m.add_not_enough({("k3d-a-serverlb", "a", "udp 53"): 0}, STOCK), 1700000000))
-    assert got['homelab_edge_k3d_lb_state{cluster="a",lb="k3d-a-serverlb",state="not_fixed"}'] == "1"
-    assert got['homelab_edge_k3d_lb_state{cluster="a",lb="k3d-a-serverlb",state="fixed"}'] == "0"
-    assert got['homelab_edge_k3d_lb_state{cluster="b",lb="k3d-b-serverlb",state="fixed"}'] == "1"
-    assert got['homelab_edge_k3d_lb_open_files{cluster="a",lb="k3d-a-serverlb"}'] == "1030"
-    assert got['homelab_edge_k3d_lb_connections{cluster="a",lb="k3d-a-serverlb"}'] == "1029"
-    assert got['homelab_edge_k3d_lb_udp_session_budget{cluster="b",lb="k3d-b-serverlb"}'] == "1024"
-    assert 'homelab_edge_k3d_lb_udp_session_budget{cluster="a",lb="k3d-a-serverlb"}' not in got  # no budget: absent
-    assert got['homelab_edge_k3d_lb_not_enough_total{cluster="a",lb="k3d-a-serverlb",server="udp 53"}'] == "3"
+    assert got['homelab_edge_k3d_lb_state{k3d_cluster="a",lb="k3d-a-serverlb",state="not_fixed"}'] == "1"
+    assert got['homelab_edge_k3d_lb_state{k3d_cluster="a",lb="k3d-a-serverlb",state="fixed"}'] == "0"
+    assert got['homelab_edge_k3d_lb_state{k3d_cluster="b",lb="k3d-b-serverlb",state="fixed"}'] == "1"
+    assert got['homelab_edge_k3d_lb_open_files{k3d_cluster="a",lb="k3d-a-serverlb"}'] == "1030"
+    assert got['homelab_edge_k3d_lb_connections{k3d_cluster="a",lb="k3d-a-serverlb"}'] == "1029"
+    assert got['homelab_edge_k3d_lb_udp_session_budget{k3d_cluster="b",lb="k3d-b-serverlb"}'] == "1024"
+    assert 'homelab_edge_k3d_lb_udp_session_budget{k3d_cluster="a",lb="k3d-a-serverlb"}' not in got  # no budget: absent
+    assert got['homelab_edge_k3d_lb_not_enough_total{k3d_cluster="a",lb="k3d-a-serverlb",server="udp 53"}'] == "3"
     assert got["homelab_edge_k3d_keeper_last_write_timestamp_seconds"] == "1700000000"
 
 
@@ -38,6 +38,12 @@ def test_a_restarted_keeper_continues_the_counts_of_its_textfile():
     before = {("k3d-a-serverlb", "a", "udp 53"): 7, ('we"ird\\lb', "", "unnamed"): 2}
     assert m.read_totals(m.text([], before, 1)) == before
     assert m.read_totals("") == {} and m.read_totals(None) == {}
+    # a file an older keeper wrote, its cluster label still named cluster: the counts go on
+    old = 'homelab_edge_k3d_lb_not_enough_total{cluster="a",lb="k3d-a-serverlb",server="udp 53"} 7\n'
+    assert m.read_totals(old) == {("k3d-a-serverlb", "a", "udp 53"): 7}
+    # the label is k3d_cluster: "cluster" is what multi-cluster Prometheus setups set for themselves
+    assert 'k3d_cluster="a"' in m.text([STOCK], {}, 1) and 'cluster="a"' not in m.text([STOCK], {}, 1).replace(
+        'k3d_cluster="a"', "")
 
 
 def test_every_metric_has_help_and_type_and_label_values_are_escaped():
