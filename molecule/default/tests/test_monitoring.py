@@ -172,7 +172,7 @@ def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_th
     assert firing(k3d_prometheus(), "K3dLoadBalancerConnectionsHigh") == []
 
 
-def test_autoheal_tells_the_receiver_when_it_restarts_a_wedged_traefik():
+def test_traefik_down_fires_on_a_wedge_and_autoheal_tells_the_receiver_when_it_restarts_it():
     for net in NAS.check_output("docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "
                                 "autoheal").split():
         NAS.run("docker network connect %s %s" % (net, monitoring.RECEIVER))
@@ -181,13 +181,18 @@ def test_autoheal_tells_the_receiver_when_it_restarts_a_wedged_traefik():
     def received():
         return NAS.file(monitoring.RECEIVED).content_string.strip()
 
+    assert firing(nas_prometheus(), "TraefikDown") == []
     NAS.check_output("docker kill -s STOP traefik")
     try:
+        # running and answering nothing: its scrape fails (up 0) before its health check gives up
+        down = wait("TraefikDown firing on the wedge", lambda: firing(nas_prometheus(), "TraefikDown"), 60)
         got = wait("autoheal's message at the receiver", received, 90)
     finally:
         NAS.run("docker kill -s CONT traefik")
-    adhoc.record("monitoring", "autoheal_webhook", message=" ".join(got.split())[:200])
+    adhoc.record("monitoring", "autoheal_webhook", message=" ".join(got.split())[:200],
+                 traefik_down=[a["labels"]["instance"] for a in down])
     assert "Container traefik" in got and "found to be unhealthy" in got and "Successfully restarted" in got
     wait("Traefik served again", lambda: NAS.run("curl -sk -o /dev/null -w '%{http_code}' --resolve "
                                                  "site.nas.lab:443:127.0.0.1 https://site.nas.lab/").stdout == "200", 60)
     traefik_target()  # re-created? its address for the next scrape
+    wait("TraefikDown quiet once healed", lambda: not firing(nas_prometheus(), "TraefikDown"), 60)
