@@ -278,6 +278,12 @@ MUTATIONS = {
         '"ok": not counts[FAILED] and not counts[REFUSED]}',
         UNIT + "test_prove.py::test_table_and_summary"),
 
+    "ufw_access: port forwards through the host not looked at": (
+        "plugins/module_utils/ufw_access.py",
+        '    if enabled or forward_policy == "ACCEPT":\n        return []\n',
+        '    return []\n',
+        UNIT + "test_ufw_access.py::test_enabling_ufw_cuts_the_forwards_no_route_rule_allows"),
+
 }
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "output", "results", "build", "*.tar.gz")

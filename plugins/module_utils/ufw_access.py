@@ -18,6 +18,7 @@ __metaclass__ = type
 
 import ipaddress
 import re
+import shlex
 
 PROTOS = ("tcp", "udp")
 COMMENT = "homelab.edge"  # every rule ufw_access adds carries this comment
@@ -138,6 +139,82 @@ def default_input_policy(default_ufw_text):
     """ACCEPT, DROP or REJECT from /etc/default/ufw (ufw ships DROP)."""
     m = re.search(r'^\s*DEFAULT_INPUT_POLICY\s*=\s*"?(\w+)"?', default_ufw_text or "", re.M)
     return m.group(1).upper() if m else "DROP"
+
+
+def default_forward_policy(default_ufw_text):
+    """The FORWARD policy enabling ufw sets, from /etc/default/ufw (ufw ships DROP)."""
+    m = re.search(r'^\s*DEFAULT_FORWARD_POLICY\s*=\s*"?(\w+)"?', default_ufw_text or "", re.M)
+    return m.group(1).upper() if m else "DROP"
+
+
+def _flag(parts, *names):
+    for name in names:
+        if name in parts and parts.index(name) + 1 < len(parts):
+            return parts[parts.index(name) + 1]
+    return None
+
+
+def _target(value):
+    """--to-destination ADDR[:PORT[-PORT]] (an IPv6 address in brackets) -> (addr, port or None)."""
+    if value.startswith("["):
+        addr, dummy, rest = value[1:].partition("]")
+        return addr, rest.lstrip(":").split("-")[0] or None
+    if value.count(":") == 1:
+        addr, dummy, port = value.partition(":")
+        return addr, port.split("-")[0] or None
+    return value, None
+
+
+def dnat_forwards(nat_rules):
+    """The port forwards through this host, from `iptables -S -t nat` (or
+    ip6tables): the DNATs of the user's chains to another host, each
+    [{"spec": "PORT/PROTO" (what clients reach), "proto", "to_addr", "to_port"
+    (where it goes: a forwarded connection, through FORWARD), "rule"}].
+    Docker's chains (DOCKER*) are left out: Docker keeps its own FORWARD
+    path. A DNAT to loopback is no forward."""
+    out = []
+    for line in (nat_rules or "").splitlines():
+        try:
+            parts = shlex.split(line)
+        except ValueError:
+            continue
+        if parts[:1] != ["-A"] or len(parts) < 2 or parts[1].upper().startswith("DOCKER") or \
+                _flag(parts, "-j", "--jump") != "DNAT":
+            continue
+        proto, dport, to = _flag(parts, "-p", "--protocol"), _flag(parts, "--dport", "--destination-port"), \
+            _flag(parts, "--to-destination")
+        if proto not in PROTOS or not dport or not to:
+            continue  # every protocol or port of an address: not a port forward this plan can keep
+        addr, port = _target(to)
+        if is_loopback(addr):
+            continue
+        out.append({"spec": "%s/%s" % (dport, proto), "proto": proto, "to_addr": addr,
+                    "to_port": port or dport, "rule": line.strip()})
+    return out
+
+
+def route_allows(rules, forward):
+    """Whether a route rule of ufw lets a NEW forwarded connection of `forward` through (first match)."""
+    to_port = forward["to_port"].split(":")[0]
+    for r in rules:
+        if not r["route"] or r["proto"] not in ("any", forward["proto"]):
+            continue
+        if not to_port.isdigit() or not _port_matches(r["dport"], int(to_port)):
+            continue
+        if not _net_matches(r["dst"], forward["to_addr"]) or r["src"] not in ("any", "0.0.0.0/0", "::/0"):
+            continue
+        return r["action"] in ("allow", "limit")
+    return False
+
+
+def forwards_cut(forwards, enabled, rules, forward_policy):
+    """The port forwards that enabling ufw would cut: its FORWARD policy
+    (DROP as shipped) drops a forwarded NEW connection that no route rule
+    allows. None when ufw is active already (as it is, it works) or forwards
+    by default."""
+    if enabled or forward_policy == "ACCEPT":
+        return []
+    return [f for f in forwards if not route_allows(rules, f)]
 
 
 def user_rules(text):

@@ -21,6 +21,10 @@ description:
     enabling ufw would cut gets an allow rule (comment C(homelab.edge)) before ufw is enabled. SSH ports always do.
     Ports named in O(closed) are left to the default policy. With O(keep_listening=false) the module refuses instead
     and lists the ports that would be cut.
+  - Port forwards through the host count too - a DNAT rule of yours (a VPS that forwards 80/443 over WireGuard to the
+    NAS, with no Docker) goes through FORWARD, whose policy enabling ufw sets to C(DEFAULT_FORWARD_POLICY) (DROP as
+    shipped). Each forward no route rule allows gets one (C(ufw route allow proto PROTO to ADDR port PORT), comment
+    C(homelab.edge)) before ufw is enabled; with O(keep_listening=false) the module refuses and names them.
   - On a host where ufw is already active nothing of yours changes - your rules, their order, your defaults; only
     the ports in O(allow) that ufw does not already let in get a rule.
   - Refuses, with nothing written, when a rule of yours denies the SSH port of the running session (enabling ufw would
@@ -103,6 +107,20 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+forwards:
+  description:
+    - The port forwards through this host - DNAT rules in your own nat chains (Docker's left out) to another host - as
+      C(spec) (what clients reach), C(proto), C(to_addr), C(to_port), C(rule) and C(family) (4 or 6).
+  returned: success
+  type: list
+  elements: dict
+  version_added: "1.0.0"
+route_added:
+  description: The forwards that enabling ufw would have cut, each given a route rule (in check mode, would be).
+  returned: success
+  type: list
+  elements: dict
+  version_added: "1.0.0"
 ufw_installed:
   description: Whether ufw is installed (check mode plans against its package's defaults when not).
   returned: success
@@ -207,7 +225,13 @@ class Access(object):
                           for name in ("user.rules", "user6.rules", "ufw.conf"))
         self.enabled_before = ua.enabled(self.files["ufw.conf"])
         self.policy = ua.default_input_policy(read(p["defaults_file"]))
+        self.forward_policy = ua.default_forward_policy(read(p["defaults_file"]))
         self.rules = ua.user_rules(self.files["user.rules"])
+        self.rules6 = ua.user_rules(self.files["user6.rules"])
+        # the port forwards through this host (DNAT in the user's own nat rules, IPv4 and IPv6)
+        self.forwards = [dict(f, family=family) for family, tool in ((4, "iptables"), (6, "ip6tables"))
+                         if module.get_bin_path(tool, opt_dirs=["/usr/sbin", "/sbin"])
+                         for f in ua.dnat_forwards(self.run([tool, "-w", "-t", "nat", "-S"], check=False))]
         self.listen = ua.listening(self.run(["ss", "-H", "-tulpn"]))
         sshd = module.get_bin_path("sshd", opt_dirs=["/usr/sbin"])
         self.sshd = ua.sshd_ports(self.run([sshd, "-T"], check=False)) if sshd else []
@@ -238,21 +262,46 @@ class Access(object):
             refusals.append("enabling ufw would cut what answers new connections now: %s; list them in allow to "
                             "keep them, in closed to close them on purpose, or set keep_listening: true"
                             % self.who(plan["would_cut"]))
+        cut = self.forwards_cut() if p["enable"] else []
+        plan["route_allow"] = cut if p["keep_listening"] else []
+        if cut and not p["keep_listening"]:
+            refusals.append("enabling ufw would cut the port forwards through this host (its FORWARD policy is %s "
+                            "in %s): %s; add a route rule for each (ufw route allow proto PROTO to ADDR port PORT), "
+                            "or set keep_listening: true" % (self.forward_policy, p["defaults_file"],
+                                                            ", ".join(self.forward_text(f) for f in cut)))
         return plan, refusals
+
+    def forwards_cut(self):
+        return [f for f in self.forwards
+                if f in ua.forwards_cut([f], self.enabled_before, self.rules if f["family"] == 4 else self.rules6,
+                                        self.forward_policy)]
+
+    @staticmethod
+    def forward_text(f):
+        return "%s -> %s:%s" % (f["spec"], f["to_addr"], f["to_port"])
+
+    @staticmethod
+    def route_argv(f):
+        return ["route", "allow", "proto", f["proto"], "to", f["to_addr"], "port", f["to_port"]]
 
     def who(self, specs):
         names = dict((e["spec"], "/".join(e["processes"]) or "?") for e in self.listen)
         return ", ".join("%s (%s)" % (s, names.get(s, "sshd")) for s in specs)
 
-    def state_text(self, enabled, allowed):
+    def state_text(self, enabled, allowed, routed=()):
         lines = ["ufw %s (default incoming: %s)" % ("active" if enabled else "inactive", self.policy)]
         lines += ["allow %s (%s)" % (s, ua.COMMENT) for s in allowed]
+        lines += ["route allow %s (%s: forwarded %s)" % (" ".join(self.route_argv(f)[2:]), ua.COMMENT, f["spec"])
+                  for f in routed]
         return "\n".join(lines) + "\n"
 
-    def apply(self, allow, enable):
-        """The allow rules, then ufw enabled; the files put back when a step fails."""
+    def apply(self, allow, enable, routed=()):
+        """The allow rules and the route rules of the port forwards, then ufw enabled; the files put back when a
+        step fails."""
         ufw = self.module.get_bin_path("ufw", required=True)
         steps = [[ufw, "allow", s, "comment", "%s: %s" % (ua.COMMENT, self.who([s]))] for s in allow]
+        steps += [[ufw] + self.route_argv(f) + ["comment", "%s: forwarded %s" % (ua.COMMENT, f["spec"])]
+                  for f in routed]
         # ufw keeps the comment; it reads e.g. "homelab.edge: 51820/udp (wireguard-go)"
         if enable:
             steps.append([ufw, "--force", "enable"])
@@ -304,7 +353,8 @@ def main():
         module.fail_json(msg="; ".join(refusals) + "; nothing was changed", **plan)
     enable = p["enable"] and not access.enabled_before
     enabled = access.enabled_before or p["enable"]
-    result = dict(changed=bool(plan["allow"]) or enable, ufw_installed=installed,
+    result = dict(changed=bool(plan["allow"]) or bool(plan["route_allow"]) or enable, ufw_installed=installed,
+                  forwards=access.forwards, route_added=plan["route_allow"],
                   enabled_before=access.enabled_before, enabled=enabled,
                   policy=access.policy, listening=access.listen, added=plan["allow"], must_stay=plan["must_stay"],
                   blocked=plan["blocked"], blocked_unasked=plan["blocked_unasked"],
@@ -313,13 +363,16 @@ def main():
     if module._diff:
         result["diff"] = {"before_header": "ufw", "after_header": "ufw",
                           "before": access.state_text(access.enabled_before, []),
-                          "after": access.state_text(enabled, plan["allow"])}
+                          "after": access.state_text(enabled, plan["allow"], plan["route_allow"])}
     if result["changed"] and not module.check_mode:
         if p["revert_id"]:
             host.hold_revert(module, p["revert_dir"], p["revert_id"])
-        access.apply(plan["allow"], enable)
+        access.apply(plan["allow"], enable, plan["route_allow"])
         after = ua.user_rules(read(os.path.join(p["rules_dir"], "user.rules")))
+        after6 = ua.user_rules(read(os.path.join(p["rules_dir"], "user6.rules")))
         lost = [s for s in plan["must_stay"] if s not in ua.reachable([s], enabled, after, access.policy, access.session)]
+        lost += ["forwarded " + access.forward_text(f) for f in plan["route_allow"]
+                 if not ua.route_allows(after if f["family"] == 4 else after6, f)]
         if lost:
             access.undo()
             module.fail_json(msg="after the change ufw would still cut %s; your ufw files are back as they were"

@@ -398,3 +398,48 @@ def test_absent_removes_the_limit_commit_confirmed_and_keeps_ufw_and_the_way_in(
     assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[1], again.stdout[-2000:]
     assert len(reverts()) == armed_before + 1  # nothing to remove: no revert armed
     make_fresh()
+
+
+@pytest.fixture
+def port_forward():
+    """A port forward through the fresh VPS, as a VPS without Docker forwards 80/443 over WireGuard to the NAS:
+    8080 DNATed to the lab VPS's nginx on 80 (masqueraded, so the answer comes back through it)."""
+    to = LAB.interface("eth0").addresses[0]
+    rules = ["PREROUTING -p tcp --dport 8080 -j DNAT --to-destination %s:80" % to,
+             "POSTROUTING -d %s -p tcp --dport 80 -j MASQUERADE" % to]
+    forwarding = FRESH.check_output("sysctl -n net.ipv4.ip_forward")
+    FRESH.check_output("sysctl -qw net.ipv4.ip_forward=1")
+    for rule in rules:
+        FRESH.check_output("iptables -w -t nat -A %s" % rule)
+    try:
+        yield to
+    finally:
+        for rule in rules:
+            FRESH.run("iptables -w -t nat -D %s" % rule)
+        FRESH.run("sysctl -qw net.ipv4.ip_forward=%s" % forwarding)
+        make_fresh()
+
+
+def forwarded():
+    """A new client through the forward gets the lab VPS's page."""
+    return "vps backend ok" in CLIENT2.run("curl -s -m 5 http://%s:8080/" % fresh_ip()).stdout
+
+
+def test_enabling_ufw_keeps_a_port_forward_through_the_vps(port_forward):
+    """Both ways: ufw enabled by hand drops the forwarded connections (its FORWARD policy is DROP); the role
+    enables it with a route rule for the forward, found in the nat rules, and the forward still answers."""
+    make_fresh()
+    assert forwarded()
+    FRESH.check_output("ufw --force enable")
+    try:
+        cut_by_hand = not forwarded()
+    finally:
+        FRESH.check_output("ufw --force disable")
+    assert cut_by_hand and forwarded()
+    out = run_role()
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert FRESH.check_output("ufw status").startswith("Status: active")
+    assert forwarded()
+    routes = [ln for ln in FRESH.check_output("ufw status").splitlines() if "ALLOW FWD" in ln]
+    assert len(routes) == 1 and "%s 80/tcp" % port_forward in routes[0] and "forwarded 8080/tcp" in routes[0], routes
+    assert new_login() and udp_answers()

@@ -156,3 +156,54 @@ def test_reachable():
     r = rules(tuple_line("allow", "udp", "51820"))
     assert ua.reachable(["51820/udp", "80/tcp"], True, r, "DROP") == ["51820/udp"]
     assert ua.reachable(["51820/udp", "80/tcp"], False, r, "DROP") == ["80/tcp", "51820/udp"]
+
+
+# --- port forwards through the host (DNAT, through FORWARD) ---
+
+NAT = """-P PREROUTING ACCEPT
+-P POSTROUTING ACCEPT
+-N DOCKER
+-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
+-A PREROUTING -i eth0 -p tcp -m tcp --dport 443 -j DNAT --to-destination 10.8.0.2:443
+-A PREROUTING -i eth0 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.8.0.2
+-A PREROUTING -p udp -m udp --dport 3478 -j DNAT --to-destination 10.8.0.3:3478-3479
+-A PREROUTING -p tcp -m tcp --dport 2200 -j DNAT --to-destination 127.0.0.1:22
+-A PREROUTING -d 203.0.113.7/32 -j DNAT --to-destination 10.8.0.9
+-A POSTROUTING -o wg0 -j MASQUERADE
+-A DOCKER ! -i docker0 -p tcp -m tcp --dport 8443 -j DNAT --to-destination 172.17.0.2:443
+"""
+
+
+def test_dnat_forwards_are_the_users_port_forwards_to_another_host():
+    got = [(f["spec"], f["to_addr"], f["to_port"]) for f in ua.dnat_forwards(NAT)]
+    # Docker's chain, a DNAT to loopback and one of every port of an address are left out
+    assert got == [("443/tcp", "10.8.0.2", "443"), ("8080/tcp", "10.8.0.2", "8080"), ("3478/udp", "10.8.0.3", "3478")]
+    v6 = ua.dnat_forwards("-A PREROUTING -p tcp -m tcp --dport 443 -j DNAT --to-destination [fd00:8::2]:8443\n")
+    assert [(f["to_addr"], f["to_port"]) for f in v6] == [("fd00:8::2", "8443")]
+    assert ua.dnat_forwards("") == [] and ua.dnat_forwards(None) == []
+
+
+def test_default_forward_policy():
+    assert ua.default_forward_policy('DEFAULT_FORWARD_POLICY="DROP"\n') == "DROP"
+    assert ua.default_forward_policy('DEFAULT_FORWARD_POLICY="ACCEPT"\n') == "ACCEPT"
+    assert ua.default_forward_policy("") == "DROP"  # as ufw ships it
+
+
+ROUTE = """### tuple ### route:allow tcp 443 10.8.0.2 any 0.0.0.0/0 in
+-A ufw-user-forward -p tcp -d 10.8.0.2 --dport 443 -j ACCEPT
+"""
+
+
+def test_enabling_ufw_cuts_the_forwards_no_route_rule_allows():
+    forwards = ua.dnat_forwards(NAT)
+    rules = ua.user_rules(ROUTE)
+    cut = ua.forwards_cut(forwards, False, rules, "DROP")
+    assert [f["spec"] for f in cut] == ["8080/tcp", "3478/udp"]  # 443 has its route rule
+    # ufw active already (it works as it is), or forwarding by default: nothing to keep
+    assert ua.forwards_cut(forwards, True, rules, "DROP") == []
+    assert ua.forwards_cut(forwards, False, rules, "ACCEPT") == []
+    # a route rule for one source only does not keep it for every client; an incoming (not routed) rule does not
+    only_one = ua.user_rules("### tuple ### route:allow tcp 8080 10.8.0.2 any 192.0.2.1 in\n"
+                             "### tuple ### allow tcp 8080 0.0.0.0/0 any 0.0.0.0/0 in\n")
+    assert [f["spec"] for f in ua.forwards_cut(forwards, False, only_one, "DROP")] == ["443/tcp", "8080/tcp",
+                                                                                       "3478/udp"]
