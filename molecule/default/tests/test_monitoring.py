@@ -18,6 +18,7 @@ import testinfra
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins", "module_utils")]
 import adhoc  # noqa: E402
+import dashboards  # noqa: E402
 import hosts  # noqa: E402
 import k3d  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
@@ -105,6 +106,25 @@ def test_each_prometheus_loads_the_roles_rules_and_scrapes_the_keepers_metrics()
 def test_the_healthy_lab_fires_no_alert():
     time.sleep(10)  # a few evaluations (every 2 s here)
     assert [a["labels"]["alertname"] for p in (nas_prometheus(), k3d_prometheus()) for a in firing(p)] == []
+
+
+def test_every_dashboard_panel_returns_data_from_the_labs_prometheus():
+    """The dashboards the roles wrote are the ones they ship, and each panel's every query returns data in the
+    lab: the k3d one from this host's Prometheus (the keeper's metrics), the aftermath one from the NAS's (its
+    node_exporter). Grafana itself does not run here (AGPL, not packaged)."""
+    with open(os.path.join(monitoring.K3D_DIR, "dashboards", "k3d.json")) as f:
+        written = {"k3d_serverlb": f.read(),
+                   "tcp_drain": NAS.file(monitoring.NAS_DIR + "/dashboards/aftermath.json").content_string}
+    where = {"k3d_serverlb": k3d_prometheus(), "tcp_drain": nas_prometheus()}
+    empty = []
+    for path in dashboards.files():
+        role = path.split(os.sep)[-3]
+        shipped = dashboards.load(path)
+        assert json.loads(written[role]) == shipped, role
+        for title, ref, expr in dashboards.queries(shipped):
+            if not api(where[role], "/api/v1/query", query=expr)["result"]:
+                empty.append((role, title, ref, expr))
+    assert empty == []
 
 
 def mixed_clients(client, vps, n=40):
