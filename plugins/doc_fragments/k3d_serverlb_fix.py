@@ -8,9 +8,17 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    # The fix's options, for the modules that read a load balancer against it (k3d_serverlb_info, prove_k3d_serverlb).
+    # The load balancers and the fix's options, for the modules that read load balancers against it
+    # (k3d_serverlb_info, prove_k3d_serverlb).
     DOCUMENTATION = r"""
+requirements:
+  - docker (Python SDK) on the host that runs the module
 options:
+  clusters:
+    description: Only the load balancers of these k3d clusters. Empty means all.
+    type: list
+    elements: str
+    default: []
   docker_host:
     description: Docker API address. Defaults to the environment (C(DOCKER_HOST)) or the local socket.
     type: str

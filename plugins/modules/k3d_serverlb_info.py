@@ -20,14 +20,7 @@ description:
     lacks of the C(homelab.edge.k3d_serverlb) fix, and whether each DNS server behind it answers a query.
 author:
   - homelab.edge contributors (@homelab-edge)
-requirements:
-  - docker (Python SDK) on the host that runs the module
 options:
-  clusters:
-    description: Only the load balancers of these k3d clusters. Empty means all.
-    type: list
-    elements: str
-    default: []
   window:
     description: Seconds of log to read.
     type: int

@@ -25,14 +25,7 @@ description:
     in time, or why it would refuse) without sending anything.
 author:
   - homelab.edge contributors (@homelab-edge)
-requirements:
-  - docker (Python SDK) on the host that runs the module
 options:
-  clusters:
-    description: Only the load balancers of these k3d clusters. Empty means all.
-    type: list
-    elements: str
-    default: []
   rate:
     description: DNS queries per second (at most 500).
     type: int
