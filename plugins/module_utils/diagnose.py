@@ -223,6 +223,19 @@ def nas(host, sig, traefik_name, proxy_trusted, bound=None):
     return out
 
 
+# what counts as many connections to tear down: conntrack this full, or this many sockets neither listening nor open
+CONNTRACK_SHARE = 0.2
+DYING_SOCKETS = 1000
+
+
+def many_connections(h):
+    """Whether a host's signals show a flood's mark: conntrack above CONNTRACK_SHARE of its limit (or, its limit
+    unknown, above DYING_SOCKETS entries), or DYING_SOCKETS sockets being torn down (TIME-WAIT, FIN-WAIT...)."""
+    conntrack, limit = h.get("conntrack") or 0, h.get("conntrack_max")
+    dying = sum(n for state, n in (h.get("sockets") or {}).items() if state not in ("LISTEN", "ESTAB"))
+    return conntrack > (CONNTRACK_SHARE * limit if limit else DYING_SOCKETS) or dying >= DYING_SOCKETS
+
+
 def host_common(host, sig, containers, drain_want=None):
     out = []
     h = (sig or {}).get("host") or {}
@@ -232,8 +245,10 @@ def host_common(host, sig, containers, drain_want=None):
             out += drain(host, "%s's namespace" % name, c.get("drain"), drain_want)
     load, cpus = (h.get("load") or [0])[0], h.get("cpus") or 1
     system = (h.get("cpu") or {}).get("system", 0)
-    # the kernel's own work shows as system CPU; a high load with little of it is user work (a build, a backup)
-    if system > 50 or (load > 2 * cpus and system > 25):
+    # the kernel's own work shows as system CPU; a high load with little of it is user work (a build, a backup);
+    # and a flood's aftermath has many connections to tear down - busy kernel work with few (a RAID scrub, a
+    # machine running containers beside) is something else
+    if (system > 50 or (load > 2 * cpus and system > 25)) and many_connections(h):
         out.append(finding(host, "%s's kernel is busy" % host,
                            "load %.2f on %d CPUs, %s%% system CPU; conntrack %s entries, sockets %s"
                            % (load, cpus, system, h.get("conntrack"), h.get("sockets")),

@@ -70,7 +70,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 host:
-  description: load, cpu (user/system %), conntrack, sockets by state, drain sysctls.
+  description: load, cpu (user/system %), conntrack (and conntrack_max, its limit), sockets by state, drain sysctls.
   returned: always
   type: dict
 containers:
@@ -152,10 +152,12 @@ class Host(object):
 def host_part(h, p, before_stat):
     after_stat = h.read("/proc/stat")
     conntrack = h.read("/proc/sys/net/netfilter/nf_conntrack_count").strip()
+    conntrack_max = h.read("/proc/sys/net/netfilter/nf_conntrack_max").strip()
     return {"load": [float(x) for x in h.read("/proc/loadavg", "0 0 0").split()[:3]],
             "cpus": os.sysconf("SC_NPROCESSORS_ONLN"),
             "cpu": signals.cpu_pct(signals.cpu_times(before_stat), signals.cpu_times(after_stat)),
             "conntrack": int(conntrack) if conntrack.isdigit() else None,
+            "conntrack_max": int(conntrack_max) if conntrack_max.isdigit() else None,
             "sockets": signals.socket_states(h.run(["ss", "-Htan"])), "drain": h.drain()}
 
 

@@ -13,8 +13,8 @@ module: prove_k3d_serverlb
 short_description: Prove on this host that k3d's load balancers hold DNS load (for homelab.edge.prove)
 version_added: "1.0.0"
 description:
-  - For each k3d load balancer that publishes a UDP port, sends a small, bounded DNS load through it, as seed 000's
-    clients did - every query from a fresh source port, so every query is a new UDP session in nginx - while probing
+  - For each k3d load balancer that publishes a UDP port, sends a small, bounded DNS load through it (through the UDP
+    ports that answer one DNS query first; a published UDP port need not be DNS), as seed 000's clients did - every query from a fresh source port, so every query is a new UDP session in nginx - while probing
     its published TCP ports (the API, HTTPS, DNS over TCP) twice a second, and samples its busiest worker's connections.
   - Proved when every query is answered, its log has no "worker_connections are not enough" line over the run, every
     probe answered and the busiest worker stayed under O(max_share) % of its C(worker_connections).
@@ -93,7 +93,9 @@ load_balancers:
     measured:
       description: >-
         planned, sent, answered, send_errors, late_max_s (the latest a query left after its due time), seconds,
-        not_enough, probes_ok, probes_failed, peak_connections, worker_connections.
+        not_enough, probes_ok, probes_failed, peak_connections, worker_connections; unprobed (TCP ports that
+        answered no probe before the load: left out), not_dns (UDP ports that answered no DNS query before it: left
+        out).
       type: dict
     targets: {description: "The DNS targets (host:port) and the probed TCP ports (host:port kind).", type: dict}
 """
@@ -162,6 +164,11 @@ def run(container, entry, ports, the_plan, p):
     """Step 3: the kind of each TCP port's probe, found before the load; then
     the load, with the probes and the worker samples beside it; then the log
     over the run."""
+    # a published UDP port is not always DNS (WireGuard, a game server...): the load goes only to those that
+    # answer one DNS query now
+    dns = [t for t in ports["udp"] if prove_net.dns_paced([t], 1, 1, p["name"], p["timeout"], p["timeout"] + 1)["answered"]]
+    if not dns:
+        return None, []
     kinds = [(h, port, prove_net.probe_kind(h, port, p["timeout"], inside)) for h, port, inside in ports["tcp"]]
     targets = [k for k in kinds if k[2]]
     rounds = int(the_plan["bound_s"] / 0.5) + 1
@@ -178,7 +185,7 @@ def run(container, entry, ports, the_plan, p):
     probes.start()
     sampler.start()
     try:
-        measured = prove_net.dns_paced(ports["udp"], the_plan["rate"], the_plan["count"], p["name"], p["timeout"],
+        measured = prove_net.dns_paced(dns, the_plan["rate"], the_plan["count"], p["name"], p["timeout"],
                                        the_plan["seconds"] * 1.5 + 1)
     finally:
         probes.stop(p["timeout"] * max(1, len(targets)) + 1)
@@ -187,7 +194,8 @@ def run(container, entry, ports, the_plan, p):
     after = lb_signals.log_signals(container.logs(since=int(start)).decode("utf-8", "replace"))
     measured.update(not_enough=after["not_enough_total"], peak_connections=peak["value"],
                     worker_connections=entry["worker_connections"],
-                    unprobed=["%s:%d" % k[:2] for k in kinds if not k[2]])
+                    unprobed=["%s:%d" % k[:2] for k in kinds if not k[2]],
+                    not_dns=["%s:%d" % t for t in ports["udp"] if t not in dns])
     return measured, targets
 
 
@@ -239,7 +247,12 @@ def main():
         measured, targets = None, []
         if status == prove.PLANNED and not module.check_mode:
             measured, targets = run(container, entry, ports, the_plan, p)
-            status, reasons = verify(measured, p)
+            if measured is None:
+                status, reasons = prove.SKIPPED, ["no UDP port %s publishes answers a DNS query now (%s): no DNS "
+                                                  "server behind it, or a hung one (homelab.edge.diagnose names which)"
+                                                  % (entry["name"], ", ".join("%s:%d" % t for t in ports["udp"]))]
+            else:
+                status, reasons = verify(measured, p)
         results.append({"name": name, "status": status, "reasons": reasons, "plan": the_plan, "measured": measured,
                         "targets": {"dns": ["%s:%d" % t for t in (ports or {}).get("udp", [])],
                                     "probed": ["%s:%d %s" % t for t in targets]}})

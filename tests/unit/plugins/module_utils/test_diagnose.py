@@ -131,14 +131,25 @@ def test_drain_values_at_kernel_defaults_and_a_busy_kernel():
     assert [f["code"] for f in found] == ["drain_slow", "drain_slow", "host_kernel_busy"]
 
 
-@pytest.mark.parametrize("load, system, busy", [
-    (5.18, 13.8, False),   # measured in the lab while other tests ran beside: user work, not the kernel
-    (5.0, 30, True),
-    (1.0, 60, True),       # seed 001: system CPU high whatever the load
-    (3.9, 40, False),
+AFTERMATH = {"conntrack": 60000, "conntrack_max": 262144, "sockets": {"LISTEN": 9, "ESTAB": 40, "TIME-WAIT": 9000}}
+CALM = {"conntrack": 29, "conntrack_max": 262144, "sockets": {"LISTEN": 9, "ESTAB": 3}}
+
+
+@pytest.mark.parametrize("load, system, connections, busy", [
+    (5.18, 13.8, AFTERMATH, False),  # measured in the lab while other tests ran beside: user work, not the kernel
+    (5.0, 30, AFTERMATH, True),
+    (1.0, 60, AFTERMATH, True),      # seed 001: system CPU high whatever the load
+    (3.9, 40, AFTERMATH, False),
+    # measured in the lab (2026-12-03): scenarios beside on the same kernel, 29 conntrack entries - no flood's mark
+    (4.28, 39.0, CALM, False),
+    (1.0, 60, CALM, False),
+    (1.0, 60, {"conntrack": 70000, "conntrack_max": 262144}, True),   # conntrack over 0.2 of its limit
+    (1.0, 60, {"conntrack": 5000, "conntrack_max": 262144}, False),
+    (1.0, 60, {"conntrack": 5000}, True),                             # its limit unknown: over 1000 entries
+    (1.0, 60, {"sockets": {"TIME-WAIT": 600, "FIN-WAIT-2": 400}}, True),
 ])
-def test_a_busy_kernel_is_system_cpu_not_load_alone(load, system, busy):
-    sig = {"host": {"load": [load], "cpus": 2, "cpu": {"system": system}}}
+def test_a_busy_kernel_is_system_cpu_with_many_connections(load, system, connections, busy):
+    sig = {"host": dict(connections, load=[load], cpus=2, cpu={"system": system})}
     found = dg.host_common("nas", sig, [])
     assert [f["code"] for f in found] == (["host_kernel_busy"] if busy else [])
 
