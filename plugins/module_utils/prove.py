@@ -57,9 +57,9 @@ def k3d_plan(rate, count, timeout, udp_timeout, udp_budget, max_share):
     sessions = min(count, int(math.ceil(rate * udp_timeout)))
     allowed = int(udp_budget * max_share // 100)
     if sessions > allowed:
+        fits = max(1, allowed // max(udp_timeout, 1))
         raise PlanError("%d queries/s for %d s of UDP timeout hold up to %d sessions, over %d %% of the UDP budget "
-                        "(%d): lower the rate to %d/s or less" % (rate, udp_timeout, sessions, max_share, udp_budget,
-                                                                max(1, allowed // max(udp_timeout, 1))))
+                        "(%d): lower the rate to %d/s or less" % (rate, udp_timeout, sessions, max_share, udp_budget, fits))
     seconds = count / float(rate)
     return {"rate": rate, "count": count, "seconds": round(seconds, 2), "timeout_s": timeout,
             "peak_sessions": sessions, "sessions_allowed": allowed,

@@ -143,8 +143,8 @@ def main():
             measured = "would open %d connections (bound %.0f s)" % (the_plan["connections"], the_plan["bound_s"])
         else:
             status, reasons, counts = check_port(p["host"], port, the_plan)
-            measured = ("%d established, %d reset, %d unanswered" % (counts["established"], counts["reset"],
-                                                                      counts["timeout"]) if counts else "-")
+            measured = "-" if not counts else "%d established, %d reset, %d unanswered" % (
+                counts["established"], counts["reset"], counts["timeout"])
         results.append({"port": port, "status": status, "reasons": reasons, "plan": the_plan, "counts": counts})
         rows.append(prove.row(None, CHECK, "%s:%d" % (p["host"], port), expected, measured, status, reasons))
     module.exit_json(changed=False, ports=results, rows=rows)

@@ -13,9 +13,11 @@ module: prove_k3d_serverlb
 short_description: Prove on this host that k3d's load balancers hold DNS load (for homelab.edge.prove)
 version_added: "1.0.0"
 description:
-  - For each k3d load balancer that publishes a UDP port, sends a small, bounded DNS load through it (through the UDP
-    ports that answer one DNS query first; a published UDP port need not be DNS), as seed 000's clients did - every query from a fresh source port, so every query is a new UDP session in nginx - while probing
-    its published TCP ports (the API, HTTPS, DNS over TCP) twice a second, and samples its busiest worker's connections.
+  - For each k3d load balancer that publishes a UDP port, sends a small, bounded DNS load through it, as seed 000's
+    clients did - every query from a fresh source port, so every query is a new UDP session in nginx. The load goes
+    through the published UDP ports that answer one DNS query first (a published UDP port need not be DNS). Meanwhile
+    it probes the load balancer's published TCP ports (the API, HTTPS, DNS over TCP) twice a second, and samples its
+    busiest worker's connections.
   - Proved when every query is answered, its log has no "worker_connections are not enough" line over the run, every
     probe answered and the busiest worker stayed under O(max_share) % of its C(worker_connections).
   - B(Refuses) a load balancer that is not fixed (as M(homelab.edge.k3d_serverlb) reads it) - that load would start

@@ -267,8 +267,8 @@ class Access(object):
         if cut and not p["keep_listening"]:
             refusals.append("enabling ufw would cut the port forwards through this host (its FORWARD policy is %s "
                             "in %s): %s; add a route rule for each (ufw route allow proto PROTO to ADDR port PORT), "
-                            "or set keep_listening: true" % (self.forward_policy, p["defaults_file"],
-                                                            ", ".join(self.forward_text(f) for f in cut)))
+                            "or set keep_listening: true"
+                            % (self.forward_policy, p["defaults_file"], ", ".join(self.forward_text(f) for f in cut)))
         return plan, refusals
 
     def forwards_cut(self):
