@@ -129,7 +129,7 @@ def test_every_quick_start_command_from_the_installed_collection(newcomer):
             # the k3d host's row says why it failed; the VPS's checks are planned, nothing is sent
             # (the table's lines as the callback prints them, whitespace folded: a row's reasons follow it)
             assert rc != 0 and 'k3d-down k3d DNS load - - - failed", " - cannot reach the Docker engine' in out, out[-3000:]
-            assert re.search(r"vps-fresh VPS connection limit %s:80 [^\"]* would open 110 connections \(bound 10 s\) planned"
+            assert re.search(r"vps-fresh VPS connection limit %s:80 [^\"]* would open 110 connections \(bound 13 s\) planned"
                              % re.escape(way.fresh_ip()), out), out[-3000:]
         elif command.endswith("homelab.edge.prove"):
             assert rc != 0, out[-3000:]
