@@ -20,6 +20,8 @@ import struct
 import threading
 import time
 
+from ansible.module_utils.six.moves.urllib.parse import urlsplit
+
 DNS_PROBE_NAME = "kubernetes.default.svc.cluster.local"
 
 
@@ -229,6 +231,14 @@ def hold(host, port, n, timeout, hold_s, clock=time.monotonic, sleep=time.sleep)
     finally:
         for s in socks:
             s.close()
+
+
+def endpoint(url):
+    """http(s)://HOST[:PORT] as (host, port, tls); ValueError naming what is wrong."""
+    u = urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError("url must be http(s)://HOST[:PORT], not %s" % url)
+    return u.hostname, u.port or (443 if u.scheme == "https" else 80), u.scheme == "https"
 
 
 def http_status(host, port, tls, hostname, path, timeout):

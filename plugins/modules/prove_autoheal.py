@@ -88,7 +88,6 @@ import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.six.moves.urllib.parse import urlsplit
 
 from ansible_collections.homelab.edge.plugins.module_utils import autoheal
 from ansible_collections.homelab.edge.plugins.module_utils import host
@@ -104,10 +103,10 @@ def inspect(module, docker, name):
     return json.loads(out)[0] if rc == 0 else None
 
 
-def answers(url):
-    u = urlsplit(url)
-    return isinstance(prove_net.http_status(u.hostname, u.port or (443 if u.scheme == "https" else 80),
-                                            u.scheme == "https", u.hostname, "/", 2), int)
+def answers(where):
+    """Any HTTP answer from (host, port, tls) within 2 s."""
+    host_, port, tls = where
+    return isinstance(prove_net.http_status(host_, port, tls, host_, "/", 2), int)
 
 
 def watch_label(autoheal_inspect):
@@ -155,8 +154,12 @@ def main():
 
     if not 1 <= p["timeout"] <= MAX_TIMEOUT_S:
         done(prove.REFUSED, ["the timeout is %d; it must be between 1 and %d" % (p["timeout"], MAX_TIMEOUT_S)])
+    try:
+        where = prove_net.endpoint(p["url"])
+    except ValueError as e:
+        done(prove.REFUSED, [str(e)])
     traefik = inspect(module, docker, p["container"])
-    why = refusal(traefik, inspect(module, docker, p["autoheal_container"]), answers(p["url"]),
+    why = refusal(traefik, inspect(module, docker, p["autoheal_container"]), answers(where),
                   p["container"], p["autoheal_container"])
     if why:
         done(prove.REFUSED, [why])
@@ -171,7 +174,7 @@ def main():
     while time.monotonic() - t0 < p["timeout"] and (outage is None or healthy is None):
         now = inspect(module, docker, p["container"]) or {"State": {}}
         restarted = now["State"].get("StartedAt") not in (None, started)
-        if outage is None and restarted and answers(p["url"]):
+        if outage is None and restarted and answers(where):
             outage = round(time.monotonic() - t0, 1)
         if healthy is None and restarted and (now["State"].get("Health") or {}).get("Status") == "healthy":
             healthy = round(time.monotonic() - t0, 1)

@@ -131,8 +131,6 @@ import time
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.six.moves.urllib.parse import urlsplit
-
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import prove
 from ansible_collections.homelab.edge.plugins.module_utils import prove_net
@@ -241,7 +239,6 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    url = urlsplit(p["url"])
     target = "%s (%s)" % (p["container"], p["url"])
     expected = "at most %d answered 200, %d+ answered 429" % (p["amount"], p["extra"])
 
@@ -253,15 +250,16 @@ def main():
         the_plan = prove.inflight_plan(p["amount"], p["extra"], p["timeout"])
     except prove.PlanError as e:
         done(prove.REFUSED, [str(e)])
-    if url.scheme not in ("http", "https") or not url.hostname:
-        done(prove.REFUSED, ["url must be http(s)://HOST[:PORT], not %s" % p["url"]])
+    try:
+        address, port, tls = prove_net.endpoint(p["url"])
+    except ValueError as e:
+        done(prove.REFUSED, [str(e)])
     docker = Docker(module)
     facts, why = read(module, docker, p)
     if why:
         done(prove.SKIPPED, [why])
     route = "homelab-edge-prove-%s" % uuid.uuid4().hex[:8]
-    the_plan.update(route=route, hostname="%s.prove.invalid" % route, tls=url.scheme == "https",
-                    address=url.hostname, port=url.port or (443 if url.scheme == "https" else 80),
+    the_plan.update(route=route, hostname="%s.prove.invalid" % route, tls=tls, address=address, port=port,
                     dynamic_file=os.path.join(facts["dir"], route + ".yml"), network=facts["network"])
     if module.check_mode:
         done(prove.PLANNED, [], "would add route %s and send %d requests at once (bound %d s)"

@@ -297,3 +297,11 @@ def test_hold_is_bounded_by_its_timeout_when_the_host_does_not_answer():
         listener.close()
     assert got["timeout"] >= 5 and got["established"] + got["timeout"] == 8, got
     assert elapsed < 2, elapsed
+
+
+def test_endpoint_of_a_url():
+    assert prove_net.endpoint("https://127.0.0.1:443") == ("127.0.0.1", 443, True)
+    assert prove_net.endpoint("http://nas.lan") == ("nas.lan", 80, False)
+    assert prove_net.endpoint("https://[::1]") == ("::1", 443, True)
+    with pytest.raises(ValueError, match="url must be http"):
+        prove_net.endpoint("tcp://127.0.0.1:443")
