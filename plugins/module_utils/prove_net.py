@@ -233,6 +233,49 @@ def hold(host, port, n, timeout, hold_s, clock=time.monotonic, sleep=time.sleep)
             s.close()
 
 
+def loopback(host):
+    """True when `host` is (or resolves only to) a loopback address: a
+    connection there never leaves this machine (an SSH tunnel's end, a port
+    published on it), so it shows nothing about a remote host's firewall."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError):
+        return False
+    addrs = set(i[4][0].split("%")[0] for i in infos)
+    return bool(addrs) and all(a.startswith("127.") or a == "::1" or a.startswith("::ffff:127.") for a in addrs)
+
+
+def cut(answered_before, answered_now):
+    """The specs that answered a new client before and do not now."""
+    return [s for s in answered_before if s not in answered_now]
+
+
+def reaches(host, port, proto, timeout):
+    """Whether a NEW client here reaches host:port: "answered" (TCP: the
+    connection was established; UDP: a datagram came back), "refused" (a
+    reset, or ICMP port unreachable) or "no answer" (nothing within
+    `timeout`: dropped, or a UDP service that answers no stray datagram, as
+    WireGuard does). One connection or datagram; nothing else is sent."""
+    s = socket.socket(_family(host), socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM)
+    try:
+        s.settimeout(timeout)
+        if proto == "tcp":
+            return {0: "answered", errno.ECONNREFUSED: "refused", errno.ECONNRESET: "refused"}.get(
+                s.connect_ex((host, port)), "no answer")
+        s.connect((host, port))
+        s.send(b"homelab.edge reach\n")
+        s.recv(2048)
+        return "answered"
+    except socket.timeout:
+        return "no answer"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError:
+        return "no answer"
+    finally:
+        s.close()
+
+
 def endpoint(url):
     """http(s)://HOST[:PORT] as (host, port, tls); ValueError naming what is wrong."""
     u = urlsplit(url)

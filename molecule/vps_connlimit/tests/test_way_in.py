@@ -69,13 +69,14 @@ def firewall():
     return files, FRESH.check_output("ufw status").splitlines()[0]
 
 
-def make_fresh(cut_ssh=False):
+def make_fresh(cut_ssh=False, line=None):
     """The fresh VPS as it came: ufw reset to its defaults and inactive, no
-    revert pending; with cut_ssh, a line in before.rules that drops new SSH."""
+    revert pending; with cut_ssh, a line in before.rules that drops new SSH
+    (or, with line, that line)."""
     FRESH.check_output("ufw --force reset >/dev/null && rm -f /etc/ufw/*.rules.20* /etc/ufw/*.init.20* && "
                        "rm -rf %s" % ur.STATE_DIR)
-    if cut_ssh:
-        FRESH.check_output("sed -i '/^COMMIT$/i %s' /etc/ufw/before.rules" % CUT_SSH)
+    if cut_ssh or line:
+        FRESH.check_output("sed -i '/^COMMIT$/i %s' /etc/ufw/before.rules" % (line or CUT_SSH))
     assert new_login() and udp_answers()
 
 
@@ -168,6 +169,41 @@ def cutting_run(env=None):
     t0 = time.time()
     out = run_role(("vps_connlimit_confirm_timeout", CONFIRM), env=env)
     return out, time.time() - t0, before
+
+
+CUT_WEB = "-A ufw-before-input -p tcp --dport 80 -j DROP"  # the admin's, never loaded yet: ufw's files allow 80
+
+
+def web_answers():
+    """A new client from outside connects to 80 (bounded: 3 s)."""
+    code = "import socket; socket.create_connection(('%s', 80), 3).close()" % fresh_ip()
+    return CLIENT2.run("python3 -c \"%s\"" % code).rc == 0
+
+
+def test_a_change_that_cuts_a_port_only_packets_see_is_put_back_before_it_is_confirmed():
+    """ufw's files allow 80 (the role adds the rule), so every model of them says it stays open; a line of the
+    admin's in before.rules, loaded when the role enables ufw, drops it. The check from outside (the controller,
+    homelab.edge.reach) sees 80 answer before and not after, and the firewall is put back before any
+    confirmation. Run the other way (vps_connlimit_confirm_from_outside=false), the same run confirms a VPS whose
+    80 no longer answers."""
+    make_fresh(line=CUT_WEB)
+    before = firewall()
+    assert web_answers()
+    out = run_role(("vps_connlimit_prove_address", fresh_ip()), ("vps_connlimit_confirm_timeout", 60))
+    text = " ".join(out.stdout.split())
+    assert out.returncode != 0 and "the change cut 80/tcp for a new client from localhost" in text, text[-3000:]
+    assert "the firewall was put back as it was before this run" in text
+    assert web_answers() and new_login() and udp_answers()
+    assert firewall() == before
+    assert FRESH.run("ls %s/*/reverted" % ur.STATE_DIR).rc == 0 and FRESH.run("ls %s/*/armed" % ur.STATE_DIR).rc != 0
+    # the net removed: the same change is confirmed, and 80 stays cut
+    make_fresh(line=CUT_WEB)
+    out = run_role(("vps_connlimit_prove_address", fresh_ip()), ("vps_connlimit_confirm_from_outside", False))
+    try:
+        assert out.returncode == 0, out.stdout[-3000:]
+        assert not web_answers() and FRESH.check_output("ufw status").startswith("Status: active")
+    finally:
+        make_fresh()
 
 
 def test_a_change_that_cuts_new_logins_is_undone_by_the_host():
