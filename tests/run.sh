@@ -44,6 +44,11 @@ scoped_revert() {
   python -m pytest -q -p no:cacheprovider tests/lab/test_revert_scoped.py
 }
 
+docker_nft() {
+  # the nftables table ufw_connlimit hands over under Docker's nftables backend: real nft in network namespaces, both ways
+  python -m pytest -q -p no:cacheprovider tests/lab/test_docker_nft_rules.py
+}
+
 docker29() {
   # Docker Engine 29 (moby v2, API 1.56) with systemd's limits in a lab host: its events, the keeper on them, fixed not capped
   python -m pytest -q -p no:cacheprovider tests/lab/test_docker29.py
@@ -333,6 +338,7 @@ case "$what" in
   traefik-live) step "traefik live" traefik_live ;;
   fresh-host) step "fresh host" fresh_host ;;
   scoped-revert) step "scoped revert" scoped_revert ;;
+  docker-nft) step "docker nft" docker_nft ;;
   docker29) step "docker 29" docker29 ;;
   unit) step unit unit ;;
   mutations) step mutations mutations ;;
@@ -364,7 +370,8 @@ case "$what" in
       beside_pid=$!
       step "lab setup" lab_setup
       step versions versions; step unit unit; step mutations mutations; step rules rules; step docs docs
-      step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert; step "docker 29" docker29
+      step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert; step "docker nft" docker_nft
+      step "docker 29" docker29
     fi
     # Two streams of scenarios. The waiting ones (timers, a few hosts, light loads) run beside the
     # others: they end while the first scenario of the other stream still creates and converges its lab.
@@ -387,7 +394,7 @@ case "$what" in
       echo "=== all steps: $((SECONDS / 60)) min $((SECONDS % 60)) s"
     fi ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker29|unit|mutations|lint|rules|sanity|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|unit|mutations|lint|rules|sanity|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

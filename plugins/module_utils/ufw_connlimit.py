@@ -227,6 +227,32 @@ def firewall_backend(docker_info):
     return backend.get("Driver") or "iptables"
 
 
+DOCKER_NFT_TABLE = "homelab-edge-docker"
+
+
+def docker_nft_rules(ports, limit, ipv6=True):
+    """The nftables rules that do under Docker's nftables firewall backend what
+    DOCKER-USER does under its iptables one: for each published port, at most
+    `limit` connections per client address (IPv4 /32, IPv6 /128), the rest
+    reset. A table of its own on the forward hook just before Docker's
+    (priority filter - 1, as Docker's docs say); the port is matched as the
+    client sent it (ct original proto-dst), before Docker's DNAT changed it.
+    Text for `nft -f`; this module does not load it (see the module's notes)."""
+    lines = ["table inet %s {" % DOCKER_NFT_TABLE]
+    families = [("ipv4_addr", "ip"), ("ipv6_addr", "ip6")] if ipv6 else [("ipv4_addr", "ip")]
+    for port in sorted(ports):
+        for addr_type, fam in families:
+            lines += ["  set conn%d_%s { type %s; size 65535; flags dynamic; }" % (port, fam, addr_type)]
+    lines += ["  chain forward {", "    type filter hook forward priority filter - 1; policy accept;"]
+    for port in sorted(ports):
+        for dummy, fam in families:
+            lines += ["    meta nfproto %s meta l4proto tcp ct original proto-dst %d ct state new "
+                      "add @conn%d_%s { %s saddr ct count over %d } reject with tcp reset"
+                      % ("ipv4" if fam == "ip" else "ipv6", port, port, fam, fam, limit)]
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
 _NFT_RULE = re.compile(
     r"tcp dport (?P<port>\d+)\b.*?xt match \"?connlimit\"?.*?reject with tcp reset"
     r"|tcp dport (?P<port2>\d+)\b.*?ct count over (?P<count>\d+).*?reject with tcp reset")

@@ -34,7 +34,8 @@ description:
     live before is restored with C(iptables-restore). Rules that are not live fail the task.
   - Docker's experimental nftables firewall backend (Docker 29, C(firewall-backend) set to C(nftables) in C(daemon.json))
     has no C(DOCKER-USER) chain. The module detects it and fails with what to do instead of writing rules that
-    protect nothing.
+    protect nothing, and returns RV(nftables_rules) - the table that does the same there, for you to load. It does
+    not load that table itself: ufw neither loads nor reverts it, so no commit-confirmed change could cover it.
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
@@ -157,6 +158,12 @@ docker_firewall_backend:
   description: Docker's firewall backend (iptables, or nftables where DOCKER-USER does not exist).
   returned: when Docker runs on the host
   type: str
+nftables_rules:
+  description:
+    - Under Docker's nftables firewall backend, the table that limits each client address on the published ports (IPv4
+      /32, IPv6 /128; the rest reset), on the forward hook just before Docker's chain. Text for C(nft -f), not loaded.
+  returned: when the module refuses Docker's nftables firewall backend
+  type: str
 reloaded:
   description: Whether ufw was reloaded.
   returned: always
@@ -232,11 +239,15 @@ def docker_ports_to_limit(module, published, backend):
         module.fail_json(
             msg="port(s) %s are published by Docker (%s), and Docker runs its nftables firewall backend "
                 "(docker info: FirewallBackend %s): it has no DOCKER-USER chain, so rules there protect "
-                "nothing. Either run Docker with its iptables backend (\"firewall-backend\": \"iptables\" in "
-                "/etc/docker/daemon.json), or publish the service on 127.0.0.1 only and put a host-networked "
-                "proxy on the public port, which this module then limits in ufw-before-input."
+                "nothing. This module does not write nftables tables of its own (ufw neither loads nor reverts "
+                "them, so no commit-confirmed change could cover them). Either run Docker with its iptables backend "
+                "(\"firewall-backend\": \"iptables\" in /etc/docker/daemon.json), or load the table in "
+                "nftables_rules yourself (nft -f FILE, and at boot from /etc/nftables.conf): it limits each "
+                "client address on these ports just before Docker's own forward chain. Note that ufw's FORWARD "
+                "policy (DROP as shipped) also drops what Docker publishes under that backend."
                 % (", ".join(str(x) for x in sorted(clash)), where, backend),
-            docker_ports=dict((str(k), v) for k, v in clash.items()), docker_firewall_backend=backend)
+            docker_ports=dict((str(k), v) for k, v in clash.items()), docker_firewall_backend=backend,
+            nftables_rules=uc.docker_nft_rules(sorted(clash), p["limit"], p["ipv6"]))
     return sorted(clash) if p["docker_published"] == "docker_user" else []
 
 

@@ -206,9 +206,12 @@ def test_not_root_says_so():
 
 
 def test_docker_nftables_backend_is_refused_with_what_to_do():
-    """Docker 29's nftables firewall backend has no DOCKER-USER. No Docker 29
-    here: a docker CLI on PATH that answers `info` as Docker 29 does with
-    that backend (and passes everything else to the real one)."""
+    """Docker 29's nftables firewall backend has no DOCKER-USER. The VPS's
+    Engine 29 runs its iptables backend for the rest of the scenario: a docker
+    CLI on PATH answers `info` as Engine 29 does with the nftables one (and
+    passes everything else to the real one). The refusal hands over the
+    table that does the job there (loaded and run both ways on the real nft:
+    tests/lab/test_docker_nft_rules.py)."""
     VPS.check_output("mkdir -p /opt/fake && cat > /opt/fake/docker <<'EOF'\n#!/bin/sh\n"
                      "if [ \"$1\" = info ]; then\n"
                      "  echo '{\"ServerVersion\":\"29.0.0\",\"FirewallBackend\":{\"Driver\":\"nftables\"}}'; exit 0\n"
@@ -219,6 +222,7 @@ def test_docker_nftables_backend_is_refused_with_what_to_do():
                                     "      environment: {PATH: '/opt/fake:/usr/sbin:/usr/bin:/sbin:/bin'}\n")
     text = " ".join(out.stdout.split())
     assert out.returncode != 0 and "nftables firewall backend" in text and "no DOCKER-USER chain" in text, text[-2000:]
+    assert "load the table in nftables_rules yourself" in text and "table inet homelab-edge-docker" in text
     assert firewall_state() == before
 
 
