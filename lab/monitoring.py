@@ -5,6 +5,11 @@ image homelab-edge/monitor): a Prometheus and a node_exporter on the NAS
 (scraping the keeper's textfile through node_exporter), each loading the
 rule files the roles write (inventories/lab). On the NAS also a receiver
 for autoheal's webhook, which writes every message it gets to a file.
+Probes as the README's "Monitoring" says (Debian's blackbox_exporter):
+through each k3d load balancer from this host (DNS, HTTPS, the API; job
+blackbox-k3d on this host's Prometheus), and of the site through the VPS
+from a client on the WAN (job blackbox-edge on the NAS's Prometheus, which
+reaches that client on the LAN: the probe goes out on the WAN side).
 
   lab/monitoring.py up [--prefix lab]     lab/monitoring.py down [--prefix lab]
 
@@ -19,6 +24,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hosts  # noqa: E402
+import k3d  # noqa: E402
 
 IMAGE = "homelab-edge/monitor:lab"
 # on the NAS (its own engine, host network: the NAS's own namespace)
@@ -28,8 +34,21 @@ RECEIVER = "lab-receiver"          # autoheal's webhook reaches it by name on au
 RECEIVED = "/srv/monitoring/received.log"
 # on this machine (the k3d host): loopback ports of its own
 K3D_DIR = os.path.join(os.environ.get("HOMELAB_EDGE_CACHE", "/var/cache/homelab-edge"), "lab-monitoring")
-K3D_PROMETHEUS, K3D_NODE_EXPORTER = 19090, 19100
+K3D_PROMETHEUS, K3D_NODE_EXPORTER, K3D_BLACKBOX = 19090, 19100, 19115
 INTERVAL = "2s"
+# the k3d clusters molecule/default makes (lab/k3d.py up lab lab2 --base-port 10000: 100 apart)
+K3D_CLUSTERS = (("lab", 10000), ("lab2", 10100))
+EDGE_PROBE, EDGE_PROBE_PORT = "lab-edge-probe", 9115   # a WAN client that probes the site through the VPS
+BLACKBOX = {"modules": {
+    "dns_udp": {"prober": "dns", "timeout": "2s",
+                "dns": {"query_name": "kubernetes.default.svc.cluster.local", "transport_protocol": "udp",
+                        "preferred_ip_protocol": "ip4", "valid_rcodes": ["NOERROR", "NXDOMAIN"]}},
+    "tcp_tls": {"prober": "tcp", "timeout": "2s",
+                "tcp": {"tls": True, "tls_config": {"insecure_skip_verify": True}, "preferred_ip_protocol": "ip4"}},
+    "edge_https": {"prober": "http", "timeout": "3s",
+                   "http": {"preferred_ip_protocol": "ip4", "valid_status_codes": [200],
+                            "headers": {"Host": "site.nas.lab"},
+                            "tls_config": {"insecure_skip_verify": True, "server_name": "site.nas.lab"}}}}}
 
 
 def sh(*argv, **kw):
@@ -41,12 +60,57 @@ def config(jobs, rules):
                        "rule_files": [rules], "scrape_configs": jobs}, indent=1)
 
 
-def nas_up(nas):
+def probe_job(name, exporter, static=None, files=None):
+    """A blackbox_exporter job: each target's address becomes the probe's target (and the instance), its
+    `module` label the probe's module."""
+    job = {"job_name": name, "metrics_path": "/probe",
+           "relabel_configs": [{"source_labels": ["__address__"], "target_label": "__param_target"},
+                               {"source_labels": ["module"], "target_label": "__param_module"},
+                               {"source_labels": ["__param_target"], "target_label": "instance"},
+                               {"target_label": "__address__", "replacement": exporter}]}
+    if static:
+        job["static_configs"] = static
+    if files:
+        job["file_sd_configs"] = [{"files": files, "refresh_interval": "2s"}]
+    return job
+
+
+def k3d_probe_targets():
+    """DNS, HTTPS and the API through each lab cluster's load balancer, labelled with its cluster."""
+    out = []
+    for cluster, base in K3D_CLUSTERS:
+        e = k3d.endpoints(base)
+        out += [{"targets": ["127.0.0.1:%d" % e["dns"][0]], "labels": {"module": "dns_udp", "k3d_cluster": cluster}},
+                {"targets": ["%s:%d" % e["https"], "%s:%d" % e["api"]],
+                 "labels": {"module": "tcp_tls", "k3d_cluster": cluster}}]
+    return out
+
+
+def edge_probe(prefix):
+    """A client on the WAN with blackbox_exporter, on the LAN too so that the NAS's Prometheus scrapes it:
+    (its LAN address, the VPS's WAN address)."""
+    wan, lan, vps = "%s-wan" % prefix, "%s-lan" % prefix, "%s-vps" % prefix
+    os.makedirs(K3D_DIR, exist_ok=True)
+    with open(os.path.join(K3D_DIR, "blackbox.yml"), "w") as f:
+        f.write(json.dumps(BLACKBOX, indent=1))
+    sh("docker", "rm", "-f", EDGE_PROBE, check=False)
+    sh("docker", "run", "-d", "--name", EDGE_PROBE, "--label", hosts.LABEL, "--network", wan,
+       "-v", "%s/blackbox.yml:/etc/blackbox.yml:ro" % K3D_DIR, IMAGE, "prometheus-blackbox-exporter",
+       "--config.file=/etc/blackbox.yml", "--web.listen-address=:%d" % EDGE_PROBE_PORT)
+    sh("docker", "network", "connect", lan, EDGE_PROBE)
+    return hosts.address(EDGE_PROBE, lan), hosts.address(vps, wan)
+
+
+def nas_up(nas, prefix):
     """Prometheus (Traefik's targets in a file the tests keep current: its
-    address changes when it is re-created), node_exporter, the receiver."""
+    address changes when it is re-created; the site's probes through the VPS),
+    node_exporter, the receiver."""
+    probe, vps = edge_probe(prefix)
     prom = config([{"job_name": "node", "static_configs": [{"targets": ["127.0.0.1:9100"]}]},
                    {"job_name": "traefik", "file_sd_configs": [{"files": [NAS_DIR + "/targets/traefik.json"],
-                                                                "refresh_interval": "2s"}]}],
+                                                                "refresh_interval": "2s"}]},
+                   probe_job("blackbox-edge", "%s:%d" % (probe, EDGE_PROBE_PORT),
+                             static=[{"targets": ["https://%s/" % vps], "labels": {"module": "edge_https"}}])],
                   NAS_DIR + "/rules/*.yml")
     receiver = ("import http.server\n"
                 "class H(http.server.BaseHTTPRequestHandler):\n"
@@ -70,12 +134,19 @@ def nas_up(nas):
 
 
 def k3d_up():
-    os.makedirs(os.path.join(K3D_DIR, "rules"), exist_ok=True)
-    os.makedirs(os.path.join(K3D_DIR, "textfile"), exist_ok=True)
+    for d in ("rules", "textfile", "targets"):
+        os.makedirs(os.path.join(K3D_DIR, d), exist_ok=True)
+    with open(os.path.join(K3D_DIR, "targets", "k3d-probes.json"), "w") as f:
+        f.write(json.dumps(k3d_probe_targets(), indent=1))
     with open(os.path.join(K3D_DIR, "prometheus.yml"), "w") as f:
-        f.write(config([{"job_name": "node", "static_configs": [{"targets": ["127.0.0.1:%d" % K3D_NODE_EXPORTER]}]}],
+        f.write(config([{"job_name": "node", "static_configs": [{"targets": ["127.0.0.1:%d" % K3D_NODE_EXPORTER]}]},
+                        probe_job("blackbox-k3d", "127.0.0.1:%d" % K3D_BLACKBOX,
+                                  files=[K3D_DIR + "/targets/k3d-probes.json"])],
                        K3D_DIR + "/rules/*.yml"))
-    sh("docker", "rm", "-f", "lab-prometheus", "lab-node-exporter", check=False)
+    sh("docker", "rm", "-f", "lab-prometheus", "lab-node-exporter", "lab-blackbox", check=False)
+    sh("docker", "run", "-d", "--name", "lab-blackbox", "--label", hosts.LABEL, "--net", "host",
+       "-v", "%s/blackbox.yml:/etc/blackbox.yml:ro" % K3D_DIR, IMAGE, "prometheus-blackbox-exporter",
+       "--config.file=/etc/blackbox.yml", "--web.listen-address=127.0.0.1:%d" % K3D_BLACKBOX)
     sh("docker", "run", "-d", "--name", "lab-prometheus", "--label", hosts.LABEL, "--net", "host",
        "-v", "%s:%s" % (K3D_DIR, K3D_DIR), IMAGE, "prometheus", "--config.file=%s/prometheus.yml" % K3D_DIR,
        "--storage.tsdb.path=/tmp/tsdb", "--web.listen-address=127.0.0.1:%d" % K3D_PROMETHEUS, "--web.enable-lifecycle")
@@ -86,14 +157,14 @@ def k3d_up():
 
 
 def up(prefix="lab"):
-    nas_up("%s-nas" % prefix)
+    nas_up("%s-nas" % prefix, prefix)
     k3d_up()
     return {"nas_prometheus": "%s:%d" % (hosts.address("%s-nas" % prefix, "%s-lan" % prefix), NAS_PROMETHEUS),
             "k3d_prometheus": "127.0.0.1:%d" % K3D_PROMETHEUS}
 
 
 def down(prefix="lab"):
-    sh("docker", "rm", "-f", "lab-prometheus", "lab-node-exporter", check=False)
+    sh("docker", "rm", "-f", "lab-prometheus", "lab-node-exporter", "lab-blackbox", EDGE_PROBE, check=False)
 
 
 def main(argv=None):

@@ -47,7 +47,9 @@ def test_every_threshold_is_an_option_of_its_role():
             defaults = yaml.safe_load(f)
         knobs = dict((k, v) for k, v in defaults.items() if "_alert_" in k)
         assert knobs, role
-        changed = dict((k, "7m" if isinstance(v, str) else 7) for k, v in knobs.items())
+        changed = dict((k, "7m" if isinstance(v, str) else
+                        [dict(b, long="7h", short="7m", factor=7) for b in v] if isinstance(v, list) else 7)
+                       for k, v in knobs.items())
         base = yaml.safe_load(prometheus_rules.render(role))["groups"][0]["rules"]
         other = yaml.safe_load(prometheus_rules.render(role, changed))["groups"][0]["rules"]
         for a, b in zip(base, other):

@@ -1,8 +1,10 @@
 """The roles' alert rules in a real Prometheus (Debian's, lab/monitoring.py),
-on the NAS (Traefik's metrics entrypoint, node_exporter) and on the k3d host
-(the keeper's textfile through node_exporter): quiet on the healthy lab, each
-firing on the fault it names, quiet again once the fix is in; and autoheal's
-message about a restart arriving at a receiver."""
+on the NAS (Traefik's metrics entrypoint, node_exporter, blackbox_exporter's
+probes of the site through the VPS from a WAN client) and on the k3d host
+(the keeper's textfile through node_exporter, probes through each load
+balancer): quiet on the healthy lab, each firing on the fault it names, quiet
+again once the fix is in; and autoheal's message about a restart arriving at
+a receiver."""
 import json
 import os
 import subprocess
@@ -97,15 +99,50 @@ def test_each_prometheus_loads_the_roles_rules_and_scrapes_the_keepers_metrics()
     assert groups[nas_prometheus()] == ["homelab-edge-drain", "homelab-edge-traefik"]
     assert groups[k3d_prometheus()] == ["homelab-edge-k3d-serverlb"]
     jobs = sorted(t["labels"]["job"] for t in api(nas_prometheus(), "/api/v1/targets")["activeTargets"])
-    assert jobs == ["node", "traefik"]
+    assert jobs == ["blackbox-edge", "node", "traefik"]
     states = wait("the keeper's metrics in Prometheus", lambda: api(
         k3d_prometheus(), "/api/v1/query", query='homelab_edge_k3d_lb_state{state="fixed"} == 1')["result"])
     assert sorted(r["metric"]["lb"] for r in states) == ["k3d-lab-serverlb", "k3d-lab2-serverlb"]
 
 
+def probes(prom, job):
+    """{instance: probe_success} of a blackbox job, as Prometheus has it now."""
+    return dict((r["metric"]["instance"], r["value"][1])
+                for r in api(prom, "/api/v1/query", query='probe_success{job="%s"}' % job)["result"])
+
+
+def test_the_probes_answer_through_each_load_balancer_and_through_the_vps():
+    """blackbox_exporter (Debian's): DNS, HTTPS and the API through both k3d load balancers, from this host;
+    the site through the VPS, from a client on the WAN. Every probe answers on the healthy lab."""
+    want = sorted(t for c, base in monitoring.K3D_CLUSTERS for e in [k3d.endpoints(base)]
+                  for t in ["127.0.0.1:%d" % e["dns"][0], "%s:%d" % e["https"], "%s:%d" % e["api"]])
+    k3d_probes = wait("the k3d probes scraped", lambda: len(probes(k3d_prometheus(), "blackbox-k3d")) == len(want)
+                      and probes(k3d_prometheus(), "blackbox-k3d"), 60)
+    edge = wait("the edge probe scraped", lambda: probes(nas_prometheus(), "blackbox-edge"), 60)
+    adhoc.record("monitoring", "probes_healthy", k3d=k3d_probes, edge=edge)
+    assert sorted(k3d_probes) == want and set(k3d_probes.values()) == {"1"}, k3d_probes
+    assert len(edge) == 1 and list(edge.values()) == ["1"], edge
+
+
 def test_the_healthy_lab_fires_no_alert():
     time.sleep(10)  # a few evaluations (every 2 s here)
     assert [a["labels"]["alertname"] for p in (nas_prometheus(), k3d_prometheus()) for a in firing(p)] == []
+
+
+def test_a_dns_server_hung_behind_the_load_balancer_fires_the_symptom_alert_and_nothing_after(client):
+    """The load balancer runs and is fixed (up stays 1, its keeper's metrics look fine); the DNS server behind it
+    answers nothing. Only the probes through it see that: K3dLoadBalancerNotAnswering fires for lab's DNS port
+    alone, and is quiet again once the server answers."""
+    dns = "127.0.0.1:%d" % k3d.endpoints(dict(monitoring.K3D_CLUSTERS)["lab"])["dns"][0]
+    assert firing(k3d_prometheus(), "K3dLoadBalancerNotAnswering") == []
+    with k3d.dns_server_hung(client, "lab"):
+        alerts = wait("K3dLoadBalancerNotAnswering firing", lambda: firing(k3d_prometheus(),
+                                                                            "K3dLoadBalancerNotAnswering"), 60)
+        adhoc.record("monitoring", "alert_k3d_not_answering", instances=[a["labels"]["instance"] for a in alerts],
+                     value=alerts[0]["value"])
+        assert [(a["labels"]["instance"], a["labels"]["k3d_cluster"]) for a in alerts] == [(dns, "lab")], alerts
+    wait("K3dLoadBalancerNotAnswering quiet again", lambda: not firing(k3d_prometheus(),
+                                                                       "K3dLoadBalancerNotAnswering"), 60)
 
 
 def test_every_dashboard_panel_returns_data_from_the_labs_prometheus():
@@ -192,7 +229,7 @@ def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_th
     assert firing(k3d_prometheus(), "K3dLoadBalancerConnectionsHigh") == []
 
 
-def test_traefik_down_fires_on_a_wedge_and_autoheal_tells_the_receiver_when_it_restarts_it():
+def test_a_wedge_fires_traefik_down_and_the_edge_symptoms_and_autoheal_tells_the_receiver():
     for net in NAS.check_output("docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "
                                 "autoheal").split():
         NAS.run("docker network connect %s %s" % (net, monitoring.RECEIVER))
@@ -202,17 +239,32 @@ def test_traefik_down_fires_on_a_wedge_and_autoheal_tells_the_receiver_when_it_r
         return NAS.file(monitoring.RECEIVED).content_string.strip()
 
     assert firing(nas_prometheus(), "TraefikDown") == []
+    symptoms = ("EdgeSiteNotAnswering", "EdgeErrorBudgetBurn")
+    seen = {}
+
+    def look():  # the symptom alerts of the probes through the VPS, each the first time it fires
+        for name in symptoms:
+            seen[name] = seen.get(name) or firing(nas_prometheus(), name)
+        return all(seen.values()) and len(seen) == len(symptoms)
+
+    def healed():  # autoheal's message (looking at the symptom alerts meanwhile)
+        look()
+        return received()
     NAS.check_output("docker kill -s STOP traefik")
     try:
         # running and answering nothing: its scrape fails (up 0) before its health check gives up
         down = wait("TraefikDown firing on the wedge", lambda: firing(nas_prometheus(), "TraefikDown"), 60)
-        got = wait("autoheal's message at the receiver", received, 90)
+        got = wait("autoheal's message at the receiver", healed, 90)
+        # the probes' window (20 s in the lab) lags the wedge: a symptom alert may fire as autoheal restarts it
+        wait("the symptom alerts firing on the wedge", look, 30)
     finally:
         NAS.run("docker kill -s CONT traefik")
     adhoc.record("monitoring", "autoheal_webhook", message=" ".join(got.split())[:200],
-                 traefik_down=[a["labels"]["instance"] for a in down])
+                 traefik_down=[a["labels"]["instance"] for a in down],
+                 symptoms=dict((k, [a["labels"] for a in v]) for k, v in seen.items()))
     assert "Container traefik" in got and "found to be unhealthy" in got and "Successfully restarted" in got
     wait("Traefik served again", lambda: NAS.run("curl -sk -o /dev/null -w '%{http_code}' --resolve "
                                                  "site.nas.lab:443:127.0.0.1 https://site.nas.lab/").stdout == "200", 60)
     traefik_target()  # re-created? its address for the next scrape
     wait("TraefikDown quiet once healed", lambda: not firing(nas_prometheus(), "TraefikDown"), 60)
+    wait("the symptom alerts quiet once healed", lambda: not any(firing(nas_prometheus(), n) for n in symptoms), 90)
