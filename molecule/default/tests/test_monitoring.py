@@ -82,7 +82,7 @@ def prometheus_ready():
     traefik_target()
     for prom in (nas_prometheus(), k3d_prometheus()):
         reload_rules(prom)
-    want = {nas_prometheus(): ["node", "traefik"], k3d_prometheus(): ["node"]}
+    want = {nas_prometheus(): ["blackbox-edge", "node", "traefik"], k3d_prometheus(): ["blackbox-k3d"] * 6 + ["node"]}
 
     def ready():
         for prom, jobs in want.items():
