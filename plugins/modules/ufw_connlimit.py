@@ -35,7 +35,7 @@ description:
   - Docker's experimental nftables firewall backend (Docker 29, C(firewall-backend) set to C(nftables) in C(daemon.json))
     has no C(DOCKER-USER) chain. The module detects it and fails with what to do instead of writing rules that
     protect nothing, and returns RV(nftables_rules) - the table that does the same there, for you to load. It does
-    not load that table itself: ufw neither loads nor reverts it, so no commit-confirmed change could cover it.
+    not load that table itself, because ufw neither loads nor reverts it, so no commit-confirmed change could cover it.
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
