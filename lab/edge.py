@@ -94,12 +94,13 @@ def up(prefix="lab"):
     down(prefix)
     for net in ("wan", "underlay", "lan"):
         hosts.network(n[net])
+    # both booted by systemd, with Docker Engine 29 started by systemd, as users install them today
     # the VPS runs Docker's engine too (nothing published by default), as many do
     # sshd on 2222 inside, as on many VPSes: the firewall must keep what sshd really uses
     hosts.up(n["vps"], n["wan"], ports["vps"], docker=True, load=["homelab-edge/client:lab"], sshd_port=2222,
-             nginx_conf=os.path.join(USER, "vps", "nginx-tunnel.conf"))
+             nginx_conf=os.path.join(USER, "vps", "nginx-tunnel.conf"), systemd=True)
     connect(n["vps"], n["underlay"])
-    hosts.up(n["nas"], n["lan"], ports["nas"], docker=True, load=NAS_IMAGES)
+    hosts.up(n["nas"], n["lan"], ports["nas"], docker=True, load=NAS_IMAGES, systemd=True)
     connect(n["nas"], n["underlay"])
     for c in n["clients"]:
         hosts.client(c, n["wan"])
