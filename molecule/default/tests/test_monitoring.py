@@ -216,8 +216,12 @@ def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_th
             a for a in firing(k3d_prometheus(), "K3dLoadBalancerConnectionsHigh")
             if a["labels"]["lb"] == "k3d-lab2-serverlb"], 30)
         out_of = sorted(set(a["labels"]["lb"] for a in firing(k3d_prometheus(), "K3dLoadBalancerOutOfConnections")))
-        adhoc.record("monitoring", "alert_k3d_stock", value=high[0]["value"], out_of_connections=out_of)
-        assert out_of == ["k3d-lab2-serverlb"]
+        not_fixed = sorted(a["labels"]["lb"] for a in firing(k3d_prometheus(), "K3dLoadBalancerNotFixed"))
+        # the keeper stopped: its last write ages past k3d_serverlb_alert_stale_seconds (20 s in the lab)
+        stale = wait("K3dKeeperMetricsStale firing", lambda: firing(k3d_prometheus(), "K3dKeeperMetricsStale"), 60)
+        adhoc.record("monitoring", "alert_k3d_stock", value=high[0]["value"], out_of_connections=out_of,
+                     not_fixed=not_fixed, stale=stale[0]["value"])
+        assert out_of == ["k3d-lab2-serverlb"] and not_fixed == ["k3d-lab2-serverlb"]
     finally:
         out = subprocess.run(["ansible-playbook", "-i", INVENTORY, os.path.join(ROOT, "site.yml"), "--tags", "k3d"],
                              capture_output=True, text=True, check=False)
@@ -226,7 +230,22 @@ def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_th
     time.sleep(12)  # the keeper writes every 5 s (inventories/lab), Prometheus scrapes every 2 s
     fixed = api(k3d_prometheus(), "/api/v1/query", query='homelab_edge_k3d_lb_state{lb="k3d-lab2-serverlb",state="fixed"}')
     assert fixed["result"] and fixed["result"][0]["value"][1] == "1"
-    assert firing(k3d_prometheus(), "K3dLoadBalancerConnectionsHigh") == []
+    for name in ("K3dLoadBalancerConnectionsHigh", "K3dLoadBalancerNotFixed", "K3dKeeperMetricsStale"):
+        assert firing(k3d_prometheus(), name) == [], name
+
+
+def test_traefik_not_scraped_fires_when_its_job_has_no_target():
+    """The scrape job loses its target (Traefik's file_sd file emptied, as a wrong path or a renamed job does):
+    no `up` series at all, which TraefikDown cannot see; TraefikNotScraped fires, and is quiet once it is back."""
+    assert firing(nas_prometheus(), "TraefikNotScraped") == []
+    NAS.check_output("echo '[]' > %s/targets/traefik.json" % monitoring.NAS_DIR)
+    try:
+        gone = wait("TraefikNotScraped firing", lambda: firing(nas_prometheus(), "TraefikNotScraped"), 60)
+        assert firing(nas_prometheus(), "TraefikDown") == []
+    finally:
+        traefik_target()
+    adhoc.record("monitoring", "alert_not_scraped", labels=gone[0]["labels"])
+    wait("TraefikNotScraped quiet again", lambda: not firing(nas_prometheus(), "TraefikNotScraped"), 60)
 
 
 def test_a_wedge_fires_traefik_down_and_the_edge_symptoms_and_autoheal_tells_the_receiver():
