@@ -79,14 +79,31 @@ lint() {
 rules() {
   # the roles' Prometheus rules as the roles write them (their defaults), checked and unit-tested
   # (tests/prometheus/*.test.yml: every alert firing on its fault, quiet beside it) by Debian's
-  # promtool (the lab image homelab-edge/monitor)
+  # promtool (the lab image homelab-edge/monitor); and the roles' Grafana dashboards against Grafana's
+  # dashboard schema (tests/support/grafana_schema: grafana-foundation-sdk's strict decoding)
   local tmp; tmp=$(mktemp -d)
   python tests/support/prometheus_rules.py "$tmp" >/dev/null && cp tests/prometheus/*.test.yml "$tmp"/ &&
     docker run --rm -v "$tmp:/r:ro" -w /r homelab-edge/monitor:lab \
-      sh -c 'promtool check rules *.rules.yml && promtool test rules *.test.yml'
+      sh -c 'promtool check rules *.rules.yml && promtool test rules *.test.yml' &&
+    dashboards_schema "$tmp"
   local rc=$?
   rm -rf "$tmp"
   return $rc
+}
+
+dashboards_schema() { # DIR (scratch): every shipped dashboard passes; a crafted broken one must not
+  local checker="$1/grafana-schema"
+  (cd tests/support/grafana_schema && retry_go build -o "$checker" .) || return 1
+  "$checker" roles/*/files/grafana-dashboard.json || return 1
+  python -c 'import json, sys; d = json.load(open(sys.argv[1])); d["panels"][0]["gridPos"]["bogus"] = 1; print(json.dumps(d))' \
+    roles/k3d_serverlb/files/grafana-dashboard.json >"$1/broken.json"
+  if "$checker" "$1/broken.json" >/dev/null; then echo "the schema check passed a dashboard with an unknown field"; return 1; fi
+}
+
+retry_go() { # go COMMAND...: up to three times (the module proxy over the network)
+  local i
+  for i in 1 2 3; do GOWORK=off GOFLAGS=-mod=mod go "$@" && return 0; sleep 5; done
+  return 1
 }
 
 sanity() {
