@@ -39,13 +39,14 @@ INTERVAL = "2s"
 # the k3d clusters molecule/default makes (lab/k3d.py up lab lab2 --base-port 10000: 100 apart)
 K3D_CLUSTERS = (("lab", 10000), ("lab2", 10100))
 EDGE_PROBE, EDGE_PROBE_PORT = "lab-edge-probe", 9115   # a WAN client that probes the site through the VPS
+# each probe's timeout: under the scrape's (the 2-s interval), as blackbox_exporter needs
 BLACKBOX = {"modules": {
-    "dns_udp": {"prober": "dns", "timeout": "2s",
+    "dns_udp": {"prober": "dns", "timeout": "1500ms",
                 "dns": {"query_name": "kubernetes.default.svc.cluster.local", "transport_protocol": "udp",
                         "preferred_ip_protocol": "ip4", "valid_rcodes": ["NOERROR", "NXDOMAIN"]}},
-    "tcp_tls": {"prober": "tcp", "timeout": "2s",
+    "tcp_tls": {"prober": "tcp", "timeout": "1500ms",
                 "tcp": {"tls": True, "tls_config": {"insecure_skip_verify": True}, "preferred_ip_protocol": "ip4"}},
-    "edge_https": {"prober": "http", "timeout": "3s",
+    "edge_https": {"prober": "http", "timeout": "1500ms",
                    "http": {"preferred_ip_protocol": "ip4", "valid_status_codes": [200],
                             "headers": {"Host": "site.nas.lab"},
                             "tls_config": {"insecure_skip_verify": True, "server_name": "site.nas.lab"}}}}}

@@ -255,14 +255,20 @@ def reaches(host, port, proto, timeout):
     connection was established; UDP: a datagram came back), "refused" (a
     reset, or ICMP port unreachable) or "no answer" (nothing within
     `timeout`: dropped, or a UDP service that answers no stray datagram, as
-    WireGuard does). One connection or datagram; nothing else is sent."""
-    s = socket.socket(_family(host), socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM)
+    WireGuard does). One connection or datagram, to the first address `host`
+    resolves to (IPv4 or IPv6, as the name gives); nothing else is sent."""
+    kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+    try:
+        family, dummy, dummy, dummy, addr = socket.getaddrinfo(host, port, 0, kind)[0]
+    except (socket.gaierror, UnicodeError):
+        return "no answer"
+    s = socket.socket(family, kind)
     try:
         s.settimeout(timeout)
         if proto == "tcp":
             return {0: "answered", errno.ECONNREFUSED: "refused", errno.ECONNRESET: "refused"}.get(
-                s.connect_ex((host, port)), "no answer")
-        s.connect((host, port))
+                s.connect_ex(addr), "no answer")
+        s.connect(addr)
         s.send(b"homelab.edge reach\n")
         s.recv(2048)
         return "answered"

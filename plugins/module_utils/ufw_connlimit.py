@@ -235,10 +235,13 @@ def docker_nft_rules(ports, limit, ipv6=True):
     DOCKER-USER does under its iptables one: for each published port, at most
     `limit` connections per client address (IPv4 /32, IPv6 /128), the rest
     reset. A table of its own on the forward hook just before Docker's
-    (priority filter - 1, as Docker's docs say); the port is matched as the
-    client sent it (ct original proto-dst), before Docker's DNAT changed it.
-    Text for `nft -f`; this module does not load it (see the module's notes)."""
-    lines = ["table inet %s {" % DOCKER_NFT_TABLE]
+    (priority filter - 1, as Docker's docs say); only connections Docker
+    DNATed (ct status dnat: a published port, not traffic this host routes),
+    their port as the client sent it (ct original proto-dst). Text for
+    `nft -f`, which replaces the table when loaded again; this module does
+    not load it (see the module's notes)."""
+    lines = ["table inet %s {}" % DOCKER_NFT_TABLE, "delete table inet %s" % DOCKER_NFT_TABLE,
+             "table inet %s {" % DOCKER_NFT_TABLE]
     families = [("ipv4_addr", "ip"), ("ipv6_addr", "ip6")] if ipv6 else [("ipv4_addr", "ip")]
     for port in sorted(ports):
         for addr_type, fam in families:
@@ -246,7 +249,7 @@ def docker_nft_rules(ports, limit, ipv6=True):
     lines += ["  chain forward {", "    type filter hook forward priority filter - 1; policy accept;"]
     for port in sorted(ports):
         for dummy, fam in families:
-            lines += ["    meta nfproto %s meta l4proto tcp ct original proto-dst %d ct state new "
+            lines += ["    meta nfproto %s meta l4proto tcp ct status dnat ct original proto-dst %d ct state new "
                       "add @conn%d_%s { %s saddr ct count over %d } reject with tcp reset"
                       % ("ipv4" if fam == "ip" else "ipv6", port, port, fam, fam, limit)]
     lines += ["  }", "}"]

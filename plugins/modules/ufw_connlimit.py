@@ -228,14 +228,7 @@ def docker_ports_to_limit(module, published, backend):
     p = module.params
     clash = dict((port, published[port]) for port in p["ports"] if port in published)
     where = "; ".join("%s: %s" % (k, ", ".join(v)) for k, v in sorted(clash.items()))
-    if clash and p["docker_published"] == "fail":
-        module.fail_json(
-            msg="port(s) %s are published by Docker (%s): Docker DNATs that traffic through FORWARD, so a "
-                "rule in ufw-before-input would protect nothing. Set docker_published=docker_user to limit "
-                "them ahead of DOCKER-USER, or run the service with host networking."
-                % (", ".join(str(x) for x in sorted(clash)), where),
-            docker_ports=dict((str(k), v) for k, v in clash.items()))
-    if clash and p["docker_published"] == "docker_user" and backend and backend.startswith("nftables"):
+    if clash and p["docker_published"] in ("fail", "docker_user") and backend and backend.startswith("nftables"):
         module.fail_json(
             msg="port(s) %s are published by Docker (%s), and Docker runs its nftables firewall backend "
                 "(docker info: FirewallBackend %s): it has no DOCKER-USER chain, so rules there protect "
@@ -248,6 +241,13 @@ def docker_ports_to_limit(module, published, backend):
                 % (", ".join(str(x) for x in sorted(clash)), where, backend),
             docker_ports=dict((str(k), v) for k, v in clash.items()), docker_firewall_backend=backend,
             nftables_rules=uc.docker_nft_rules(sorted(clash), p["limit"], p["ipv6"]))
+    if clash and p["docker_published"] == "fail":
+        module.fail_json(
+            msg="port(s) %s are published by Docker (%s): Docker DNATs that traffic through FORWARD, so a "
+                "rule in ufw-before-input would protect nothing. Set docker_published=docker_user to limit "
+                "them ahead of DOCKER-USER, or run the service with host networking."
+                % (", ".join(str(x) for x in sorted(clash)), where),
+            docker_ports=dict((str(k), v) for k, v in clash.items()))
     return sorted(clash) if p["docker_published"] == "docker_user" else []
 
 

@@ -48,7 +48,7 @@ def test_every_threshold_is_an_option_of_its_role():
         knobs = dict((k, v) for k, v in defaults.items() if "_alert_" in k)
         assert knobs, role
         changed = dict((k, "7m" if isinstance(v, str) else
-                        [dict(b, long="7h", short="7m", factor=7) for b in v] if isinstance(v, list) else 7)
+                        [dict(b, long="7h", short="7m", factor=7, **{"for": "7m"}) for b in v] if isinstance(v, list) else 7)
                        for k, v in knobs.items())
         base = yaml.safe_load(prometheus_rules.render(role))["groups"][0]["rules"]
         other = yaml.safe_load(prometheus_rules.render(role, changed))["groups"][0]["rules"]

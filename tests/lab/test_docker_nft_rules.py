@@ -18,7 +18,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
 import ufw_connlimit as uc  # noqa: E402
 
-PUBLISHED, CONTAINER_PORT, LIMIT, EXTRA = 8443, 9443, 10, 5
+PUBLISHED, CONTAINER_PORT, LIMIT, EXTRA = 8443, 8443, 10, 5  # the same port: only DNAT tells them apart
 CLIENT_IP, VPS_OUT, VPS_IN, CONTAINER_IP = "10.77.1.2", "10.77.1.1", "10.77.2.1", "10.77.2.2"
 # what Docker's nftables backend does for a published port: DNAT in prerouting (its own table)
 DNAT = """table ip docker-standin {
@@ -32,9 +32,9 @@ SERVER = ("import socket, time\ns = socket.socket(); s.setsockopt(socket.SOL_SOC
           "s.bind(('0.0.0.0', %d)); s.listen(1024)\nheld = []\nend = time.time() + 60\n"
           "s.settimeout(0.5)\nwhile time.time() < end:\n    try:\n        held.append(s.accept()[0])\n"
           "    except OSError:\n        pass\n" % CONTAINER_PORT)
-COUNT = ("import sys; sys.path.insert(0, %r); import prove_net; c = prove_net.hold(%r, %d, %d, 3.0, 0.5); "
+COUNT = ("import sys; sys.path.insert(0, %r); import prove_net; c = prove_net.hold(sys.argv[1], %d, %d, 3.0, 0.5); "
          "print(c['established'], c['reset'], c['timeout'])"
-         % (os.path.join(ROOT, "plugins", "module_utils"), VPS_OUT, PUBLISHED, LIMIT + EXTRA))
+         % (os.path.join(ROOT, "plugins", "module_utils"), PUBLISHED, LIMIT + EXTRA))
 
 
 def ip(*argv):
@@ -76,8 +76,10 @@ def path():
             subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
-def counts(client):
-    out = nx(client, sys.executable, "-c", COUNT, check=True).stdout.split()
+def counts(client, to=VPS_OUT):
+    """limit + extra connections at once from the client to port PUBLISHED at `to` (the VPS: published, DNATed;
+    the container's own address: routed through the VPS, no DNAT)."""
+    out = nx(client, sys.executable, "-c", COUNT, to, check=True).stdout.split()
     return dict(zip(("established", "reset", "timeout"), map(int, out)))
 
 
@@ -96,8 +98,13 @@ def test_the_table_holds_one_client_at_the_limit_on_a_dnat_port(path):
     nx(path["vps"], "nft", "-f", "-", input=rules, check=True)
     wait_listening(path["client"])
     got = counts(path["client"])
-    print("with the table: %s" % got)
     assert got["established"] <= LIMIT and got["reset"] >= EXTRA and got["timeout"] == 0, got
+    # traffic the VPS only routes (a WireGuard peer's, say) to the same port is not Docker's: not limited
+    assert counts(path["client"], CONTAINER_IP) == {"established": LIMIT + EXTRA, "reset": 0, "timeout": 0}
+    # loaded again (a second run, a reload): the table is replaced, not doubled
+    nx(path["vps"], "nft", "-f", "-", input=rules, check=True)
+    listed = nx(path["vps"], "nft", "list", "table", "inet", uc.DOCKER_NFT_TABLE, check=True).stdout
+    assert listed.count("ct count over %d" % LIMIT) == rules.count("ct count over %d" % LIMIT) == 2, listed  # IPv4, IPv6
 
 
 def test_without_the_table_every_connection_gets_through(path):

@@ -31,7 +31,7 @@ import ufw_revert as ur  # noqa: E402
 VPS = testinfra.get_host("docker://vps-lab")
 CLIENT = testinfra.get_host("docker://vps-client1")
 INVENTORY = adhoc.molecule_inventory()
-WINDOW_S = 25  # the revert's timeout: long enough for the window's work on a loaded machine
+WINDOW_S = 45  # the revert's timeout: long enough for the window's work on a loaded machine (checked below)
 BANNED = "203.0.113.77"
 # fail2ban as a Debian/Ubuntu admin sets it up: sshd's jail, read from the journal (Debian 12 has no auth.log),
 # banning with iptables (Ubuntu's default action); the lab's own networks are never banned
@@ -43,6 +43,7 @@ COMPOSE = """services:
   web:
     image: homelab-edge/client:lab
     command: ["python3", "-m", "http.server", "8443"]
+    init: true
     ports: ["%d:8443"]
 networks:
   default:
@@ -87,7 +88,7 @@ def others():
     (fail2ban stopped takes its chain with it)."""
     VPS.check_output("printf %%s %s >/etc/fail2ban/jail.local && systemctl enable --now fail2ban" % shlex.quote(JAIL))
     assert until(lambda: VPS.run("fail2ban-client status sshd").rc == 0, 30), VPS.run("journalctl -u fail2ban -n 30")
-    VPS.check_output("docker network create --subnet 10.231.0.0/24 %s >/dev/null && docker run -d --name moved "
+    VPS.check_output("docker network create --subnet 10.231.0.0/24 %s >/dev/null && docker run -d --init --name moved "
                      "--network %s --ip %s -p %d:8443 homelab-edge/client:lab python3 -m http.server 8443 >/dev/null"
                      % (MOVED_NET, MOVED_NET, MOVED_OLD, MOVED_PORT))
     VPS.check_output("printf %%s %s >/root/window-compose.yml" % shlex.quote(COMPOSE))
@@ -99,7 +100,8 @@ def others():
 
 
 def window():
-    """Arm a revert, change ufw, then let the others work inside the window. Returns the revert's id."""
+    """Arm a revert, change ufw, then let the others work inside the window (still armed when they are done:
+    checked). Returns the revert's id."""
     VPS.check_output("iptables-save -t filter >/root/window.filter.save && iptables-save -t nat >/root/window.nat.save")
     res = adhoc.run_module("ufw_revert", {"state": "armed", "timeout": WINDOW_S}, target="vps-lab",
                            inventory=INVENTORY, become=True)
@@ -107,11 +109,13 @@ def window():
     VPS.check_output("ufw deny %s >/dev/null" % CHANGE)
     assert ufw_change_live()
     VPS.check_output("fail2ban-client set sshd banip %s" % BANNED)
-    VPS.check_output("docker stop moved >/dev/null && docker network disconnect %s moved && docker network connect "
+    VPS.check_output("docker stop -t 1 moved >/dev/null && docker network disconnect %s moved && docker network connect "
                      "--ip %s %s moved && docker start moved >/dev/null" % (MOVED_NET, MOVED_NEW, MOVED_NET))
     VPS.check_output("docker compose -p window -f /root/window-compose.yml up -d --quiet-pull 2>&1")
     assert until(lambda: answers(MOVED_PORT) and answers(COMPOSE_PORT), 10)
     assert banned() == (True, True)
+    state = VPS.run("ls %s/%s" % (ur.STATE_DIR, res["id"])).stdout.split()
+    assert "armed" in state, "the window's work outlasted the window (%d s): %s" % (WINDOW_S, state)
     return res["id"]
 
 
@@ -135,7 +139,7 @@ def test_the_revert_takes_back_ufws_change_and_leaves_fail2ban_and_docker_alone(
                  compose_port=COMPOSE_PORT, answers_after={str(p): answers(p) for p in (443, MOVED_PORT, COMPOSE_PORT)})
     VPS.check_output("fail2ban-client set sshd unbanip %s && docker compose -p window -f /root/window-compose.yml "
                      "down >/dev/null 2>&1" % BANNED)
-    VPS.check_output("docker stop moved >/dev/null && docker network disconnect %s moved && docker network connect "
+    VPS.check_output("docker stop -t 1 moved >/dev/null && docker network disconnect %s moved && docker network connect "
                      "--ip %s %s moved && docker start moved >/dev/null" % (MOVED_NET, MOVED_OLD, MOVED_NET))
     assert until(lambda: answers(MOVED_PORT), 10)
 
