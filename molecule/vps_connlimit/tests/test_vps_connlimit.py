@@ -82,6 +82,40 @@ def test_rules_survive_ufw_reload_beside_ufw_docker():
     assert input_ports(4) == {80}
 
 
+def ufw_docker_block(kind):
+    """The ufw-docker block in after.rules and after6.rules replaced by the lab's copy of `kind` ("current" or the
+    legacy one, ""), then ufw reloaded."""
+    for fam in ("after", "after6"):
+        with open(os.path.join(ROOT, "lab", "user-configs", "vps", "ufw-docker-%s%s.rules"
+                               % (kind + "-" if kind else "", fam))) as f:
+            block = f.read()
+        path = "/etc/ufw/%s.rules" % fam
+        text = VPS.check_output("cat %s" % path)
+        begin, end = text.index("# BEGIN UFW AND DOCKER\n"), text.index("# END UFW AND DOCKER")
+        new = text[:begin] + "# BEGIN UFW AND DOCKER\n" + block.rstrip("\n") + "\n" + text[end:]
+        VPS.check_output("cat > %s <<'EOF'\n%s\nEOF" % (path, new))
+    assert "Firewall reloaded" in VPS.check_output("ufw reload")
+
+
+def test_the_limit_holds_beside_ufw_dockers_current_block():
+    """ufw-docker's current block (conntrack-based: established traffic returned before anything else) in
+    place of the legacy one: after the reload our jump is first again, and one client is still held at the
+    limit on the published 443."""
+    ufw_docker_block("current")
+    try:
+        state = docker_path()
+        assert state["jump_first"] and state["ports"] == {443: 100}
+        assert "-A DOCKER-USER -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN" in state["other_rules"]
+        flood = probes.tcp_flood(docker.from_env().containers.get("vps-client1"), vps_ip(), 443, n=300, hold=6)
+        counts = flood.result()
+        adhoc.record("vps_connlimit", "flood_443_current_ufw_docker", **counts)
+        assert 90 <= counts["established"] <= LIMITS[443] and counts["established"] + counts["reset"] == 300
+        assert CLIENT2.run("curl -s -m 5 http://%s:443/" % vps_ip()).rc == 0
+    finally:
+        ufw_docker_block("")
+    assert docker_path()["jump_first"]
+
+
 def test_rules_survive_a_reboot():
     """Boot order of the VPS: ufw first, then Docker's engine and its container."""
     subprocess.run(["docker", "restart", "-t", "2", "vps-lab"], check=True, capture_output=True)
