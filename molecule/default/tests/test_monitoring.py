@@ -105,7 +105,7 @@ def test_each_prometheus_loads_the_roles_rules_and_scrapes_the_keepers_metrics()
     assert sorted(r["metric"]["lb"] for r in states) == ["k3d-lab-serverlb", "k3d-lab2-serverlb"]
 
 
-def probes(prom, job):
+def probe_values(prom, job):
     """{instance: probe_success} of a blackbox job, as Prometheus has it now."""
     return dict((r["metric"]["instance"], r["value"][1])
                 for r in api(prom, "/api/v1/query", query='probe_success{job="%s"}' % job)["result"])
@@ -116,9 +116,9 @@ def test_the_probes_answer_through_each_load_balancer_and_through_the_vps():
     the site through the VPS, from a client on the WAN. Every probe answers on the healthy lab."""
     want = sorted(t for c, base in monitoring.K3D_CLUSTERS for e in [k3d.endpoints(base)]
                   for t in ["127.0.0.1:%d" % e["dns"][0], "%s:%d" % e["https"], "%s:%d" % e["api"]])
-    k3d_probes = wait("the k3d probes scraped", lambda: len(probes(k3d_prometheus(), "blackbox-k3d")) == len(want)
-                      and probes(k3d_prometheus(), "blackbox-k3d"), 60)
-    edge = wait("the edge probe scraped", lambda: probes(nas_prometheus(), "blackbox-edge"), 60)
+    k3d_probes = wait("the k3d probes scraped", lambda: len(probe_values(k3d_prometheus(), "blackbox-k3d")) == len(want)
+                      and probe_values(k3d_prometheus(), "blackbox-k3d"), 60)
+    edge = wait("the edge probe scraped", lambda: probe_values(nas_prometheus(), "blackbox-edge"), 60)
     adhoc.record("monitoring", "probes_healthy", k3d=k3d_probes, edge=edge)
     assert sorted(k3d_probes) == want and set(k3d_probes.values()) == {"1"}, k3d_probes
     assert len(edge) == 1 and list(edge.values()) == ["1"], edge
@@ -127,8 +127,8 @@ def test_the_probes_answer_through_each_load_balancer_and_through_the_vps():
 def test_the_healthy_lab_fires_no_alert():
     """Every probe answering (a flood of an earlier test may still be in the probes' 20-s window), then a few
     evaluations (every 2 s here): no alert fires."""
-    wait("every probe answering", lambda: set(probes(k3d_prometheus(), "blackbox-k3d").values()) == {"1"}
-         and set(probes(nas_prometheus(), "blackbox-edge").values()) == {"1"}, 60)
+    wait("every probe answering", lambda: set(probe_values(k3d_prometheus(), "blackbox-k3d").values()) == {"1"}
+         and set(probe_values(nas_prometheus(), "blackbox-edge").values()) == {"1"}, 60)
     time.sleep(25)  # longer than the probes' window
     assert [a["labels"]["alertname"] for p in (nas_prometheus(), k3d_prometheus()) for a in firing(p)] == []
 
