@@ -373,8 +373,8 @@ case "$what" in
     if [ "$what" = all ]; then
       # The steps that need neither the engine nor the lab's images run beside the rest, at the lowest CPU
       # and I/O priority: they take the cores while the lab builds and Molecule waits, and stay out of the
-      # way of its load tests. None writes into the checkout (the unit tests hold short timed runs: they
-      # stay in front). Their log is printed whole at the end.
+      # way of its load tests. None writes into the checkout (docs does: it stays in front; the unit tests
+      # hold short timed runs: in front too). Their log is printed whole at the end.
       lab/lab.sh venv || exit 1
       beside=$(mktemp) beside_log=tests/output/beside.log
       ( renice -n 19 -p "$BASHPID" >/dev/null; ionice -c 3 -p "$BASHPID" 2>/dev/null || true
@@ -386,19 +386,9 @@ case "$what" in
       ) </dev/null >"$beside_log" 2>&1 &
       beside_pid=$!
       step "lab setup" lab_setup
-      step unit unit
-      # The steps that need the lab but not Molecule's quiet (a copy of the checkout, network namespaces,
-      # containers of their own; docs writes only docs/build) run beside the scenarios too, at the lowest
-      # priority, and end before k3d_serverlb restarts the engine (merged just before it).
-      lab_steps=$(mktemp) lab_steps_log=tests/output/lab-steps.log
-      ( renice -n 19 -p "$BASHPID" >/dev/null; ionice -c 3 -p "$BASHPID" 2>/dev/null || true
-        passed=0 failed=0 failures=()
-        step versions versions; step mutations mutations; step rules rules; step docs docs
-        step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert
-        step "docker nft" docker_nft; step "docker 29" docker29
-        printf '%s\n' "$passed" "$failed" "${failures[@]}" >"$lab_steps"
-      ) </dev/null >"$lab_steps_log" 2>&1 &
-      lab_steps_pid=$!
+      step versions versions; step unit unit; step mutations mutations; step rules rules; step docs docs
+      step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert; step "docker nft" docker_nft
+      step "docker 29" docker29
     fi
     # Two streams of scenarios. The waiting ones (timers, a few hosts, light loads) run beside the
     # others: they end while the first scenario of the other stream still creates and converges its lab.
@@ -415,9 +405,6 @@ case "$what" in
       step "molecule $s" scenario "$s"
     done
     merge "$light_pid" "$light" "$light_log" "the scenarios run beside the others"
-    if [ "$what" = all ]; then
-      merge "$lab_steps_pid" "$lab_steps" "$lab_steps_log" "the lab's steps run beside the scenarios"
-    fi
     for s in $MOLECULE_LAST; do step "molecule $s" scenario "$s"; done
     if [ "$what" = all ]; then
       merge "$beside_pid" "$beside" "$beside_log" "the steps run beside the rest"
