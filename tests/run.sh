@@ -324,7 +324,8 @@ scenario() {
 
 # Scenarios that wait more than they work, then the VPS's (connection counts, no timed loads), run beside
 # the others; and the one that restarts this machine's engine (run last, alone). The two streams take
-# about as long each (measured in a full run: beside 595 + 824 s, the others 1085 + 851 s).
+# about as long each (make test on 2026-12-03: beside 423 + 117 + 217 + 1219 s, the others 1354 + 1004 s;
+# all steps 56 min). Running the lab's own steps beside them too was slower (default 1969 s): 2 cores.
 MOLECULE_BESIDE="k3d_engines tcp_drain vps_systemd vps_connlimit"
 MOLECULE_LAST="k3d_serverlb"
 
