@@ -116,28 +116,29 @@ def test_the_limit_holds_beside_ufw_dockers_current_block():
     assert docker_path()["jump_first"]
 
 
-def test_rules_survive_a_restart_of_dockerd():
-    """Engine 29 restarted by systemd (an upgrade does it): dockerd rebuilds its own chains and never flushes
-    DOCKER-USER; our jump stays first in it once the container is back."""
-    VPS.check_output("systemctl restart docker")
+def web_back_and_limited():
+    """Until the published container runs again (bounded: 60 s); then our jump is first in DOCKER-USER and
+    443 is limited."""
     for dummy in range(60):
         if VPS.run("docker ps --format '{{.Names}}' 2>/dev/null").stdout.split() == ["web"]:
             break
         time.sleep(1)
     state = docker_path()
     assert state["jump_first"] and state["ports"] == {443: 100}
+
+
+def test_rules_survive_a_restart_of_dockerd():
+    """Engine 29 restarted by systemd (an upgrade does it): dockerd rebuilds its own chains and never flushes
+    DOCKER-USER; our jump stays first in it once the container is back."""
+    VPS.check_output("systemctl restart docker")
+    web_back_and_limited()
     assert "-A FORWARD -j DOCKER-USER" in VPS.check_output("iptables -S FORWARD")
 
 
 def test_rules_survive_a_reboot():
     """Boot order of the VPS: ufw first, then Docker's engine and its container."""
     subprocess.run(["docker", "restart", "-t", "2", "vps-lab"], check=True, capture_output=True)
-    for dummy in range(60):
-        if VPS.run("docker ps --format '{{.Names}}' 2>/dev/null").stdout.split() == ["web"]:
-            break
-        time.sleep(1)
-    state = docker_path()
-    assert state["jump_first"] and state["ports"] == {443: 100}
+    web_back_and_limited()
     assert input_ports(4) == {80}
 
 
