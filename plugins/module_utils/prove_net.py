@@ -262,12 +262,12 @@ def reaches(host, port, proto, timeout):
         family, dummy, dummy, dummy, addr = socket.getaddrinfo(host, port, 0, kind)[0]
     except (socket.gaierror, UnicodeError):
         return "no answer"
+    if proto == "tcp":  # one connection, told apart as hold() tells them
+        return {"established": "answered", "reset": "refused"}.get(hold(addr[0], port, 1, timeout, 0)["first"],
+                                                                     "no answer")
     s = socket.socket(family, kind)
     try:
         s.settimeout(timeout)
-        if proto == "tcp":
-            return {0: "answered", errno.ECONNREFUSED: "refused", errno.ECONNRESET: "refused"}.get(
-                s.connect_ex(addr), "no answer")
         s.connect(addr)
         s.send(b"homelab.edge reach\n")
         s.recv(2048)
