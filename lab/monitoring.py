@@ -87,17 +87,23 @@ def k3d_probe_targets():
     return out
 
 
+def blackbox(name, listen, *network):
+    """A blackbox_exporter of this host's engine, with the lab's modules (BLACKBOX, written here each time)."""
+    os.makedirs(K3D_DIR, exist_ok=True)
+    config_file = os.path.join(K3D_DIR, "blackbox.yml")
+    with open(config_file, "w") as f:
+        f.write(json.dumps(BLACKBOX, indent=1))
+    sh("docker", "rm", "-f", name, check=False)
+    sh("docker", "run", "-d", "--name", name, "--label", hosts.LABEL, *network,
+       "-v", "%s:/etc/blackbox.yml:ro" % config_file, IMAGE, "prometheus-blackbox-exporter",
+       "--config.file=/etc/blackbox.yml", "--web.listen-address=%s" % listen)
+
+
 def edge_probe(prefix):
     """A client on the WAN with blackbox_exporter, on the LAN too so that the NAS's Prometheus scrapes it:
     (its LAN address, the VPS's WAN address)."""
     wan, lan, vps = "%s-wan" % prefix, "%s-lan" % prefix, "%s-vps" % prefix
-    os.makedirs(K3D_DIR, exist_ok=True)
-    with open(os.path.join(K3D_DIR, "blackbox.yml"), "w") as f:
-        f.write(json.dumps(BLACKBOX, indent=1))
-    sh("docker", "rm", "-f", EDGE_PROBE, check=False)
-    sh("docker", "run", "-d", "--name", EDGE_PROBE, "--label", hosts.LABEL, "--network", wan,
-       "-v", "%s/blackbox.yml:/etc/blackbox.yml:ro" % K3D_DIR, IMAGE, "prometheus-blackbox-exporter",
-       "--config.file=/etc/blackbox.yml", "--web.listen-address=:%d" % EDGE_PROBE_PORT)
+    blackbox(EDGE_PROBE, ":%d" % EDGE_PROBE_PORT, "--network", wan)
     sh("docker", "network", "connect", lan, EDGE_PROBE)
     return hosts.address(EDGE_PROBE, lan), hosts.address(vps, wan)
 
@@ -144,10 +150,8 @@ def k3d_up():
                         probe_job("blackbox-k3d", "127.0.0.1:%d" % K3D_BLACKBOX,
                                   files=[K3D_DIR + "/targets/k3d-probes.json"])],
                        K3D_DIR + "/rules/*.yml"))
-    sh("docker", "rm", "-f", "lab-prometheus", "lab-node-exporter", "lab-blackbox", check=False)
-    sh("docker", "run", "-d", "--name", "lab-blackbox", "--label", hosts.LABEL, "--net", "host",
-       "-v", "%s/blackbox.yml:/etc/blackbox.yml:ro" % K3D_DIR, IMAGE, "prometheus-blackbox-exporter",
-       "--config.file=/etc/blackbox.yml", "--web.listen-address=127.0.0.1:%d" % K3D_BLACKBOX)
+    sh("docker", "rm", "-f", "lab-prometheus", "lab-node-exporter", check=False)
+    blackbox("lab-blackbox", "127.0.0.1:%d" % K3D_BLACKBOX, "--net", "host")
     sh("docker", "run", "-d", "--name", "lab-prometheus", "--label", hosts.LABEL, "--net", "host",
        "-v", "%s:%s" % (K3D_DIR, K3D_DIR), IMAGE, "prometheus", "--config.file=%s/prometheus.yml" % K3D_DIR,
        "--storage.tsdb.path=/tmp/tsdb", "--web.listen-address=127.0.0.1:%d" % K3D_PROMETHEUS, "--web.enable-lifecycle")
