@@ -263,8 +263,8 @@ def reaches(host, port, proto, timeout):
     except (socket.gaierror, UnicodeError):
         return "no answer"
     if proto == "tcp":  # one connection, told apart as hold() tells them
-        return {"established": "answered", "reset": "refused"}.get(hold(addr[0], port, 1, timeout, 0)["first"],
-                                                                     "no answer")
+        first = hold(addr[0], port, 1, timeout, 0)["first"]
+        return {"established": "answered", "reset": "refused"}.get(first, "no answer")
     s = socket.socket(family, kind)
     try:
         s.settimeout(timeout)
