@@ -126,16 +126,20 @@ def nas_up(nas, prefix):
                 "        open('/received/received.log', 'ab').write(body + b'\\n')\n"
                 "        self.send_response(200); self.end_headers()\n"
                 "http.server.HTTPServer(('', 8080), H).serve_forever()\n")
-    sh("docker", "exec", "-i", nas, "sh", "-c", "mkdir -p %s/rules %s/targets && cat > %s/prometheus.yml && "
-       "echo '[]' > %s/targets/traefik.json && : > %s" % (NAS_DIR, NAS_DIR, NAS_DIR, NAS_DIR, RECEIVED), input=prom)
+    sh("docker", "exec", "-i", nas, "sh", "-c", "mkdir -p %s/rules %s/targets %s/textfile && cat > %s/prometheus.yml && "
+       "echo '[]' > %s/targets/traefik.json && : > %s" % (NAS_DIR, NAS_DIR, NAS_DIR, NAS_DIR, NAS_DIR, RECEIVED),
+       input=prom)
     hosts.load_images(nas, [IMAGE])
     inner = ["docker", "exec", nas, "docker"]
     sh(*inner, "rm", "-f", "prometheus", "node-exporter", RECEIVER, check=False)
     sh(*inner, "run", "-d", "--name", "prometheus", "--net", "host", "-v", "%s:%s" % (NAS_DIR, NAS_DIR), IMAGE,
        "prometheus", "--config.file=%s/prometheus.yml" % NAS_DIR, "--storage.tsdb.path=/tmp/tsdb",
        "--web.listen-address=:%d" % NAS_PROMETHEUS, "--web.enable-lifecycle")
-    sh(*inner, "run", "-d", "--name", "node-exporter", "--net", "host", "--pid", "host", IMAGE,
-       "prometheus-node-exporter", "--web.listen-address=127.0.0.1:9100")
+    # its textfile directory: where the tcp_drain role writes Traefik's own TCP counters (the lab inventory's
+    # tcp_drain_metrics_dir)
+    sh(*inner, "run", "-d", "--name", "node-exporter", "--net", "host", "--pid", "host",
+       "-v", "%s/textfile:%s/textfile:ro" % (NAS_DIR, NAS_DIR), IMAGE, "prometheus-node-exporter",
+       "--web.listen-address=127.0.0.1:9100", "--collector.textfile.directory=%s/textfile" % NAS_DIR)
     sh(*inner, "run", "-d", "--name", RECEIVER, "-v", "%s:/received" % NAS_DIR, "homelab-edge/client:lab",
        "python3", "-c", receiver)
 

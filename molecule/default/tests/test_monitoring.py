@@ -133,6 +133,36 @@ def test_the_healthy_lab_fires_no_alert():
     assert [a["labels"]["alertname"] for p in (nas_prometheus(), k3d_prometheus()) for a in firing(p)] == []
 
 
+def value(prom, expr):
+    """The one sample of an instant query, as a number."""
+    found = api(prom, "/api/v1/query", query=expr)["result"]
+    assert len(found) == 1, (expr, found)
+    return float(found[0]["value"][1])
+
+
+def test_traefiks_own_time_wait_fires_the_alert_where_the_hosts_counters_see_nothing(client):
+    """600 short connections from the LAN, each closed by Traefik first (`Connection: close`): Traefik's own
+    namespace (the tcp_drain role's textfile, homelab_edge_netns_*) holds their TIME_WAIT and counts their
+    accepts, and TcpTimeWaitHigh fires for it; the NAS's own counters, all its node_exporter reads, stay
+    low (the test fails on them). Quiet again once TIME_WAIT's 60 s are over."""
+    prom, n = nas_prometheus(), 600
+    opens = 'homelab_edge_netns_tcp_passive_opens_total{container="traefik"}'
+    host_opens = 'node_netstat_Tcp_PassiveOpens{job="node"}'
+    before = (value(prom, opens), value(prom, host_opens))
+    client.containers.get("lab-lan-client").exec_run(
+        ["sh", "-c", "for i in $(seq %d); do curl -sk -o /dev/null -H 'Connection: close' --resolve "
+                     "site.nas.lab:443:%s https://site.nas.lab/; done" % (n, hosts.address("lab-nas", "lab-lan"))])
+    alerts = wait("TcpTimeWaitHigh firing", lambda: firing(prom, "TcpTimeWaitHigh"), 30)
+    tw, host_tw = value(prom, 'homelab_edge_netns_tcp_time_wait{container="traefik"}'), value(prom, 'node_sockstat_TCP_tw{job="node"}')
+    after = (value(prom, opens), value(prom, host_opens))
+    adhoc.record("monitoring", "alert_time_wait", labels=[a["labels"] for a in alerts], traefik_time_wait=tw,
+                 host_time_wait=host_tw, traefik_accepts=after[0] - before[0], host_accepts=after[1] - before[1])
+    assert [a["labels"].get("container") for a in alerts] == ["traefik"], alerts
+    assert tw >= 300 and host_tw < 300, (tw, host_tw)
+    assert after[0] - before[0] >= 0.9 * n and after[1] - before[1] < n / 10, (before, after)
+    wait("TcpTimeWaitHigh quiet once TIME_WAIT is over", lambda: not firing(prom, "TcpTimeWaitHigh"), 100)
+
+
 def test_a_dns_server_hung_behind_the_load_balancer_fires_the_symptom_alert_and_nothing_after(client):
     """The load balancer runs and is fixed (up stays 1, its keeper's metrics look fine); the DNS server behind it
     answers nothing. Only the probes through it see that: K3dLoadBalancerNotAnswering fires for lab's DNS port

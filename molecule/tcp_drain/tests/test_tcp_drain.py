@@ -101,6 +101,49 @@ def host_state():
                                                          if not k.startswith("net.netfilter")]
 
 
+TEXTFILE = "/var/lib/prometheus/node-exporter/homelab_edge_netns.prom"  # the role's default tcp_drain_metrics_dir
+
+
+def textfile():
+    HOST.check_output("systemctl start homelab-edge-netns-sockets.service")  # a write now, as the timer does
+    lines = HOST.file(TEXTFILE).content_string.splitlines()
+    return dict(ln.rsplit(" ", 1) for ln in lines if ln and not ln.startswith("#"))
+
+
+def host_counters():
+    """What node_exporter on the host reads: its own namespace's TIME_WAIT and accepts."""
+    tw = int(HOST.check_output("awk '/^TCP:/ {for (i = 2; i < NF; i++) if ($i == \"tw\") print $(i + 1)}' "
+                               "/proc/net/sockstat"))
+    opens = int(HOST.check_output("awk '/^Tcp:/ {n++; if (n == 1) for (i = 1; i <= NF; i++) if ($i == "
+                                  "\"PassiveOpens\") c = i; if (n == 2) print $c}' /proc/net/snmp"))
+    return tw, opens
+
+
+def test_the_containers_own_time_wait_and_accepts_are_written_where_the_hosts_counters_are_blind():
+    """drain-app accepts 300 connections from the host and closes each first (TIME_WAIT on its side):
+    the textfile the role's timer writes counts them in drain-app's namespace; the host's counters, all
+    node_exporter on the host sees, do not."""
+    assert HOST.run("systemctl is-active homelab-edge-netns-sockets.timer").stdout.strip() == "active"
+    n = 300
+    HOST.check_output("docker exec -d drain-app python3 -c \"import socket\n"
+                      "s = socket.create_server(('', 7070), backlog=512)\n"
+                      "for i in range(%d):\n    c, a = s.accept(); c.close()\n\"" % n)
+    ip = HOST.check_output("docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' drain-app")
+    before, host_before = textfile(), host_counters()
+    key = 'homelab_edge_netns_tcp_%s{container="drain-app"}'
+    HOST.check_output("python3 -c \"import socket, time\nfor i in range(%d):\n"
+                      "    for t in range(50):\n"
+                      "        try:\n            c = socket.create_connection(('%s', 7070), 2); break\n"
+                      "        except OSError: time.sleep(0.1)\n"
+                      "    c.recv(1); c.close()\n\"" % (n, ip))
+    after, host_after = textfile(), host_counters()
+    assert after['homelab_edge_netns_up{container="drain-app"}'] == "1"
+    accepted = int(after[key % "passive_opens_total"]) - int(before[key % "passive_opens_total"])
+    assert accepted >= n and int(after[key % "time_wait"]) >= 0.9 * n, (accepted, after)
+    # the host's namespace: the connections were its outgoing ones, closed second (no TIME_WAIT here)
+    assert host_after[1] - host_before[1] < n / 10 and host_after[0] < n / 2, (host_before, host_after)
+
+
 def test_absent_puts_back_exactly_what_was_there_before_the_role():
     """A file of the user's in /etc/sysctl.d and a key they had set
     themselves: the role's own undo (converge ran it first) leaves both, and
