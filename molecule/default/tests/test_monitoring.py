@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -175,8 +176,24 @@ def test_a_dns_server_hung_behind_the_load_balancer_fires_the_symptom_alert_and_
         adhoc.record("monitoring", "alert_k3d_not_answering", instances=[a["labels"]["instance"] for a in alerts],
                      value=alerts[0]["value"])
         assert [(a["labels"]["instance"], a["labels"]["k3d_cluster"]) for a in alerts] == [(dns, "lab")], alerts
+        # and the queries it never answers hold their sessions for the fix's whole UDP timeout (5 s): at
+        # budget / 5 queries a second they fill the fix's UDP budget, and the near-budget alert names lab's
+        budget = value(k3d_prometheus(), 'homelab_edge_k3d_lb_udp_session_budget{lb="k3d-lab-serverlb"}')
+        load = threading.Thread(target=probes.dns_load, args=("127.0.0.1", [int(dns.split(":")[1])],
+                                                              int(budget / 5), int(budget / 5) * 15))
+        load.start()
+        try:
+            near = wait("K3dLoadBalancerUdpSessionsNearBudget firing", lambda: firing(
+                k3d_prometheus(), "K3dLoadBalancerUdpSessionsNearBudget"), 30)
+        finally:
+            load.join(60)
+        adhoc.record("monitoring", "alert_udp_near_budget", budget=budget, rate=int(budget / 5),
+                     labels=[a["labels"] for a in near], value=near[0]["value"])
+        assert [a["labels"]["lb"] for a in near] == ["k3d-lab-serverlb"], near
     wait("K3dLoadBalancerNotAnswering quiet again", lambda: not firing(k3d_prometheus(),
                                                                        "K3dLoadBalancerNotAnswering"), 60)
+    wait("K3dLoadBalancerUdpSessionsNearBudget quiet again", lambda: not firing(
+        k3d_prometheus(), "K3dLoadBalancerUdpSessionsNearBudget"), 60)
 
 
 def test_every_dashboard_panel_returns_data_from_the_labs_prometheus():
@@ -266,6 +283,24 @@ def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_th
     assert fixed["result"] and fixed["result"][0]["value"][1] == "1"
     for name in ("K3dLoadBalancerConnectionsHigh", "K3dLoadBalancerNotFixed", "K3dKeeperMetricsStale"):
         assert firing(k3d_prometheus(), name) == [], name
+
+
+def test_keeper_metrics_absent_fires_when_no_series_reaches_prometheus():
+    """The keeper stopped and its textfile gone (as a node_exporter reading another directory sees it): no
+    series at all, which K3dKeeperMetricsStale cannot see; K3dKeeperMetricsAbsent fires, and is quiet once the
+    keeper writes again."""
+    textfile = os.path.join(monitoring.K3D_DIR, "textfile", "homelab_edge_k3d.prom")
+    subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", lb.KEEPER_CONFIG, "--stop"], check=True,
+                   capture_output=True)
+    try:
+        os.unlink(textfile)
+        absent = wait("K3dKeeperMetricsAbsent firing", lambda: firing(k3d_prometheus(), "K3dKeeperMetricsAbsent"), 30)
+        adhoc.record("monitoring", "alert_keeper_absent", labels=absent[0]["labels"])
+    finally:
+        subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", lb.KEEPER_CONFIG, "--daemon"], check=True,
+                       capture_output=True)
+    wait("K3dKeeperMetricsAbsent quiet", lambda: not firing(k3d_prometheus(), "K3dKeeperMetricsAbsent"), 30)
+    assert firing(k3d_prometheus(), "K3dKeeperMetricsStale") == []
 
 
 def test_traefik_not_scraped_fires_when_its_job_has_no_target():
