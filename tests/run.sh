@@ -323,11 +323,11 @@ scenario() {
 }
 
 # Scenarios that wait more than they work, then the VPS's (connection counts, no timed loads), run beside
-# the others; and the one that restarts this machine's engine (run last, alone). The two streams take
-# about as long each (make test on 2026-12-03: beside 423 + 117 + 217 + 1219 s, the others 1354 + 1004 s;
-# all steps 56 min). Running the lab's own steps beside them too was slower (default 1969 s): 2 cores.
-MOLECULE_BESIDE="k3d_engines tcp_drain vps_systemd vps_connlimit"
-MOLECULE_LAST="k3d_serverlb"
+# the others; k3d_serverlb (DNS loads) last in that stream, so that it overlaps only the end of the other
+# (make test on 2026-12-03: beside 423 + 117 + 217 + 1219 s, the others 1354 + 1004 s, k3d_serverlb 624 s).
+# No scenario restarts this machine's engine (k3d_engines restarts its hosts' own). Running the lab's own
+# steps beside them too was slower (default 1969 s): 2 cores.
+MOLECULE_BESIDE="k3d_engines tcp_drain vps_systemd vps_connlimit k3d_serverlb"
 
 merge() { # pid, result file, log, title: wait for a group run in the background, print its log, count its steps
   wait "$1"
@@ -375,25 +375,24 @@ case "$what" in
       # The steps that need neither the engine nor the lab's images run beside the rest, at the lowest CPU
       # and I/O priority: they take the cores while the lab builds and Molecule waits, and stay out of the
       # way of its load tests. None writes into the checkout (docs does: it stays in front; the unit tests
-      # hold short timed runs: in front too). Their log is printed whole at the end.
+      # hold short timed runs: in front too; mutations run theirs in copies). Their log is printed whole at the end.
       lab/lab.sh venv || exit 1
       beside=$(mktemp) beside_log=tests/output/beside.log
       ( renice -n 19 -p "$BASHPID" >/dev/null; ionice -c 3 -p "$BASHPID" 2>/dev/null || true
         passed=0 failed=0 failures=()
-        step lint lint; step sanity sanity; step build build; step publish publish
+        step mutations mutations; step lint lint; step sanity sanity; step build build; step publish publish
         step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
         step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13"
         printf '%s\n' "$passed" "$failed" "${failures[@]}" >"$beside"
       ) </dev/null >"$beside_log" 2>&1 &
       beside_pid=$!
       step "lab setup" lab_setup
-      step versions versions; step unit unit; step mutations mutations; step rules rules; step docs docs
+      step versions versions; step unit unit; step rules rules; step docs docs
       step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert; step "docker nft" docker_nft
       step "docker 29" docker29
     fi
     # Two streams of scenarios. The waiting ones (timers, a few hosts, light loads) run beside the
     # others: they end while the first scenario of the other stream still creates and converges its lab.
-    # k3d_serverlb restarts this machine's engine, so it runs last, alone.
     light=$(mktemp) light_log=tests/output/molecule-beside.log
     ( passed=0 failed=0 failures=()
       for s in $MOLECULE_BESIDE; do step "molecule $s" scenario "$s"; done
@@ -402,11 +401,10 @@ case "$what" in
     light_pid=$!
     for s in molecule/*/molecule.yml; do
       s=$(basename "$(dirname "$s")")
-      case " $MOLECULE_BESIDE $MOLECULE_LAST " in *" $s "*) continue ;; esac
+      case " $MOLECULE_BESIDE " in *" $s "*) continue ;; esac
       step "molecule $s" scenario "$s"
     done
     merge "$light_pid" "$light" "$light_log" "the scenarios run beside the others"
-    for s in $MOLECULE_LAST; do step "molecule $s" scenario "$s"; done
     if [ "$what" = all ]; then
       merge "$beside_pid" "$beside" "$beside_log" "the steps run beside the rest"
       echo "=== all steps: $((SECONDS / 60)) min $((SECONDS % 60)) s"

@@ -184,3 +184,32 @@ def test_an_engine_restart_keeps_the_fix_and_the_keeper():
          lambda: host(name, "systemctl is-active %s" % KEEPER_UNIT, check=False).strip() == "active")
     res = module(name, ["d29", "d29b"], check=True)
     assert not res["changed"] and [e["state"] for e in res["load_balancers"]] == ["fixed", "fixed"], res
+
+
+def keeper_pids(name):
+    return host(name, "pgrep -f k3d-serverlb-keeper.py", check=False).split()
+
+
+def test_an_engine_restarted_by_hand_keeps_the_fix_and_the_detached_keeper():
+    """The oldest engine, in a host without systemd, stopped and started again by hand: the detached keeper
+    (no unit restarts it) reconnects instead of dying, and still acts on the new engine's events - k3d then
+    re-creates d29b's load balancer from the stock image, and only the keeper can fix it."""
+    name = "k3d20"
+    pids = keeper_pids(name)
+    assert pids
+    host(name, "pkill -TERM -x dockerd; for i in $(seq 120); do pgrep -x dockerd >/dev/null || exit 0; sleep 0.5; "
+               "done; exit 1", timeout=90)
+    subprocess.run(["docker", "exec", "-d", name, "sh", "-c", "exec dockerd >>/var/log/dockerd.log 2>&1"], check=True)
+    wait("the engine answering again", lambda: host(name, "docker info >/dev/null 2>&1 && echo up",
+                                                    check=False).strip() == "up", timeout=90)
+    for cluster in ("d29", "d29b"):
+        wait("%s serving after the engine restart" % cluster, lambda c=cluster: serving(name, c), timeout=120)
+        assert fixed_in_nginx(nginx_config(name, cluster)), cluster
+    assert keeper_pids(name) == pids  # the same process: it reconnected
+    since = int(host(name, "date +%s"))
+    old = host(name, "docker inspect -f '{{.Id}}' %s" % k3d.lb_name("d29b")).strip()
+    k3d.k3d("cluster", "edit", "d29b", "--port-add", "127.0.0.1:%d:854/udp@loadbalancer" % (BASE_B + 86), host=name)
+    assert host(name, "docker inspect -f '{{.Id}}' %s" % k3d.lb_name("d29b")).strip() != old
+    wait("d29b serving again", lambda: serving(name, "d29b"))
+    wait("d29b fixed by the keeper", lambda: fixed_in_nginx(nginx_config(name, "d29b")), timeout=60)
+    assert "k3d-d29b-serverlb" in keeper_log(name, since)

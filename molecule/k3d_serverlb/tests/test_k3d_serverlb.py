@@ -250,28 +250,6 @@ def keeper_pid():
     return out.stdout.split()
 
 
-def test_docker_engine_restart_keeps_the_fix_and_the_keeper(client):
-    pids = keeper_pid()
-    assert pids
-    subprocess.run(["pkill", "-TERM", "-x", "dockerd"], check=True)
-    for dummy in range(120):
-        if subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, check=False).returncode:
-            break
-        time.sleep(0.5)
-    subprocess.run([os.path.join(ROOT, "lab", "lab.sh"), "engine"], check=True, timeout=120)
-    fresh = docker.from_env()
-    for cluster in (CLUSTER, "mol2"):
-        k3d.wait_serving(fresh, cluster, timeout=90)
-        assert wait_fixed(fresh, cluster, seconds=30) is not None
-    assert keeper_pid() == pids  # the keeper reconnected instead of dying
-    # and it still acts on the new engine's events: k3d recreates mol2's load
-    # balancer from the stock image, and only the keeper can fix it
-    old = load_balancer(fresh, "mol2").id
-    k3d.port_add("mol2", "127.0.0.1:%d:854/udp@loadbalancer" % (BASE + 286))
-    assert load_balancer(fresh, "mol2").id != old
-    assert wait_fixed(fresh, "mol2", seconds=30) is not None
-
-
 def status_table():
     """playbooks/status.yml on this host as a k3d host; its table lines."""
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
