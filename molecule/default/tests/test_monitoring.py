@@ -27,8 +27,10 @@ import k3d  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
 import monitoring  # noqa: E402
 import probes  # noqa: E402
+import svgplot  # noqa: E402
 
 INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
+FAULTS = {}  # fault: (start, end), seconds since the epoch: the picture's time ranges
 NAS = testinfra.get_host("docker://lab-nas")
 KEEPER = os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py")
 INSTALLED_KEEPER = "/usr/local/lib/homelab-edge/k3d-serverlb-keeper.py"  # beside its library (the role's default)
@@ -164,12 +166,36 @@ def test_traefiks_own_time_wait_fires_the_alert_where_the_hosts_counters_see_not
     wait("TcpTimeWaitHigh quiet once TIME_WAIT is over", lambda: not firing(prom, "TcpTimeWaitHigh"), 100)
 
 
+def test_conntrack_full_of_a_flood_after_the_requests_stopped_fires_its_alert(client):
+    """Unanswered UDP from the LAN to 2 x 60,000 of the NAS's ports (a connection tracking entry each, for the
+    kernel's 30 s) while no new connections come: the NAS's conntrack holds more than 0.2 of its limit and
+    ConntrackHighAfterRequestsStopped fires for it; quiet again once the entries expire. (ConntrackNearLimit,
+    0.8, is not made here: the limit is this machine's kernel's, shared by every namespace on it.)"""
+    prom = nas_prometheus()
+    share = 'node_nf_conntrack_entries{job="node"} / on (instance) node_nf_conntrack_entries_limit{job="node"}'
+    assert firing(prom, "ConntrackHighAfterRequestsStopped") == []
+    script = ("import socket\n"
+              "for s in [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for i in range(2)]:\n"
+              "    for port in range(1024, 61024):\n"
+              "        try:\n            s.sendto(b'x', ('%s', port))\n"
+              "        except OSError:\n            pass\n" % hosts.address("lab-nas", "lab-lan"))
+    rc, out = client.containers.get("lab-lan-client").exec_run(["python3", "-c", script])
+    assert rc == 0, out
+    alerts = wait("ConntrackHighAfterRequestsStopped firing",
+                  lambda: firing(prom, "ConntrackHighAfterRequestsStopped"), 30)
+    adhoc.record("monitoring", "alert_conntrack", share=value(prom, share), labels=[a["labels"] for a in alerts])
+    assert [a["labels"]["instance"] for a in alerts] == ["127.0.0.1:9100"], alerts
+    wait("ConntrackHighAfterRequestsStopped quiet once the entries expire",
+         lambda: not firing(prom, "ConntrackHighAfterRequestsStopped"), 90)
+
+
 def test_a_dns_server_hung_behind_the_load_balancer_fires_the_symptom_alert_and_nothing_after(client):
     """The load balancer runs and is fixed (up stays 1, its keeper's metrics look fine); the DNS server behind it
     answers nothing. Only the probes through it see that: K3dLoadBalancerNotAnswering fires for lab's DNS port
     alone, and is quiet again once the server answers."""
     dns = "127.0.0.1:%d" % k3d.endpoints(dict(monitoring.K3D_CLUSTERS)["lab"])["dns"][0]
     assert firing(k3d_prometheus(), "K3dLoadBalancerNotAnswering") == []
+    start = time.time()
     with k3d.dns_server_hung(client, "lab"):
         alerts = wait("K3dLoadBalancerNotAnswering firing", lambda: firing(k3d_prometheus(),
                                                                             "K3dLoadBalancerNotAnswering"), 60)
@@ -194,6 +220,7 @@ def test_a_dns_server_hung_behind_the_load_balancer_fires_the_symptom_alert_and_
                                                                        "K3dLoadBalancerNotAnswering"), 60)
     wait("K3dLoadBalancerUdpSessionsNearBudget quiet again", lambda: not firing(
         k3d_prometheus(), "K3dLoadBalancerUdpSessionsNearBudget"), 60)
+    FAULTS["k3d"] = (start - 20, time.time() + 10)
 
 
 def test_every_dashboard_panel_returns_data_from_the_labs_prometheus():
@@ -338,6 +365,7 @@ def test_a_wedge_fires_traefik_down_and_the_edge_symptoms_and_autoheal_tells_the
     def healed():  # autoheal's message (looking at the symptom alerts meanwhile)
         look()
         return received()
+    start = time.time()
     NAS.check_output("docker kill -s STOP traefik")
     try:
         # running and answering nothing: its scrape fails (up 0) before its health check gives up
@@ -356,3 +384,50 @@ def test_a_wedge_fires_traefik_down_and_the_edge_symptoms_and_autoheal_tells_the
     traefik_target()  # re-created? its address for the next scrape
     wait("TraefikDown quiet once healed", lambda: not firing(nas_prometheus(), "TraefikDown"), 60)
     wait("the symptom alerts quiet once healed", lambda: not any(firing(nas_prometheus(), n) for n in symptoms), 90)
+    FAULTS["edge"] = (start - 20, time.time() + 10)
+
+
+def series(prom, expr, window, legend):
+    """{legend: [(t, value)]} of a range query over the window, every 2 s (the lab's scrape interval)."""
+    got = api(prom, "/api/v1/query_range", query=expr, start=window[0], end=window[1], step=2)["result"]
+    return dict((legend(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in got)
+
+
+def test_the_picture_of_both_faults_is_drawn_from_the_labs_prometheus():
+    """The README's picture (docs/images/monitoring-faults.svg is a copy of tests/output/monitoring-faults.svg):
+    the probes, Traefik's scrape and the UDP sessions against the budget, with each alert's firing time shaded,
+    as the lab's two Prometheus servers recorded the faults above (a hung DNS server behind k3d's load balancer;
+    a wedged Traefik healed by autoheal)."""
+    if sorted(FAULTS) != ["edge", "k3d"]:
+        pytest.skip("drawn only after both fault tests ran in this session")
+    k3d_p, nas_p, w_k3d, w_edge = k3d_prometheus(), nas_prometheus(), FAULTS["k3d"], FAULTS["edge"]
+    firing_spans = lambda prom, window, names: [  # noqa: E731
+        (name, svgplot.intervals(pts, 2)) for name in names
+        for pts in series(prom, 'ALERTS{alertname="%s",alertstate="firing"}' % name, window,
+                          lambda m: "x").values()]
+    k3d_lines = series(k3d_p, 'probe_success{job="blackbox-k3d",k3d_cluster="lab"}', w_k3d,
+                       lambda m: "probe %s answered" % m.get("module", m.get("instance")))
+    k3d_lines.update(series(k3d_p, 'homelab_edge_k3d_lb_udp_sessions{lb="k3d-lab-serverlb"} / on (lb) '
+                                   'homelab_edge_k3d_lb_udp_session_budget', w_k3d, lambda m: "UDP sessions / budget"))
+    edge_lines = series(nas_p, 'probe_success{job="blackbox-edge"}', w_edge, lambda m: "site through the VPS answered")
+    edge_lines.update(series(nas_p, 'up{job="traefik"}', w_edge, lambda m: "Traefik scraped (up)"))
+    panels = [
+        {"title": "k3d: the DNS server behind the load balancer hung, then a DNS load (lab's k3d Prometheus)",
+         "lines": sorted(k3d_lines.items()), "shaded": firing_spans(k3d_p, w_k3d, (
+             "K3dLoadBalancerNotAnswering", "K3dLoadBalancerUdpSessionsNearBudget")), "t0": w_k3d[0], "t1": w_k3d[1]},
+        {"title": "NAS: Traefik wedged (SIGSTOP) until autoheal restarts it (the NAS's Prometheus)",
+         "lines": sorted(edge_lines.items()), "shaded": firing_spans(nas_p, w_edge, (
+             "TraefikDown", "EdgeSiteNotAnswering", "EdgeErrorBudgetBurn")), "t0": w_edge[0], "t1": w_edge[1]}]
+    picture = svgplot.svg("homelab.edge alerts on the lab's two faults", panels, w_k3d[0], w_k3d[1],
+                          note="drawn by molecule/default test_monitoring.py on %s from the lab's Prometheus; "
+                               "seconds from 20 s before each fault" % time.strftime("%Y-%m-%d"))
+    os.makedirs(os.path.join(ROOT, "tests", "output"), exist_ok=True)
+    with open(os.path.join(ROOT, "tests", "output", "monitoring-faults.svg"), "w") as f:
+        f.write(picture)
+    with open(os.path.join(ROOT, "tests", "output", "monitoring-faults.json"), "w") as f:
+        json.dump({"faults": FAULTS, "panels": panels}, f, indent=1)
+    for panel in panels:
+        assert all(pts for dummy, pts in panel["lines"]) and len(panel["lines"]) >= 2, panel["title"]
+        assert [name for name, spans in panel["shaded"] if spans], panel["title"]  # an alert fired in it
+    assert min(v for dummy, v in edge_lines["site through the VPS answered"]) == 0  # the wedge shows
+    assert min(v for label, pts in k3d_lines.items() if label.startswith("probe") for dummy, v in pts) == 0
