@@ -323,11 +323,12 @@ scenario() {
 }
 
 # Scenarios that wait more than they work, then the VPS's (connection counts, no timed loads), run beside
-# the others; k3d_serverlb (DNS loads) last in that stream, so that it overlaps only the end of the other
-# (make test on 2026-12-03: beside 423 + 117 + 217 + 1219 s, the others 1354 + 1004 s, k3d_serverlb 624 s).
-# No scenario restarts this machine's engine (k3d_engines restarts its hosts' own). Running the lab's own
-# steps beside them too was slower (default 1969 s): 2 cores.
-MOLECULE_BESIDE="k3d_engines tcp_drain vps_systemd vps_connlimit k3d_serverlb"
+# the others; k3d_serverlb (DNS loads) last in that stream, so that it overlaps only the end of the other.
+# The two streams take about as long each (make test on 2026-12-03: k3d_engines 423, vps_systemd 217,
+# vps_connlimit 1219, k3d_serverlb 624 s; default 1354, nas 1004, tcp_drain 117 s). No scenario restarts
+# this machine's engine (k3d_engines restarts its hosts' own). Running the lab's own steps beside them too
+# was slower (default 1969 s): 2 cores.
+MOLECULE_BESIDE="k3d_engines vps_systemd vps_connlimit k3d_serverlb"
 
 merge() { # pid, result file, log, title: wait for a group run in the background, print its log, count its steps
   wait "$1"
