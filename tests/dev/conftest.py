@@ -3,9 +3,41 @@
 runs both). Not shipped (galaxy.yml build_ignore): tests/unit runs from the
 tarball alone."""
 import os
+import socket
+import struct
 import sys
+import threading
+
+import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
 __import__("conftest")  # tests/unit's: the collection importable as ansible_collections.homelab.edge
+
+
+@pytest.fixture
+def responder():
+    """A DNS server on 127.0.0.1 for the generators' tests (test_dnsgen*.py):
+    answers every query with one A record; records the source ports."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    sources, done = [], threading.Event()
+
+    def serve():
+        while not done.is_set():
+            try:
+                data, peer = sock.recvfrom(512)
+            except socket.timeout:
+                continue
+            sources.append(peer[1])
+            answer = data[:2] + struct.pack(">HHHHH", 0x8180, 1, 1, 0, 0) + data[12:] + \
+                b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + bytes([10, 0, 0, 1])
+            sock.sendto(answer, peer)
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield sock.getsockname()[1], sources
+    done.set()
+    t.join(2)
+    sock.close()

@@ -1,9 +1,9 @@
 """The benchmark's DNS generator (tests/support/dnsgen.py, probes.dns_load):
 paced on an absolute schedule, a fresh source port per query, and a run that
-fell short of its plan is invalid. Against a tiny DNS responder on loopback."""
+fell short of its plan is invalid. Against a tiny DNS responder on loopback
+(conftest.py's responder)."""
 import os
 import socket
-import struct
 import sys
 import threading
 
@@ -13,32 +13,6 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 import dnsgen  # noqa: E402
 import probes  # noqa: E402
-
-
-@pytest.fixture
-def responder():
-    """Answers every query with one A record; records the source ports."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.2)
-    sources, done = [], threading.Event()
-
-    def serve():
-        while not done.is_set():
-            try:
-                data, peer = sock.recvfrom(512)
-            except socket.timeout:
-                continue
-            sources.append(peer[1])
-            answer = data[:2] + struct.pack(">HHHHH", 0x8180, 1, 1, 0, 0) + data[12:] + \
-                b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + bytes([10, 0, 0, 1])
-            sock.sendto(answer, peer)
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    yield sock.getsockname()[1], sources
-    done.set()
-    t.join(2)
-    sock.close()
 
 
 def test_a_paced_run_sends_its_plan_on_time_from_fresh_ports(responder):

@@ -1,0 +1,148 @@
+"""The compiled DNS generator (tests/support/dnsgen_go, dnsgen.run_compiled):
+every query from a socket of its own, answers timed, and a run the generator
+itself may have shaped is invalid (dnsgen.compiled_validity). Loopback only,
+each run a second or less; conftest.py's responder answers."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import dnsgen  # noqa: E402
+
+# Real-time for the sender, as the benchmarks run it: on this machine's busy
+# cores an ordinary sender is sometimes milliseconds late (a fact the rule
+# must see, not one these tests are about).
+FIFO = 10
+GO_ENV = dict(os.environ, GOFLAGS="-mod=mod", GOWORK="off", CGO_ENABLED="0")
+
+
+@pytest.fixture(scope="module")
+def built():
+    """The binary of these sources: built (seconds: no downloads) when go is
+    here and it is not; skipped only when neither is."""
+    try:
+        return dnsgen.compiled_binary()
+    except dnsgen.CompiledMissing as e:
+        if not shutil.which("go"):
+            pytest.skip("%s, and go is not installed to build it" % e)
+    subprocess.run([os.path.join(ROOT, "lab", "lab.sh"), "dnsgen"], check=True, timeout=300)
+    return dnsgen.compiled_binary()
+
+
+@pytest.fixture
+def dead():
+    """A port bound and never read: queries to it go unanswered."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def test_a_paced_run_is_valid_every_query_answered_and_timed(built, responder):
+    port, sources = responder
+    r = dnsgen.run_compiled("127.0.0.1", [port], rate=200, seconds=1.0, timeout=1.0, fifo=FIFO)
+    assert r["planned"] == r["sent"] == r["answered"] == 200 and r["unanswered"] == 0, r
+    assert r["valid"], r["invalid_because"]
+    assert 0 < r["latency_p50_s"] <= r["latency_p99_s"] <= r["latency_max_s"] < 1.0, r
+    assert 0 <= r["lateness_p50_s"] <= r["lateness_p99_s"] <= r["lateness_max_s"], r
+    assert 0.9 <= r["send_s"] <= 1.1 and r["generator_user_s"] >= 0 and r["generator_system_s"] > 0, r
+    assert len(set(sources)) == 200  # 200 queries, 4,096 sockets: no source port twice
+
+
+def test_queries_alternate_over_the_ports_from_a_pinned_sender(built, responder, dead):
+    port, dummy = responder
+    r = dnsgen.run_compiled("127.0.0.1", [port, dead], rate=100, seconds=0.5, timeout=0.3, cpus={0}, fifo=FIFO)
+    assert r["sent"] == 50 and r["answered"] == r["unanswered"] == 25 and r["valid"], r
+
+
+def test_nobody_answering_is_a_valid_run_with_nothing_answered(built, dead):
+    r = dnsgen.run_compiled("127.0.0.1", [dead], rate=100, seconds=0.5, timeout=0.3, fifo=FIFO)
+    assert r["sent"] == r["unanswered"] == 50 and r["answered"] == 0 and r["latency_p50_s"] is None, r
+    assert r["valid"], r["invalid_because"]
+    assert r["wall_s"] <= 0.5 * 1.1 + 0.5 + 0.3, r  # the hard bound, then the timeout
+
+
+def test_a_run_whose_every_send_fails_is_invalid(built):
+    r = dnsgen.run_compiled("127.0.0.1", [0], rate=100, seconds=0.5, timeout=0.2)  # port 0: the kernel refuses
+    assert r["send_errors"] == r["planned"] == r["sent"] == 50 and r["send_errno"] == {"EINVAL": 50}, r
+    assert not r["valid"] and "50 send errors (EINVAL 50)" in r["invalid_because"], r
+
+
+def test_a_dry_pool_is_a_send_error_not_a_wait(built, dead):
+    r = dnsgen.run_compiled("127.0.0.1", [dead], rate=100, seconds=0.5, timeout=1.0, pool=10, fifo=FIFO)
+    assert r["sent"] == 50 and r["send_errno"] == {"pool_exhausted": 40} and r["unanswered"] == 10, r
+    assert not r["valid"] and "pool_exhausted 40" in r["invalid_because"]
+    assert r["lateness_p99_s"] < 0.001  # it never waited for a socket
+
+
+def test_a_public_target_is_refused(built):
+    with pytest.raises(RuntimeError, match="loopback or private"):
+        dnsgen.run_compiled("8.8.8.8", [53], rate=1, seconds=0.1)
+
+
+def test_a_missing_binary_says_what_to_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOMELAB_EDGE_CACHE", str(tmp_path))
+    with pytest.raises(dnsgen.CompiledMissing, match=r"run `lab/lab.sh gobins`"):
+        dnsgen.run_compiled("127.0.0.1", [53], rate=1, seconds=0.1)
+
+
+def test_a_binary_of_other_sources_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "dnsgen-000000000000").write_text("")
+    (tmp_path / "bin" / "dnsgen").symlink_to("dnsgen-000000000000")
+    monkeypatch.setenv("HOMELAB_EDGE_CACHE", str(tmp_path))
+    with pytest.raises(dnsgen.CompiledMissing, match="other sources"):
+        dnsgen.compiled_binary()
+
+
+def good_output(**change):
+    """A valid run's output as the binary prints it, with `change` applied."""
+    out = {"rate": 1000.0, "seconds": 5.0, "planned": 5000, "sent": 5000, "answered": 5000, "unanswered": 0,
+           "send_errors": 0, "send_errno": {}, "send_s": 5.0, "wall_s": 5.0, "lateness_p50_s": 0.00002,
+           "lateness_p99_s": 0.0002, "lateness_max_s": 0.0009, "latency_p50_s": 0.00005, "latency_p99_s": 0.0003,
+           "latency_max_s": 0.002, "user_s": 0.2, "system_s": 0.8, "snd_buf_errors": 0, "rcv_buf_errors": 0,
+           "insert_failed": 0, "errors": None, "pool": 4096, "sched": "SCHED_FIFO 10", "build": "test",
+           "valid": True, "invalid_because": ""}
+    out.update(change)
+    return out
+
+
+def test_a_good_output_is_valid_and_keeps_run_s_keys():
+    r = dnsgen.compiled_result(good_output())
+    assert r["valid"] and r["invalid_because"] == "", r
+    python_keys = {"rate", "seconds", "planned", "sent", "answered", "unanswered", "send_errors", "send_s", "wall_s",
+                   "lateness_p50_s", "lateness_p99_s", "lateness_max_s", "generator_cpu_s", "valid",
+                   "invalid_because"}
+    assert python_keys <= set(r) and r["generator_cpu_s"] == 1.0
+    assert dnsgen.compiled_result(good_output(insert_failed=None))["valid"]  # no conntrack here: nothing to fail
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"send_errors": 3, "send_errno": {"EAGAIN": 3}}, "3 send errors (EAGAIN 3)"),
+    ({"lateness_p99_s": 0.002}, "99th percentile lateness 0.002 s"),
+    ({"lateness_p99_s": 0.001}, "99th percentile lateness 0.001 s"),  # under 1 ms, not at it
+    ({"lateness_p99_s": None}, "99th percentile lateness None"),
+    ({"user_s": 1.0, "system_s": 3.0}, "generator CPU 4.000 s over 5.000 s"),  # 80 % of a core
+    ({"snd_buf_errors": 1}, "UdpSndbufErrors rose by 1"),
+    ({"snd_buf_errors": None}, "UdpSndbufErrors rose by None"),
+    ({"insert_failed": 1}, "conntrack insert_failed rose by 1"),
+    ({"sent": 4999}, "sent 4999 of 5000 planned"),
+    ({"errors": ["no Udp names and values in /proc/net/snmp"]}, "kernel counters not read"),
+    ({"valid": False, "invalid_because": "a rule only the binary has"}, "the generator's own verdict"),
+])
+def test_each_rule_alone_makes_a_run_invalid(change, says):
+    r = dnsgen.compiled_result(good_output(**change))
+    assert not r["valid"] and says in r["invalid_because"] and ";" not in r["invalid_because"], r
+
+
+def test_the_go_unit_tests_pass():
+    if not shutil.which("go"):
+        pytest.skip("go is not installed")
+    p = subprocess.run(["go", "test", "-count=1", "."], cwd=dnsgen.GO_DIR, env=GO_ENV, capture_output=True,
+                       text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
