@@ -187,7 +187,8 @@ def test_an_engine_restart_keeps_the_fix_and_the_keeper():
 
 
 def keeper_pids(name):
-    return host(name, "pgrep -f k3d-serverlb-keeper.py", check=False).split()
+    # [k]: the pattern does not match the shell that runs pgrep (its command line holds "[k]3d")
+    return host(name, "pgrep -f '[k]3d-serverlb-keeper.py'", check=False).split()
 
 
 def test_an_engine_restarted_by_hand_keeps_the_fix_and_the_detached_keeper():
