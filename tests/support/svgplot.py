@@ -3,9 +3,9 @@
 (molecule/default/tests/test_monitoring.py); pure: data in, SVG text out."""
 from xml.sax.saxutils import escape
 
-WIDTH, PANEL_H, LEFT, RIGHT, TOP, GAP = 760, 150, 60, 20, 30, 55
+WIDTH, PANEL_H, LEFT, RIGHT, TOP, GAP = 900, 150, 60, 20, 30, 70
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
-SHADE = "#f4b183"
+SHADES = ("#f4b183", "#9dc3e6", "#c5e0b4", "#ffd966", "#d9b3ff")
 
 
 def _scale(v, lo, hi, a, b):
@@ -31,15 +31,19 @@ def panel_svg(panel, y0, t0, t1):
     values = [v for dummy, pts in panel["lines"] for dummy2, v in pts]
     ymax = panel.get("ymax") or max(values + [1.0])
     out = ['<text x="%d" y="%d" font-size="13" font-weight="bold">%s</text>' % (x0, y0 - 8, escape(panel["title"]))]
-    for label, spans in panel.get("shaded", []):
+    fired = [(label, spans) for label, spans in panel.get("shaded", []) if spans]
+    for k, (label, spans) in enumerate(fired):
+        # each alert a band of its own height, so that overlapping ones stay apart
+        band = h / float(len(fired))
         for a, b in spans:
             xa, xb = _scale(max(a, t0), t0, t1, x0, x1), _scale(min(b, t1), t0, t1, x0, x1)
-            out.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" opacity="0.5"><title>%s</title></rect>'
-                       % (xa, y0, max(xb - xa, 1), h, SHADE, escape(label)))
+            out.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" opacity="0.6"><title>%s</title></rect>'
+                       % (xa, y0 + k * band, max(xb - xa, 1), band, SHADES[k % len(SHADES)], escape(label)))
     out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#888"/>' % (x0, y0, x1 - x0, h))
     for frac in (0, 0.5, 1):
         y = y0 + h - frac * h
         out.append('<text x="%d" y="%.1f" font-size="10" text-anchor="end">%g</text>' % (x0 - 4, y + 3, frac * ymax))
+    x = x0 + 8
     for i, (label, pts) in enumerate(panel["lines"]):
         if not pts:
             continue
@@ -47,12 +51,19 @@ def panel_svg(panel, y0, t0, t1):
                                          y0 + h - _scale(v, 0, ymax, 0, h)) for j, (t, v) in enumerate(pts))
         out.append('<path d="%s" fill="none" stroke="%s" stroke-width="1.5"/>' % (path, COLOURS[i % len(COLOURS)]))
         out.append('<text x="%d" y="%d" font-size="11" fill="%s">%s</text>'
-                   % (x0 + 8 + 180 * i, y0 + h + 28, COLOURS[i % len(COLOURS)], escape(label)))
-    labels = [label for label, spans in panel.get("shaded", []) if spans]
-    if labels:
-        out.append('<text x="%d" y="%d" font-size="11" fill="#c55a11">shaded: %s firing</text>'
-                   % (x1 - 260, y0 + h + 28, escape(", ".join(labels))))
+                   % (x, y0 + h + 28, COLOURS[i % len(COLOURS)], escape(label)))
+        x += _text_width(label) + 24
+    x = x0 + 8
+    for k, (label, dummy) in enumerate(fired):
+        out.append('<rect x="%d" y="%d" width="10" height="10" fill="%s" opacity="0.6"/>'
+                   % (x, y0 + h + 34, SHADES[k % len(SHADES)]))
+        out.append('<text x="%d" y="%d" font-size="11">%s firing</text>' % (x + 14, y0 + h + 43, escape(label)))
+        x += 14 + _text_width(label + " firing") + 24
     return out
+
+
+def _text_width(text):
+    return int(6.2 * len(text))  # about, at font-size 11 sans-serif
 
 
 def svg(title, panels, t0, t1, note=""):
