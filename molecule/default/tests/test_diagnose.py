@@ -38,7 +38,9 @@ def snapshot(client):
     lbs = tuple(lb_files(client.containers.get(k3d.lb_name(c))) for c in ("lab", "lab2"))
     return (VPS.check_output("cat /etc/ufw/*.rules /etc/ufw/*.init /etc/nginx/nginx.conf; iptables-save | grep -v '^#' "
                              "| sed 's/\\[[0-9]*:[0-9]*\\]//'"),
-            NAS.check_output("find /srv -type f | sort | xargs cat; iptables-save | grep -v '^#' | sed 's/\\[[0-9]*:[0-9]*\\]//'"),
+            # (but the tcp_drain role's textfile of Traefik's counters, which its timer rewrites every 2 s here)
+            NAS.check_output("find /srv -path /srv/monitoring/textfile -prune -o -type f -print | sort | xargs cat; "
+                             "iptables-save | grep -v '^#' | sed 's/\\[[0-9]*:[0-9]*\\]//'"),
             lbs)
 
 
