@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """homelab.edge: the TCP counters of containers' own network namespaces, for
 node_exporter's textfile collector (node_exporter on the host reads only the
 host's: TIME_WAIT, orphans, accepts and listen overflows are per namespace).
@@ -44,7 +44,7 @@ def read(netns_sockets, pid):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--dir", required=True, help="node_exporter's textfile directory")
     p.add_argument("containers", nargs="+")
     args = p.parse_args(argv)
