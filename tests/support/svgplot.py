@@ -74,8 +74,8 @@ def svg(title, panels, t0, t1, note=""):
            '<text x="%d" y="18" font-size="15" font-weight="bold">%s</text>' % (LEFT, escape(title))]
     for i, panel in enumerate(panels):
         y0 = TOP + 20 + i * (PANEL_H + GAP + 10)
-        out += panel_svg(panel, y0, panel.get("t0", t0), panel.get("t1", t1))
         pt0, pt1 = panel.get("t0", t0), panel.get("t1", t1)
+        out += panel_svg(panel, y0, pt0, pt1)
         for frac in (0, 0.25, 0.5, 0.75, 1):
             x = LEFT + frac * (WIDTH - RIGHT - LEFT)
             out.append('<text x="%.1f" y="%d" font-size="10" text-anchor="middle">%d s</text>'
