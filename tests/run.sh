@@ -313,7 +313,7 @@ compat() { # ansible-core VERSION PYTHON: unit tests, every doc, syntax of the p
     (cd "$out" && ANSIBLE_COLLECTIONS_PATH="$out/c" "$v/bin/ansible-playbook" --syntax-check \
        -i "$ROOT/inventories/example/hosts.yml" "homelab.edge.$m" >/dev/null) || { echo "syntax-check homelab.edge.$m"; rc=1; }
   done
-  echo "ansible-core $("$v/bin/ansible" --version | head -n 1 | grep -o '[0-9][0-9.]*' | head -n 1) on $("$v/bin/python" -V)"
+  echo "ansible-core $("$v/bin/python" -c 'from ansible.release import __version__; print(__version__)') on $("$v/bin/python" -V)"
   rm -rf "$out"
   return $rc
 }
