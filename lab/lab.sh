@@ -486,24 +486,31 @@ image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 
 base_tag() { echo "homelab-edge/base:$SUITE-$(echo "$SUITE $BASE_PACKAGES" | sha256sum | cut -c1-12)"; }
 
+# The base's tarball: debootstrap needs no engine, so setup starts it at once
+# beside the Go builds; build_base imports it into the engine.
+base_tarball() { local tag; tag=$(base_tag); echo "$CACHE/${tag//[\/:]/_}.tar"; }
+
+make_base_tarball() {
+  local tarball; tarball=$(base_tarball)
+  [ -s "$tarball" ] && return 0
+  command -v debootstrap >/dev/null 2>&1 || {
+    apt_install debootstrap; }
+  local dir; dir=$(mktemp -d)
+  log "debootstrap $SUITE into $dir"
+  debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$dir" "$(apt_mirror)" >"$CACHE/debootstrap.log" 2>&1 \
+    || { tail -n 20 "$CACHE/debootstrap.log" >&2; rm -rf "$dir"; return 1; }
+  # keep images small and services quiet: no apt lists, nothing started at build
+  rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/*.bin
+  tar -C "$dir" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+  rm -rf "$dir"
+}
+
 build_base() {
   local tag; tag=$(base_tag)
   image_exists "$tag" && { echo "$tag"; return; }
-  local tarball="$CACHE/${tag//[\/:]/_}.tar"
-  if [ ! -s "$tarball" ]; then
-    command -v debootstrap >/dev/null 2>&1 || {
-      apt_install debootstrap; }
-    local dir; dir=$(mktemp -d)
-    log "debootstrap $SUITE into $dir"
-    debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$dir" "$(apt_mirror)" >"$CACHE/debootstrap.log" 2>&1 \
-      || { tail -n 20 "$CACHE/debootstrap.log" >&2; return 1; }
-    # keep images small and services quiet: no apt lists, nothing started at build
-    rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/*.bin
-    tar -C "$dir" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
-    rm -rf "$dir"
-  fi
+  make_base_tarball >&2 || return 1
   log "docker import $tag"
-  docker import -c 'CMD ["/bin/bash"]' "$tarball" "$tag" >/dev/null
+  docker import -c 'CMD ["/bin/bash"]' "$(base_tarball)" "$tag" >/dev/null
   echo "$tag"
 }
 
@@ -632,10 +639,13 @@ cmd_versions() {
 
 cmd_setup() {
   # Traefik v2's ten minutes of compiling and the venv's downloads run beside the engine's build
-  local t2 v; cmd_traefik2 & t2=$!
+  # and so does the base's debootstrap (it needs no engine, only the network)
+  local t2 v b; cmd_traefik2 & t2=$!
   cmd_venv & v=$!
+  make_base_tarball & b=$!
   cmd_engine
   wait "$v" || { log "creating the venv failed"; return 1; }
+  wait "$b" || { log "debootstrap of the lab's base failed"; return 1; }
   cmd_gobins
   build_base >/dev/null
   cmd_privileged

@@ -375,7 +375,7 @@ case "$what" in
     if [ "$what" = all ]; then
       # The steps that need neither the engine nor the lab's images run beside the rest, at the lowest CPU
       # and I/O priority: they take the cores while the lab builds and Molecule waits, and stay out of the
-      # way of its load tests. None writes into the checkout (docs does: it stays in front; the unit tests
+      # way of its load tests. None writes into the checkout (docs does: it runs in the scenarios' stream below; the unit tests
       # hold short timed runs: in front too; mutations run theirs in copies). Their log is printed whole at the end.
       lab/lab.sh venv || exit 1
       beside=$(mktemp) beside_log=tests/output/beside.log
@@ -388,14 +388,20 @@ case "$what" in
       ) </dev/null >"$beside_log" 2>&1 &
       beside_pid=$!
       step "lab setup" lab_setup
-      step versions versions; step unit unit; step rules rules; step docs docs
-      step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert; step "docker nft" docker_nft
-      step "docker 29" docker29
+      # the unit tests hold short timed runs: alone in front; the lab's other short steps open the stream below
+      step unit unit
     fi
     # Two streams of scenarios. The waiting ones (timers, a few hosts, light loads) run beside the
     # others: they end while the first scenario of the other stream still creates and converges its lab.
+    # Under `all`, the lab's short steps (about 3 minutes, each in its own hosts or namespaces) come first
+    # in that stream: they ran in front before, while nothing else used the second core.
     light=$(mktemp) light_log=tests/output/molecule-beside.log
     ( passed=0 failed=0 failures=()
+      if [ "$what" = all ]; then
+        step versions versions; step rules rules; step docs docs
+        step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert
+        step "docker nft" docker_nft; step "docker 29" docker29
+      fi
       for s in $MOLECULE_BESIDE; do step "molecule $s" scenario "$s"; done
       printf '%s\n' "$passed" "$failed" "${failures[@]}" >"$light"
     ) </dev/null >"$light_log" 2>&1 &
