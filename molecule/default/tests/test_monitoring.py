@@ -333,6 +333,29 @@ def test_keeper_metrics_absent_fires_when_no_series_reaches_prometheus():
     assert firing(k3d_prometheus(), "K3dKeeperMetricsStale") == []
 
 
+def test_the_container_counters_writer_stopped_gone_and_a_container_not_running_fire_their_alerts():
+    """The writer of Traefik's own socket counters (tcp_drain's timer on the NAS) stopped: its last write ages
+    past tcp_drain_alert_stale_seconds (10 s in the lab) and ContainerSocketMetricsStale fires; its textfile
+    gone: ContainerSocketMetricsAbsent; one pass for a container that does not run: ContainerSocketsNotRead
+    for it. The timer started again: all three quiet."""
+    prom, textfile = nas_prometheus(), "/srv/monitoring/textfile/homelab_edge_netns.prom"  # inventories/lab
+    writer = "/usr/local/lib/homelab-edge/netns-sockets/homelab-edge-netns-sockets.py"   # the role's default
+    NAS.check_output("systemctl stop homelab-edge-netns-sockets.timer")
+    try:
+        stale = wait("ContainerSocketMetricsStale firing", lambda: firing(prom, "ContainerSocketMetricsStale"), 40)
+        NAS.check_output("rm -f %s" % textfile)
+        absent = wait("ContainerSocketMetricsAbsent firing", lambda: firing(prom, "ContainerSocketMetricsAbsent"), 30)
+        NAS.check_output("python3 %s --dir %s traefik lab-not-running" % (writer, os.path.dirname(textfile)))
+        not_read = wait("ContainerSocketsNotRead firing", lambda: firing(prom, "ContainerSocketsNotRead"), 30)
+        adhoc.record("monitoring", "alert_container_counters", stale=stale[0]["value"], absent=absent[0]["labels"],
+                     not_read=[a["labels"] for a in not_read])
+        assert [a["labels"]["container"] for a in not_read] == ["lab-not-running"], not_read
+    finally:
+        NAS.check_output("systemctl start homelab-edge-netns-sockets.timer")
+    for name in ("ContainerSocketMetricsStale", "ContainerSocketMetricsAbsent", "ContainerSocketsNotRead"):
+        wait("%s quiet" % name, lambda n=name: not firing(prom, n), 30)
+
+
 def test_traefik_not_scraped_fires_when_its_job_has_no_target():
     """The scrape job loses its target (Traefik's file_sd file emptied, as a wrong path or a renamed job does):
     no `up` series at all, which TraefikDown cannot see; TraefikNotScraped fires, and is quiet once it is back."""
