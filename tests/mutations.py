@@ -19,6 +19,16 @@ UNIT = "tests/unit/plugins/module_utils/"
 
 # name: (file, text, mutated text, the test that must catch it)
 MUTATIONS = {
+    "ladder: a step holds without its probes": (
+        "tests/support/ladder.py",
+        'if not total or probed["ok"] < MIN_PROBES_OK * total:',
+        'if not total:',
+        "tests/dev/test_ladder.py::test_a_step_holds_only_when_every_rule_does"),
+    "ladder: an invalid generator counted as a failure (a limit where nothing was judged)": (
+        "tests/support/ladder.py",
+        '        return None, "generator invalid: %s" % step.get("invalid_because")',
+        '        return False, "generator invalid: %s" % step.get("invalid_because")',
+        "tests/dev/test_ladder.py::test_an_invalid_generator_is_no_verdict_and_ends_the_ladder"),
     "k3d live budget: any budget accepted": (
         "plugins/module_utils/k3d_serverlb_config.py",
         'if s["limit_conn"] != budget:',

@@ -190,6 +190,55 @@ class Prober(threading.Thread):
         return {"ok": self.ok, "failed": self.failed}
 
 
+class OpenLoopProber(threading.Thread):
+    """Probe HTTPS endpoints on a fixed schedule whatever the answers take:
+    every `interval` seconds one probe of each target starts in a thread of
+    its own (open loop: a slow answer does not delay the next probe), at
+    most `max_rounds` rounds and `max_running` probes at once (a round that
+    finds them all busy counts its probes as failed, "busy"). stop() waits
+    for the running ones (each bounded by its timeout)."""
+
+    def __init__(self, targets, interval=0.25, max_rounds=1200, max_running=64, timeout=3.0):
+        super(OpenLoopProber, self).__init__(daemon=True)
+        self.targets, self.interval, self.max_rounds = targets, interval, max_rounds
+        self.max_running, self.timeout = max_running, timeout
+        self.stop_event, self.lock, self.running = threading.Event(), threading.Lock(), []
+        self.planned = self.ok = self.failed = self.busy = 0
+
+    def _one(self, host, port):
+        good = https_ok(host, port, timeout=self.timeout)
+        with self.lock:
+            if good:
+                self.ok += 1
+            else:
+                self.failed += 1
+
+    def run(self):
+        t0 = time.monotonic()
+        for i in range(self.max_rounds):
+            if self.stop_event.wait(max(0.0, t0 + i * self.interval - time.monotonic())):
+                return
+            self.running = [t for t in self.running if t.is_alive()]
+            for host, port in self.targets:
+                self.planned += 1
+                if len(self.running) >= self.max_running:
+                    with self.lock:
+                        self.failed += 1
+                        self.busy += 1
+                    continue
+                t = threading.Thread(target=self._one, args=(host, port), daemon=True)
+                t.start()
+                self.running.append(t)
+
+    def stop(self):
+        self.stop_event.set()
+        self.join(10)
+        for t in list(self.running):
+            t.join(self.timeout + 1)
+        with self.lock:
+            return {"planned": self.planned, "ok": self.ok, "failed": self.failed, "busy": self.busy}
+
+
 def count_in_logs(container, text, since):
     """Lines of a container's log since `since` (epoch s) that contain `text`."""
     raw = container.logs(since=int(since)).decode("utf-8", "replace")

@@ -1,0 +1,371 @@
+#!/usr/bin/env python
+"""Where each k3d load balancer configuration stops holding, on real k3d.
+
+The same clusters as bench_k3d_serverlb.py (stock, the seed's fix,
+homelab.edge) and the DNS server asked directly, loaded by the compiled
+generator (tests/support/dnsgen_go via dnsgen.run_compiled: a fresh source
+port per query, an absolute schedule, pinned to the last CPU under
+SCHED_FIFO; the clusters and the engine on the others). Three parts:
+
+1. ladder: for each configuration, rates rising x2 from START until a step
+   fails, then bisected (tests/support/ladder.py holds the rules). A step
+   holds when the generator is valid (dnsgen.compiled_validity) and at least
+   99.9 % of the queries are answered, their p99 latency is under 50 ms, nginx
+   logs no "not enough" line and at least 99 % of the HTTPS and API probes
+   (open loop, 4 a second each) through the same load balancer answer. Each
+   step starts from a restarted load balancer with the lab's conntrack
+   entries to it deleted. The configurations run in a random order per
+   repetition (REPETITIONS, seed saved). CPU per component at each step: the
+   load balancer's cgroup, dnsmasq's own processes (the DNS server; the
+   stand-in's TLS endpoints, nginx in the same node, apart), the generator's.
+   A failed step says what ran out: connections ("not enough" lines) or a
+   component's CPU.
+2. slow: the DNS server slow but alive (every answer DELAY s late: a
+   delaying responder in the node's network namespace, as no kernel here has
+   netem) at rising rates, the seed's fix and homelab.edge: DNS answered and
+   HTTPS/API probes ok at each rate.
+3. lowrate: stock k3d at 1, 2, 4 and 8 q/s, four clusters at once: the time to
+   the first "worker_connections are not enough" line, against the computed
+   1024 / (2 x rate) s.
+
+Prints and saves JSON with machine info to benchmarks/results/. Traffic goes
+only to the lab's own containers.
+
+  bench_k3d_ladder.py [ladder] [slow] [lowrate]     (all three without arguments)
+"""
+import calendar
+import contextlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import docker
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, ".."))
+sys.path[:0] = [HERE, os.path.join(ROOT, "lab"), os.path.join(ROOT, "tests", "support"),
+                os.path.join(ROOT, "plugins", "module_utils")]
+import bench_k3d_serverlb as base  # noqa: E402  (the clusters, their configuration, CPU and pinning)
+import dnsgen  # noqa: E402
+import k3d  # noqa: E402
+import ladder  # noqa: E402
+import probes  # noqa: E402
+
+CONFIGS = (("direct", None, None),) + base.CONFIGS
+START, STEP_S, REPETITIONS, SEED = 250, 5, 3, 20261204
+TIMEOUT_S = 1.0  # the generator's wait for an answer
+FIFO = 10
+SLOW_DELAY_S, SLOW_RATES, SLOW_STEP_S, SLOW_PORT = 0.5, (100, 200, 400, 800, 1600, 3200), 5, 5300
+LOW_RATES, LOW_PORTS = (1, 2, 4, 8), (41400, 41500, 41600, 41700)
+SLOWDNS = os.path.join(ROOT, "tests", "support", "slowdns.py")
+
+
+def conntrack_count():
+    with open("/proc/sys/net/netfilter/nf_conntrack_count") as f:
+        return int(f.read())
+
+
+def conntrack_tool():
+    """Debian's conntrack (to delete the lab's own entries between steps), installed when missing."""
+    if not shutil.which("conntrack"):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "conntrack"], check=True, capture_output=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    return shutil.which("conntrack")
+
+
+def forget(addresses, baseline, bound_s=20):
+    """Delete the conntrack entries to the lab's own containers, then wait
+    (bounded) until the count is back near its baseline. Returns the count."""
+    for a in addresses:
+        subprocess.run([conntrack_tool(), "-D", "-d", a], capture_output=True, check=False)
+    t0 = time.time()
+    while conntrack_count() > baseline + 100 and time.time() - t0 < bound_s:
+        time.sleep(0.5)
+    return conntrack_count()
+
+
+def dnsmasq_pids(server):
+    """dnsmasq's processes in the server node, as this host's PIDs."""
+    top = server.top(ps_args="-o pid,comm")
+    i, j = top["Titles"].index("PID"), top["Titles"].index("COMMAND")
+    return [int(p[i]) for p in top["Processes"] if p[j] == "dnsmasq"]
+
+
+def node_pid(container):
+    container.reload()
+    return container.attrs["State"]["Pid"]
+
+
+@contextlib.contextmanager
+def slow_upstream(server, delay):
+    """The node's DNS ports (53, 1053) redirected to a responder that answers
+    `delay` s late, in the node's own network namespace; both removed after."""
+    pid = str(node_pid(server))
+    p = subprocess.Popen(["nsenter", "-t", pid, "-n", sys.executable, SLOWDNS, "--port", str(SLOW_PORT),
+                          "--delay", str(delay), "--seconds", "900"], stdout=subprocess.PIPE, text=True)
+    rules = ("table ip homelab_edge_slow { chain pre { type nat hook prerouting priority dstnat; "
+             "udp dport { 53, 1053 } redirect to :%d; } }" % SLOW_PORT)
+    try:
+        if not p.stdout.readline().startswith("ready "):
+            raise RuntimeError("the slow responder did not start")
+        subprocess.run(["nsenter", "-t", pid, "-n", "nft", rules], check=True, capture_output=True)
+        yield p.pid
+    finally:
+        subprocess.run(["nsenter", "-t", pid, "-n", "nft", "delete", "table", "ip", "homelab_edge_slow"],
+                       capture_output=True, check=False)
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def clusters_up(client, pin):
+    """The three clusters, each configured, their containers on the system's CPUs."""
+    for name, cluster, port in base.CONFIGS:
+        k3d.create(cluster, port)
+    for name, cluster, port in base.CONFIGS:
+        k3d.wait_serving(client, cluster)
+        base.configure(client, name, cluster)
+        c = [client.containers.get(k3d.lb_name(cluster)), client.containers.get(k3d.server_name(cluster))]
+        base.pin_system(c, [], pin["system"] if pin else None)
+    if pin:
+        os.sched_setaffinity(0, pin["generator"])  # this process probes: on the generator's side
+        base.set_affinity(base.engine_pids(), pin["system"])
+
+
+def clusters_down():
+    os.sched_setaffinity(0, set(range(os.cpu_count())))
+    base.set_affinity(base.engine_pids(), set(range(os.cpu_count())))
+    k3d.delete(*[c for n, c, p in base.CONFIGS])
+
+
+def load_step(client, name, cluster, rate, seconds, pin, baseline, timeout=TIMEOUT_S, slow=None):
+    """One step: a restarted load balancer (or the DNS server directly for
+    "direct"), the lab's conntrack entries deleted, the generator at `rate`
+    for `seconds`, open-loop probes through the same load balancer. Returns
+    the generator's record with alerts, probes, CPU and the ladder's verdict."""
+    server = client.containers.get(k3d.server_name(cluster or base.CONFIGS[0][1]))
+    lbc = None if name == "direct" else base.fresh(client, cluster)
+    target = base.address(server) if lbc is None else base.address(lbc)
+    tcp = None if lbc is None else [(target, 443), (target, 6443)]
+    conntrack0 = forget([target, base.address(server)], baseline)
+    dnsmasq, extra = dnsmasq_pids(server), [slow] if slow else []  # the slow responder runs outside the node's cgroup
+    parts = {"load balancer": lbc}
+    before = dict((k, base.container_cpu_s(c)) for k, c in parts.items() if c is not None)
+    node0, dnsmasq0, extra0 = base.container_cpu_s(server), base.pids_cpu_s(dnsmasq), base.pids_cpu_s(extra)
+    prober = probes.OpenLoopProber(tcp, interval=0.25) if tcp else None
+    if prober:
+        prober.start()
+    t0 = time.time()
+    r = dnsgen.run_compiled(target, [53] if lbc is None else [53, 1053], rate, seconds, timeout=timeout,
+                            cpus=pin["generator"] if pin else None, fifo=FIFO if pin else None)
+    r["probes"] = prober.stop() if prober else None
+    used = dict((k, base.container_cpu_s(c) - before[k]) for k, c in parts.items() if c is not None)
+    in_dnsmasq = base.pids_cpu_s(dnsmasq) - dnsmasq0
+    used["DNS server"] = in_dnsmasq + base.pids_cpu_s(extra) - extra0
+    used["TLS endpoints (k3s stand-in)"] = max(0.0, base.container_cpu_s(server) - node0 - in_dnsmasq)
+    used["generator"] = r["generator_cpu_s"]
+    r["cpu_s"] = dict((k, round(v, 3)) for k, v in used.items())
+    r["alerts"] = probes.count_in_logs(lbc, probes.NOT_ENOUGH, t0) if lbc is not None else 0
+    r["conntrack_before"], r["conntrack_after"] = conntrack0, conntrack_count()
+    r["config"] = name
+    r["holds"], r["why"] = ladder.holds(r)
+    return r
+
+
+def say(r, extra=""):
+    p = r["probes"]
+    print("  %-13s %6d q/s: %s answered %d/%d p99 %s ms, %d alerts, probes %s, CPU s %s%s" % (
+        r["config"], r["rate"], {True: "holds", False: "FAILS", None: "INVALID"}[r["holds"]], r["answered"],
+        r["sent"], None if r["latency_p99_s"] is None else round(r["latency_p99_s"] * 1000, 1), r["alerts"],
+        "%d/%d" % (p["ok"], p["planned"]) if p else "-", json.dumps(r["cpu_s"], sort_keys=True),
+        "" if r["holds"] else " (%s)" % r["why"]) + extra, flush=True)
+
+
+def cpus_of(pin):
+    n_sys = len(pin["system"]) if pin else os.cpu_count()
+    return {"load balancer": n_sys, "DNS server": n_sys, "TLS endpoints (k3s stand-in)": n_sys,
+            "generator": 1 if pin else os.cpu_count()}
+
+
+def ladder_part(client, result):
+    pin = base.pinning()
+    orders = ladder.orders([n for n, c, p in CONFIGS], REPETITIONS, SEED)
+    baseline = conntrack_count()
+    runs = []
+    clusters_up(client, pin)
+    try:
+        for rep, order in enumerate(orders, 1):
+            print("repetition %d: %s" % (rep, ", ".join(order)), flush=True)
+            for name in order:
+                cluster = dict((n, c) for n, c, p in CONFIGS)[name]
+                tried, steps = [], []
+                rate = ladder.next_rate(tried, START)
+                while rate is not None and len(steps) < 14:
+                    r = load_step(client, name, cluster, rate, STEP_S, pin, baseline)
+                    say(r)
+                    steps.append(r)
+                    tried.append((rate, r["holds"]))
+                    rate = ladder.next_rate(tried, START)
+                lim = ladder.limit(tried)
+                at = next((s for s in steps if s["rate"] == lim["fails_at"]), None)
+                lim["bound_by"] = ladder.bound_by(at, cpus_of(pin)) if at else None
+                lim["invalid_at"] = next((s["rate"] for s in steps if s["holds"] is None), None)
+                print("  %s: holds at %s q/s, fails at %s q/s (%s)%s" % (
+                    name, lim["holds_at"], lim["fails_at"], lim["bound_by"],
+                    "; the generator invalid at %s q/s" % lim["invalid_at"] if lim["invalid_at"] else ""), flush=True)
+                runs.append({"repetition": rep, "config": name, "limit": lim, "steps": steps})
+    finally:
+        clusters_down()
+    result["ladder"] = {"start": START, "factor": 2, "bisections": ladder.BISECTIONS, "step_s": STEP_S,
+                        "repetitions": REPETITIONS, "seed": SEED, "orders": orders,
+                        "holds": {"min_answered": ladder.MIN_ANSWERED, "max_latency_p99_s": ladder.MAX_LATENCY_P99_S,
+                                  "min_probes_ok": ladder.MIN_PROBES_OK},
+                        "pinning": dict((k, sorted(v)) for k, v in pin.items()) if pin else "not pinned (one CPU)",
+                        "runs": runs}
+    result["ladder_table"] = ladder_table(runs)
+
+
+def ladder_table(runs):
+    out = ["limit per configuration and repetition: holds at / fails at (q/s), what ran out; CPU s of each "
+           "component over the failing %d-s step" % STEP_S]
+    for name in [n for n, c, p in CONFIGS]:
+        for run in [r for r in runs if r["config"] == name]:
+            lim = run["limit"]
+            at = next((s for s in run["steps"] if s["rate"] == lim["fails_at"]), None)
+            out.append("  %-13s rep %d: %6s / %6s  %-40s %s" % (
+                name, run["repetition"], lim["holds_at"], lim["fails_at"] or ("none below %s" % max(
+                    s["rate"] for s in run["steps"])), lim["bound_by"] or (
+                    "generator invalid at %s" % lim["invalid_at"] if lim["invalid_at"] else "-"),
+                json.dumps(at["cpu_s"], sort_keys=True) if at else ""))
+    return out
+
+
+def slow_part(client, result):
+    pin = base.pinning()
+    baseline = conntrack_count()
+    steps = []
+    clusters_up(client, pin)
+    try:
+        for name, cluster, port in base.CONFIGS[1:]:
+            server = client.containers.get(k3d.server_name(cluster))
+            for rate in SLOW_RATES:
+                with slow_upstream(server, SLOW_DELAY_S) as slow_pid:
+                    r = load_step(client, name, cluster, rate, SLOW_STEP_S, pin, baseline,
+                                  timeout=SLOW_DELAY_S + 1.5, slow=slow_pid)
+                r["answered_share"] = round(r["answered"] / float(r["sent"]), 4) if r["sent"] else None
+                p = r["probes"]
+                r["probes_ok_share"] = round(p["ok"] / float(p["planned"]), 4) if p["planned"] else None
+                steps.append(r)
+                say(r)
+    finally:
+        clusters_down()
+    result["slow"] = {"delay_s": SLOW_DELAY_S, "rates": list(SLOW_RATES), "step_s": SLOW_STEP_S, "steps": steps}
+    out = ["DNS server %.1f s slow: DNS answered of sent; HTTPS+API probes ok of planned; 'not enough' lines "
+           "(%d s at each rate; invalid: the generator was not)" % (SLOW_DELAY_S, SLOW_STEP_S),
+           "  %-13s | %s" % ("", " | ".join("%22s" % ("%d q/s" % r) for r in SLOW_RATES))]
+    for name, cluster, port in base.CONFIGS[1:]:
+        cells = []
+        for rate in SLOW_RATES:
+            r = next(s for s in steps if s["config"] == name and s["rate"] == rate)
+            cells.append("invalid" if not r["valid"] else "%d/%d; %d/%d; %d" % (
+                r["answered"], r["sent"], r["probes"]["ok"], r["probes"]["planned"], r["alerts"]))
+        out.append("  %-13s | %s" % (name, " | ".join("%22s" % c for c in cells)))
+    result["slow_table"] = out
+
+
+def first_not_enough(container, since):
+    """Seconds from `since` to the load balancer's first "not enough" line, or None."""
+    raw = container.logs(timestamps=True, since=int(since)).decode("utf-8", "replace")
+    for line in raw.splitlines():
+        if probes.NOT_ENOUGH in line:
+            stamp = line.split(" ", 1)[0]  # 2026-12-04T15:30:01.123456789Z
+            t = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + stamp[19:].rstrip("Z"))
+            return round(t - since, 1)
+    return None
+
+
+def nginx_workers(container):
+    return sum(1 for p in container.top(ps_args="-o args")["Processes"] if "nginx: worker process" in p[-1])
+
+
+def lowrate_part(client, result):
+    pin = base.pinning()
+    names = ["blow%d" % r for r in LOW_RATES]
+    for name, port in zip(names, LOW_PORTS):
+        k3d.create(name, port)
+    out, threads = {}, []
+    try:
+        lbs = {}
+        for name in names:
+            k3d.wait_serving(client, name)
+            lbs[name] = base.fresh(client, name)  # no session from wait_serving's checks
+        workers = nginx_workers(lbs[names[0]])
+        t0 = time.time()
+
+        def one(name, rate):
+            bound = 1.5 * 1024 / (2.0 * rate) + 30
+            lbc = lbs[name]
+            r = dnsgen.run_compiled(base.address(lbc), [53, 1053], rate, bound, timeout=2.0,
+                                    cpus=pin["generator"] if pin else None)
+            r["first_not_enough_s"] = first_not_enough(lbc, t0)
+            r["computed_s"] = round(1024 / (2.0 * rate), 1)
+            r["bound_s"] = round(bound, 1)
+            out[rate] = r
+        for name, rate in zip(names, LOW_RATES):
+            t = threading.Thread(target=one, args=(name, rate), daemon=True)
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(1.5 * 1024 / 2.0 + 120)
+    finally:
+        k3d.delete(*names)
+    result["lowrate"] = {"nginx_workers": workers, "rates": dict((str(k), v) for k, v in sorted(out.items()))}
+    lines = ["stock k3d at low rates (%s nginx workers): seconds to the first 'not enough' line, measured vs computed "
+             "1024 / (2 x rate)" % workers]
+    for rate in LOW_RATES:
+        r = out.get(rate)
+        if r is None:
+            lines.append("  %2d q/s: no result" % rate)
+            continue
+        lines.append("  %2d q/s: %s s measured (computed %s s; load %s: %d planned, %d sent, %d answered)" % (
+            rate, r["first_not_enough_s"] if r["first_not_enough_s"] is not None else "none within %s" % r["bound_s"],
+            r["computed_s"], "valid" if r["valid"] else "INVALID (%s)" % r["invalid_because"], r["planned"], r["sent"],
+            r["answered"]))
+    result["lowrate_table"] = lines
+    for line in lines:
+        print(line, flush=True)
+
+
+def main():
+    parts = sys.argv[1:] or ["ladder", "slow", "lowrate"]
+    client = docker.from_env()
+    dnsgen.compiled_binary()  # refuses a generator of other sources before anything starts
+    result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                          "docker": client.version()["Version"], "k3d": k3d.k3d("version").stdout.split("\n")[0],
+                          "kernel": platform.release(), "cpu_model": base.cpu_model(), "dnsgen": dnsgen.go_sources_hash(),
+                          "date": time.strftime("%FT%T%z")}}
+    if "lowrate" in parts:
+        lowrate_part(client, result)
+    if "ladder" in parts:
+        ladder_part(client, result)
+    if "slow" in parts:
+        slow_part(client, result)
+    os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
+    path = os.path.join(ROOT, "benchmarks", "results", "k3d_ladder-%s.json" % time.strftime("%Y%m%dT%H%M%S"))
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    for key in ("ladder_table", "slow_table", "lowrate_table"):
+        for line in result.get(key, []):
+            print(line)
+    print("saved %s" % path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""The ladder's rules (tests/support/ladder.py): a step holds only on every
+rule, an invalid generator is no verdict, the ladder rises then bisects and
+stops, a limit names what ran out."""
+import os
+import sys
+
+from .conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import ladder  # noqa: E402
+
+
+def good(**kw):
+    step = {"valid": True, "invalid_because": "", "sent": 10000, "answered": 10000, "latency_p99_s": 0.002,
+            "alerts": 0, "probes": {"planned": 40, "ok": 40, "failed": 0, "busy": 0}}
+    step.update(kw)
+    return step
+
+
+def test_a_step_holds_only_when_every_rule_does():
+    assert ladder.holds(good()) == (True, "")
+    assert ladder.holds(good(answered=9990))[0] is True  # 99.9 % exactly
+    for bad, words in ((good(answered=9989), "answered 9989 of 10000"),
+                       (good(latency_p99_s=0.05), "p99 latency 0.05"),
+                       (good(latency_p99_s=None), "p99 latency None"),
+                       (good(alerts=1), "1 'not enough'"),
+                       (good(alerts=None), "None 'not enough'"),
+                       (good(probes={"planned": 100, "ok": 98, "failed": 2, "busy": 0}), "probes ok 98 of 100"),
+                       (good(probes={"planned": 0, "ok": 0, "failed": 0, "busy": 0}), "probes ok 0 of 0"),
+                       (good(sent=0, answered=0), "answered 0 of 0")):
+        held, why = ladder.holds(bad)
+        assert held is False and words in why, (bad, why)
+    assert ladder.holds(good(probes=None))[0] is True  # the DNS server asked directly: nothing to probe
+
+
+def test_an_invalid_generator_is_no_verdict_and_ends_the_ladder():
+    held, why = ladder.holds(good(valid=False, invalid_because="3 send errors"))
+    assert held is None and "3 send errors" in why
+    assert ladder.next_rate([(250, True), (500, None)], 250) is None
+
+
+def test_the_ladder_rises_until_a_failure_then_bisects_and_stops():
+    tried, seen = [], []
+    limit_rate = 3100  # a system that holds up to here
+
+    rate = ladder.next_rate(tried, 250)
+    while rate is not None and len(seen) < 20:
+        seen.append(rate)
+        tried.append((rate, rate <= limit_rate))
+        rate = ladder.next_rate(tried, 250)
+    assert seen == [250, 500, 1000, 2000, 4000, 3000, 3500, 3250]
+    assert ladder.limit(tried) == {"holds_at": 3000, "fails_at": 3250, "open": False}
+
+
+def test_a_first_step_that_fails_bisects_downwards():
+    assert ladder.next_rate([(250, False)], 250) == 125
+    assert ladder.next_rate([(250, False), (125, True)], 250) == 187
+    assert ladder.limit([(250, False), (125, True), (187, False)]) == {"holds_at": 125, "fails_at": 187,
+                                                                      "open": False}
+
+
+def test_the_ladder_never_offers_more_than_the_generators_ceiling():
+    assert ladder.next_rate([(4000, True)], 250, ceiling=5000) == 5000
+    assert ladder.next_rate([(4000, True), (5000, True)], 250, ceiling=5000) is None
+    assert ladder.limit([(4000, True), (5000, True)]) == {"holds_at": 5000, "fails_at": None, "open": True}
+
+
+def test_a_held_rate_above_a_failure_is_not_the_limit():
+    assert ladder.limit([(1000, True), (2000, False), (1500, False), (1250, True), (1700, True)])["holds_at"] == 1250
+
+
+def test_what_ran_out():
+    cpus = {"load balancer": 1, "DNS server": 1, "generator": 1}
+    assert ladder.bound_by({"alerts": 3, "wall_s": 5, "cpu_s": {"load balancer": 5}}, cpus) == "connections"
+    assert ladder.bound_by({"alerts": 0, "wall_s": 5, "cpu_s": {"load balancer": 4.6, "DNS server": 0.4}},
+                           cpus) == "CPU (load balancer)"
+    assert ladder.bound_by({"alerts": 0, "wall_s": 5, "cpu_s": {"load balancer": 4.4, "DNS server": 0.4}},
+                           cpus).startswith("neither")
+    assert ladder.bound_by({"alerts": 0, "wall_s": 5, "cpu_s": {"DNS server": 4.7}}, cpus) == "CPU (DNS server)"
+
+
+def test_each_repetition_has_its_own_order_reproducible_from_the_seed():
+    configs = ["direct", "stock", "seed's fix", "homelab.edge"]
+    a, b = ladder.orders(configs, 3, 1), ladder.orders(configs, 3, 1)
+    assert a == b and all(sorted(o) == sorted(configs) for o in a)
+    assert len(set(tuple(o) for o in ladder.orders(configs, 6, 7))) > 1
+
+
+def test_the_slow_responder_answers_late_and_stops_on_sigterm():
+    import json
+    import signal
+    import socket
+    import subprocess
+    import time
+    import probes
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "support", "slowdns.py"), "--port", "0",
+                          "--delay", "0.3", "--seconds", "20"], stdout=subprocess.PIPE, text=True)
+    try:
+        ready = p.stdout.readline().split()
+        assert ready[0] == "ready"
+        port = int(ready[1])
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(3)
+        t0 = time.monotonic()
+        s.sendto(probes.dns_query_packet(0x1234), ("127.0.0.1", port))
+        reply = s.recv(512)
+        took = time.monotonic() - t0
+        assert probes.dns_answered(reply, 0x1234) and 0.3 <= took < 1.5, took
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, dummy = p.communicate(timeout=10)
+    assert json.loads(out.strip().splitlines()[-1]) == {"received": 1, "answered": 1}
+
+
+def test_the_open_loop_prober_keeps_its_schedule_when_nothing_answers():
+    import socket
+    import time
+    import probes
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))  # bound, never listening: refused at once
+    pr = probes.OpenLoopProber([("127.0.0.1", dead.getsockname()[1])], interval=0.1, max_rounds=1000)
+    pr.start()
+    time.sleep(1.05)
+    got = pr.stop()
+    dead.close()
+    assert 9 <= got["planned"] <= 12 and got["ok"] == 0 and got["failed"] == got["planned"], got
