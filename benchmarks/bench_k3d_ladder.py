@@ -59,6 +59,7 @@ import probes  # noqa: E402
 CONFIGS = (("direct", None, None),) + base.CONFIGS
 START, STEP_S, REPETITIONS, SEED = 250, 5, 3, 20261204
 TIMEOUT_S = 1.0  # the generator's wait for an answer
+RETRIES = 2  # a step the generator was not valid in is run again, at most this many times
 FIFO = 10
 SLOW_DELAY_S, SLOW_RATES, SLOW_STEP_S, SLOW_PORT = 0.5, (100, 200, 400, 800, 1600, 3200), 5, 5300
 LOW_RATES, LOW_PORTS = (1, 2, 4, 8), (41400, 41500, 41600, 41700)
@@ -108,12 +109,13 @@ def slow_upstream(server, delay):
     pid = str(node_pid(server))
     p = subprocess.Popen(["nsenter", "-t", pid, "-n", sys.executable, SLOWDNS, "--port", str(SLOW_PORT),
                           "--delay", str(delay), "--seconds", "900"], stdout=subprocess.PIPE, text=True)
-    rules = ("table ip homelab_edge_slow { chain pre { type nat hook prerouting priority dstnat; "
-             "udp dport { 53, 1053 } redirect to :%d; } }" % SLOW_PORT)
+    rules = ("table ip homelab_edge_slow {\n chain pre {\n  type nat hook prerouting priority dstnat;\n"
+             "  udp dport { 53, 1053 } redirect to :%d\n }\n}\n" % SLOW_PORT)
     try:
         if not p.stdout.readline().startswith("ready "):
             raise RuntimeError("the slow responder did not start")
-        subprocess.run(["nsenter", "-t", pid, "-n", "nft", rules], check=True, capture_output=True)
+        subprocess.run(["nsenter", "-t", pid, "-n", "nft", "-f", "-"], input=rules, text=True, check=True,
+                       capture_output=True)
         yield p.pid
     finally:
         subprocess.run(["nsenter", "-t", pid, "-n", "nft", "delete", "table", "ip", "homelab_edge_slow"],
@@ -207,16 +209,23 @@ def ladder_part(client, result):
                 cluster = dict((n, c) for n, c, p in CONFIGS)[name]
                 tried, steps = [], []
                 rate = ladder.next_rate(tried, START)
-                while rate is not None and len(steps) < 14:
-                    r = load_step(client, name, cluster, rate, STEP_S, pin, baseline)
-                    say(r)
-                    steps.append(r)
+                while rate is not None and len(steps) < 20:
+                    # a step where the generator itself was not valid says nothing: tried again (at most
+                    # RETRIES times, each from a restarted load balancer); every attempt is kept
+                    for attempt in range(1 + RETRIES):
+                        r = load_step(client, name, cluster, rate, STEP_S, pin, baseline)
+                        r["attempt"] = attempt + 1
+                        say(r)
+                        steps.append(r)
+                        if r["holds"] is not None:
+                            break
                     tried.append((rate, r["holds"]))
                     rate = ladder.next_rate(tried, START)
                 lim = ladder.limit(tried)
-                at = next((s for s in steps if s["rate"] == lim["fails_at"]), None)
+                at = next((s for s in steps if s["rate"] == lim["fails_at"] and s["holds"] is False), None)
                 lim["bound_by"] = ladder.bound_by(at, cpus_of(pin)) if at else None
-                lim["invalid_at"] = next((s["rate"] for s in steps if s["holds"] is None), None)
+                lim["invalid_at"] = next((rt for rt, h in tried if h is None), None)
+                lim["invalid_attempts"] = sum(1 for s in steps if s["holds"] is None)
                 print("  %s: holds at %s q/s, fails at %s q/s (%s)%s" % (
                     name, lim["holds_at"], lim["fails_at"], lim["bound_by"],
                     "; the generator invalid at %s q/s" % lim["invalid_at"] if lim["invalid_at"] else ""), flush=True)
@@ -233,17 +242,25 @@ def ladder_part(client, result):
 
 
 def ladder_table(runs):
-    out = ["limit per configuration and repetition: holds at / fails at (q/s), what ran out; CPU s of each "
-           "component over the failing %d-s step" % STEP_S]
+    out = ["limit of each configuration, per repetition: the highest rate held / the lowest that failed (q/s), what ran "
+           "out there, the steps discarded because the generator was not valid, and each component's CPU seconds "
+           "over the failing %d-s step" % STEP_S]
     for name in [n for n, c, p in CONFIGS]:
+        held = []
         for run in [r for r in runs if r["config"] == name]:
             lim = run["limit"]
-            at = next((s for s in run["steps"] if s["rate"] == lim["fails_at"]), None)
-            out.append("  %-13s rep %d: %6s / %6s  %-40s %s" % (
-                name, run["repetition"], lim["holds_at"], lim["fails_at"] or ("none below %s" % max(
-                    s["rate"] for s in run["steps"])), lim["bound_by"] or (
-                    "generator invalid at %s" % lim["invalid_at"] if lim["invalid_at"] else "-"),
+            at = next((s for s in run["steps"] if s["rate"] == lim["fails_at"] and s["holds"] is False), None)
+            if lim["invalid_at"]:
+                what = "ended: the generator not valid at %s" % lim["invalid_at"]
+            else:
+                what = lim["bound_by"] or "-"
+            out.append("  %-13s rep %d: %6s / %-6s %-44s %d discarded  %s" % (
+                name, run["repetition"], lim["holds_at"], lim["fails_at"] or "-", what, lim["invalid_attempts"],
                 json.dumps(at["cpu_s"], sort_keys=True) if at else ""))
+            if lim["holds_at"] is not None and not lim["invalid_at"]:
+                held.append(lim["holds_at"])
+        out.append("  %-13s median of the repetitions that found a limit: %s" % (
+            name, sorted(held)[len(held) // 2] if held else "none"))
     return out
 
 
@@ -292,7 +309,7 @@ def first_not_enough(container, since):
 
 
 def nginx_workers(container):
-    return sum(1 for p in container.top(ps_args="-o args")["Processes"] if "nginx: worker process" in p[-1])
+    return sum(1 for p in container.top(ps_args="-o pid,args")["Processes"] if "nginx: worker process" in p[-1])
 
 
 def lowrate_part(client, result):
@@ -313,7 +330,7 @@ def lowrate_part(client, result):
             bound = 1.5 * 1024 / (2.0 * rate) + 30
             lbc = lbs[name]
             r = dnsgen.run_compiled(base.address(lbc), [53, 1053], rate, bound, timeout=2.0,
-                                    cpus=pin["generator"] if pin else None)
+                                    cpus=pin["generator"] if pin else None, fifo=FIFO if pin else None)
             r["first_not_enough_s"] = first_not_enough(lbc, t0)
             r["computed_s"] = round(1024 / (2.0 * rate), 1)
             r["bound_s"] = round(bound, 1)
@@ -351,16 +368,16 @@ def main():
                           "docker": client.version()["Version"], "k3d": k3d.k3d("version").stdout.split("\n")[0],
                           "kernel": platform.release(), "cpu_model": base.cpu_model(), "dnsgen": dnsgen.go_sources_hash(),
                           "date": time.strftime("%FT%T%z")}}
-    if "lowrate" in parts:
-        lowrate_part(client, result)
-    if "ladder" in parts:
-        ladder_part(client, result)
-    if "slow" in parts:
-        slow_part(client, result)
     os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
     path = os.path.join(ROOT, "benchmarks", "results", "k3d_ladder-%s.json" % time.strftime("%Y%m%dT%H%M%S"))
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+
+    def save():  # after each part: a part that fails later loses nothing measured before it
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+    for name, part in (("lowrate", lowrate_part), ("ladder", ladder_part), ("slow", slow_part)):
+        if name in parts:
+            part(client, result)
+            save()
     for key in ("ladder_table", "slow_table", "lowrate_table"):
         for line in result.get(key, []):
             print(line)
