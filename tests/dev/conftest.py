@@ -4,13 +4,14 @@ runs both). Not shipped (galaxy.yml build_ignore): tests/unit runs from the
 tarball alone."""
 import os
 import socket
-import struct
 import sys
 import threading
 
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import slowdns  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
 __import__("conftest")  # tests/unit's: the collection importable as ansible_collections.homelab.edge
@@ -32,9 +33,9 @@ def responder():
             except socket.timeout:
                 continue
             sources.append(peer[1])
-            answer = data[:2] + struct.pack(">HHHHH", 0x8180, 1, 1, 0, 0) + data[12:] + \
-                b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + bytes([10, 0, 0, 1])
-            sock.sendto(answer, peer)
+            reply = slowdns.answer(data)  # one A record for the query (the slow responder's, without its delay)
+            if reply is not None:
+                sock.sendto(reply, peer)
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     yield sock.getsockname()[1], sources
