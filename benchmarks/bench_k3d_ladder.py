@@ -154,9 +154,10 @@ def load_step(client, name, cluster, rate, seconds, pin, baseline, timeout=TIMEO
     the generator's record with alerts, probes, CPU and the ladder's verdict."""
     server = client.containers.get(k3d.server_name(cluster or base.CONFIGS[0][1]))
     lbc = None if name == "direct" else base.fresh(client, cluster)
-    target = base.address(server) if lbc is None else base.address(lbc)
+    server_ip = base.address(server)
+    target = server_ip if lbc is None else base.address(lbc)
     tcp = None if lbc is None else [(target, 443), (target, 6443)]
-    conntrack0 = forget([target, base.address(server)], baseline)
+    conntrack0 = forget([target, server_ip], baseline)
     dnsmasq, extra = dnsmasq_pids(server), [slow] if slow else []  # the slow responder runs outside the node's cgroup
     parts = {"load balancer": lbc}
     before = dict((k, base.container_cpu_s(c)) for k, c in parts.items() if c is not None)
@@ -224,6 +225,7 @@ def ladder_part(client, result):
                 lim = ladder.limit(tried)
                 at = next((s for s in steps if s["rate"] == lim["fails_at"] and s["holds"] is False), None)
                 lim["bound_by"] = ladder.bound_by(at, cpus_of(pin)) if at else None
+                lim["cpu_s_at_failure"] = at["cpu_s"] if at else None
                 lim["invalid_at"] = next((rt for rt, h in tried if h is None), None)
                 lim["invalid_attempts"] = sum(1 for s in steps if s["holds"] is None)
                 print("  %s: holds at %s q/s, fails at %s q/s (%s)%s" % (
@@ -249,14 +251,13 @@ def ladder_table(runs):
         held = []
         for run in [r for r in runs if r["config"] == name]:
             lim = run["limit"]
-            at = next((s for s in run["steps"] if s["rate"] == lim["fails_at"] and s["holds"] is False), None)
             if lim["invalid_at"]:
                 what = "ended: the generator not valid at %s" % lim["invalid_at"]
             else:
                 what = lim["bound_by"] or "-"
             out.append("  %-13s rep %d: %6s / %-6s %-44s %d discarded  %s" % (
                 name, run["repetition"], lim["holds_at"], lim["fails_at"] or "-", what, lim["invalid_attempts"],
-                json.dumps(at["cpu_s"], sort_keys=True) if at else ""))
+                json.dumps(lim["cpu_s_at_failure"], sort_keys=True) if lim["cpu_s_at_failure"] else ""))
             if lim["holds_at"] is not None and not lim["invalid_at"]:
                 held.append(lim["holds_at"])
         out.append("  %-13s median of the repetitions that found a limit: %s" % (
