@@ -192,6 +192,36 @@ def test_conntrack_full_of_a_flood_after_the_requests_stopped_fires_its_alerts(c
     wait("the conntrack alerts quiet once the entries expire", lambda: not any(firing(prom, n) for n in names), 90)
 
 
+def test_a_flood_that_keeps_the_kernel_busy_fires_system_cpu_above_user(client):
+    """Unanswered UDP from the LAN client to 55,000 of the NAS's ports, over and over for 40 s, from two senders
+    run in the client's network namespace at the highest priority (nice -20: the lab's CPU is this whole machine's,
+    which the scenarios beside share; their programs must not outweigh the flood). The kernel's work per packet
+    (sending it, a conntrack entry, receiving it in the NAS's namespace, refusing it) is far above the senders'
+    own: system and softirq CPU above user and above a quarter of the cores while conntrack holds the flood's
+    entries, and SystemCpuAboveUserCpu fires; quiet once the senders stopped and the entries expired (30 s)."""
+    prom = nas_prometheus()
+    wait("SystemCpuAboveUserCpu quiet before", lambda: not firing(prom, "SystemCpuAboveUserCpu"), 60)
+    sender = ("import socket, sys, time\n"
+              "end, s = time.time() + 40, socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+              "while time.time() < end:\n"
+              "    for port in range(1024, 56024):\n"
+              "        try:\n            s.sendto(b'x', ('%s', port))\n"
+              "        except OSError:\n            pass\n" % hosts.address("lab-nas", "lab-lan"))
+    pid = str(client.containers.get("lab-lan-client").attrs["State"]["Pid"])
+    senders = [subprocess.Popen(["nsenter", "-t", pid, "-n", "nice", "-n", "-20", sys.executable, "-c", sender])
+               for dummy in range(2)]
+    cpu = 'sum by (instance) (rate(node_cpu_seconds_total{job="node",mode=~"%s"}[30s]))'
+    try:
+        alerts = wait("SystemCpuAboveUserCpu firing", lambda: firing(prom, "SystemCpuAboveUserCpu"), 45)
+        adhoc.record("monitoring", "alert_system_cpu", labels=[a["labels"] for a in alerts], value=alerts[0]["value"],
+                     system_softirq=value(prom, cpu % "system|softirq"), user=value(prom, cpu % "user"))
+        assert [a["labels"]["instance"] for a in alerts] == ["127.0.0.1:9100"], alerts
+    finally:
+        for p in senders:
+            p.wait(60)
+    wait("SystemCpuAboveUserCpu quiet again", lambda: not firing(prom, "SystemCpuAboveUserCpu"), 90)
+
+
 def test_a_dns_server_hung_behind_the_load_balancer_fires_the_symptom_alert_and_nothing_after(client):
     """The load balancer runs and is fixed (up stays 1, its keeper's metrics look fine); the DNS server behind it
     answers nothing. Only the probes through it see that: K3dLoadBalancerNotAnswering fires for lab's DNS port
@@ -354,6 +384,60 @@ def test_the_container_counters_writer_stopped_gone_and_a_container_not_running_
         NAS.check_output("systemctl start homelab-edge-netns-sockets.timer")
     for name in ("ContainerSocketMetricsStale", "ContainerSocketMetricsAbsent", "ContainerSocketsNotRead"):
         wait("%s quiet" % name, lambda n=name: not firing(prom, n), 30)
+
+
+def lan_site(path, host="site.nas.lab"):
+    """curl's command for a host name on the NAS, from the LAN (straight to Traefik's port 443, not through the VPS)."""
+    return "curl -sk -o /dev/null --resolve %s:443:%s https://%s%s" % (host, hosts.address("lab-nas", "lab-lan"), host,
+                                                                      path)
+
+
+def test_slow_requests_fire_traefik_slow_and_quiet_after(client):
+    """10 requests at once from the LAN to the site's /slower (6 s each, under the in-flight amount of 50): the
+    99th percentile of the entrypoint's request duration is in Traefik's last bucket (above 5 s) and TraefikSlow
+    fires for that entrypoint (lab threshold 2 s, for 0s); quiet once they left the 30-s window."""
+    prom = nas_prometheus()
+    wait("TraefikSlow quiet before", lambda: not firing(prom, "TraefikSlow"), 60)  # an earlier test's requests may be in its window
+    rc, out = client.containers.get("lab-lan-client").exec_run(
+        ["sh", "-c", "for i in $(seq 10); do %s & done; wait" % lan_site("/slower")])
+    assert rc == 0, out
+    slow = wait("TraefikSlow firing", lambda: firing(prom, "TraefikSlow"), 30)
+    adhoc.record("monitoring", "alert_slow", labels=[a["labels"] for a in slow], value=slow[0]["value"])
+    assert len(slow) == 1 and slow[0]["labels"]["entrypoint"] != "homelab-edge-metrics", slow
+    assert float(slow[0]["value"]) > 2, slow
+    wait("TraefikSlow quiet again", lambda: not firing(prom, "TraefikSlow"), 60)
+
+
+def test_connections_that_send_nothing_fire_open_connections_high_and_quiet_after(client):
+    """300 TCP connections from the LAN to Traefik's port 443 that send no request (a slow-TLS flood's shape: no
+    429, no request duration) held for 20 s: Traefik v3's open connections on that entrypoint pass the lab's
+    threshold (200) and TraefikOpenConnectionsHigh fires; quiet once they are closed."""
+    prom = nas_prometheus()
+    wait("TraefikOpenConnectionsHigh quiet before", lambda: not firing(prom, "TraefikOpenConnectionsHigh"), 60)  # an earlier test's requests may be in its window
+    hold = ("import socket, time\n"
+            "socks = [socket.create_connection(('%s', 443), timeout=5) for i in range(300)]\n"
+            "time.sleep(20)\n"
+            "for s in socks:\n    s.close()\n" % hosts.address("lab-nas", "lab-lan"))
+    client.containers.get("lab-lan-client").exec_run(["python3", "-c", hold], detach=True)
+    held = wait("TraefikOpenConnectionsHigh firing", lambda: firing(prom, "TraefikOpenConnectionsHigh"), 20)
+    adhoc.record("monitoring", "alert_open_connections", labels=[a["labels"] for a in held], value=held[0]["value"])
+    assert len(held) == 1 and 300 <= float(held[0]["value"]) < 400, held
+    wait("TraefikOpenConnectionsHigh quiet again", lambda: not firing(prom, "TraefikOpenConnectionsHigh"), 40)
+
+
+def test_requests_for_pages_that_are_not_there_fire_client_errors_and_quiet_after(client):
+    """200 requests from the LAN for host names no router of the NAS has (Traefik's own 404, a scanner's shape)
+    within a few seconds: TraefikClientErrors fires for the entrypoint (lab threshold 1/s over 30 s, for 0s); quiet
+    once they left the window. The 429s of the flood test before never counted (TraefikRateLimited's)."""
+    prom = nas_prometheus()
+    wait("TraefikClientErrors quiet before", lambda: not firing(prom, "TraefikClientErrors"), 60)  # an earlier test's requests may be in its window
+    rc, out = client.containers.get("lab-lan-client").exec_run(
+        ["sh", "-c", "for i in $(seq 200); do %s; done" % lan_site("/", "scan-$i.nas.lab")])
+    assert rc == 0, out
+    errors = wait("TraefikClientErrors firing", lambda: firing(prom, "TraefikClientErrors"), 20)
+    adhoc.record("monitoring", "alert_client_errors", labels=[a["labels"] for a in errors], value=errors[0]["value"])
+    assert len(errors) == 1 and float(errors[0]["value"]) > 1, errors
+    wait("TraefikClientErrors quiet again", lambda: not firing(prom, "TraefikClientErrors"), 60)
 
 
 def test_traefik_not_scraped_fires_when_its_job_has_no_target():

@@ -52,6 +52,16 @@ def wait_login(name, seconds):
     return False
 
 
+def wait_revert_state(name, rid, state, seconds):
+    """The revert's record once it reaches `state`, or as it stands when `seconds` have passed."""
+    deadline = time.time() + seconds
+    while True:
+        (rec,) = [r for r in reverts(name) if r["id"] == rid]
+        if rec["state"] == state or time.time() > deadline:
+            return rec
+        time.sleep(2)
+
+
 def make_fresh(name):
     """ufw as the package leaves it, inactive; no revert; the boot unit as arming leaves it (if any)."""
     console(name).check_output("ufw --force reset >/dev/null && rm -f /etc/ufw/*.rules.20* /etc/ufw/*.init.20* && "
@@ -129,7 +139,8 @@ def test_an_unconfirmed_change_is_undone_by_the_transient_timer():
     rid = arm(name, 15)
     cut_ssh(name)
     assert wait_login(name, 60)  # the timer fired: the host let the admin back in
-    (rec,) = [r for r in reverts(name) if r["id"] == rid]
+    # the revert lets SSH in at its first step (ufw disable) and marks itself reverted at its last
+    rec = wait_revert_state(name, rid, "reverted", 60)
     assert rec["state"] == "reverted" and rec["ok"], rec
     assert console(name).check_output("ufw status") == "Status: inactive"
     make_fresh(name)
