@@ -57,10 +57,13 @@ def test_every_threshold_is_an_option_of_its_role():
 
 
 def test_the_absent_alert_of_container_counters_is_written_only_where_they_are():
-    """ContainerSocketMetricsAbsent would fire for ever on a host whose play writes no container counters."""
+    """ContainerSocketMetricsAbsent would fire for ever on a host whose play writes no container counters (none
+    asked for, or no systemd to run the writer's timer)."""
     def names(**values):
         return [r["alert"] for r in yaml.safe_load(prometheus_rules.render("tcp_drain", values))["groups"][0]["rules"]]
     assert "ContainerSocketMetricsAbsent" in names()
     assert "ContainerSocketMetricsAbsent" not in names(tcp_drain_containers=[])
     assert "ContainerSocketMetricsAbsent" not in names(tcp_drain_metrics_dir="")
+    assert "ContainerSocketMetricsAbsent" not in names(ansible_facts={"service_mgr": "sysvinit"})
+    assert "ContainerSocketMetricsAbsent" not in names(ansible_facts={})
     assert "ContainerSocketMetricsStale" in names(tcp_drain_containers=[])

@@ -19,8 +19,15 @@ def roles():
 
 
 # What the roles write as a NAS's play sets them (rules that are written only for some settings
-# are then present for promtool): tcp_drain's counters of Traefik's own namespace.
-AS_ON_A_NAS = {"tcp_drain": {"tcp_drain_containers": ["traefik"]}}
+# are then present for promtool): tcp_drain's counters of Traefik's own namespace, on a host booted by systemd.
+AS_ON_A_NAS = {"tcp_drain": {"tcp_drain_containers": ["traefik"], "ansible_facts": {"service_mgr": "systemd"}}}
+# The role vars (vars/main.yml) a rules template reads, in the order they are defined there.
+DERIVED = {"tcp_drain": ["tcp_drain_counters_wanted", "tcp_drain_counters_written"]}
+
+
+def to_bool(value):
+    """Ansible's `bool` filter for the values these templates give it."""
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "yes", "on", "1")
 
 
 def render(role, overrides=None):
@@ -28,9 +35,15 @@ def render(role, overrides=None):
         values = yaml.safe_load(f)
     values.update(AS_ON_A_NAS.get(role, {}))
     values.update(overrides or {}, ansible_managed="Managed by homelab.edge")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["homelab.edge.runbook_url"] = runbook.runbook_url
+    env.filters["bool"] = to_bool
+    if DERIVED.get(role):
+        with open(os.path.join(ROOT, "roles", role, "vars", "main.yml")) as f:
+            role_vars = yaml.safe_load(f)
+        for name in DERIVED[role]:
+            values[name] = env.from_string(role_vars[name]).render(values)
     with open(os.path.join(ROOT, "roles", role, "templates", "prometheus-rules.yml.j2")) as f:
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-        env.filters["homelab.edge.runbook_url"] = runbook.runbook_url
         return env.from_string(f.read()).render(values)
 
 
