@@ -197,8 +197,22 @@ def cpus_of(pin):
             "generator": 1 if pin else os.cpu_count()}
 
 
+def generator_ceiling():
+    """The compiled generator's proven top rate on this machine (benchmarks/bench_dnsgen.py's committed result), or
+    None without one: the ladder never offers more, so no step above it is a measurement of the generator."""
+    try:
+        with open(os.path.join(ROOT, "benchmarks", "results", "dnsgen-ceiling.json")) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return None
+    built = saved.get("machine", {}).get("dnsgen")
+    return saved.get("ceiling_qps") if built in (None, dnsgen.go_sources_hash()) else None
+
+
 def ladder_part(client, result):
     pin = base.pinning()
+    ceiling = generator_ceiling()
+    result["generator_ceiling_qps"] = ceiling
     orders = ladder.orders([n for n, c, p in CONFIGS], REPETITIONS, SEED)
     baseline = conntrack_count()
     runs = []
@@ -209,7 +223,7 @@ def ladder_part(client, result):
             for name in order:
                 cluster = dict((n, c) for n, c, p in CONFIGS)[name]
                 tried, steps = [], []
-                rate = ladder.next_rate(tried, START)
+                rate = ladder.next_rate(tried, START, ceiling=ceiling)
                 while rate is not None and len(steps) < 20:
                     # a step where the generator itself was not valid says nothing: tried again (at most
                     # RETRIES times, each from a restarted load balancer); every attempt is kept
@@ -221,7 +235,7 @@ def ladder_part(client, result):
                         if r["holds"] is not None:
                             break
                     tried.append((rate, r["holds"]))
-                    rate = ladder.next_rate(tried, START)
+                    rate = ladder.next_rate(tried, START, ceiling=ceiling)
                 lim = ladder.limit(tried)
                 at = next((s for s in steps if s["rate"] == lim["fails_at"] and s["holds"] is False), None)
                 lim["bound_by"] = ladder.bound_by(at, cpus_of(pin)) if at else None

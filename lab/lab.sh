@@ -8,8 +8,9 @@
 #                           an older engine that answers is stopped first
 #   lab/lab.sh privileged   let --privileged containers start where they fail (k3d's nodes need it)
 #   lab/lab.sh venv         pinned Python tools in a venv, cached by hash
-#   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik v3, cached by version, and dnsgen
+#   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik v3, cached by version, dnsgen and tlsgen
 #   lab/lab.sh dnsgen       the compiled DNS load generator (tests/support/dnsgen_go), cached by its sources' hash
+#   lab/lab.sh tlsgen       the compiled TLS connection generator (tests/support/tlsgen_go), the same way
 #   lab/lab.sh traefik2     Traefik v2 from source (setup runs it in the background)
 #   lab/lab.sh engine29     Docker Engine 29 from source: dockerd, docker-proxy, containerd 2, runc 1.3
 #   lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
@@ -406,35 +407,40 @@ cmd_engine29() {
   grep -q "^ExecStart=/usr/local/bin/dockerd " "$units/docker.service" || { log "moby's docker.service changed: $units"; return 1; }
 }
 
-# The compiled DNS load generator: the standard library only (nothing to
-# download, seconds to build), cached by the hash of its sources (not its
-# tests). tests/support/dnsgen.py runs $CACHE/bin/dnsgen only when the link
-# names the build of the checkout's sources (the same hash), and the binary
-# reports the hash in every result.
-dnsgen_sources() {
-  (cd "$ROOT" && find tests/support/dnsgen_go -maxdepth 1 -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) \
+# The compiled load generators, tests/support/<name>_go (dnsgen: DNS queries;
+# tlsgen: TLS connections): the standard library only (nothing to download,
+# seconds to build), each cached by the hash of its sources (not its tests).
+# tests/support/<name>.py runs $CACHE/bin/<name> only when the link names the
+# build of the checkout's sources (the same hash), and the binary reports the
+# hash in every result.
+go_tool_sources() {
+  (cd "$ROOT" && find "tests/support/$1_go" -maxdepth 1 -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) \
     ! -name '*_test.go' | LC_ALL=C sort)
 }
 
-cmd_dnsgen() {
+go_tool() {
   mkdir -p "$CACHE/bin"
-  local files h out
-  mapfile -t files < <(dnsgen_sources)
+  local name=$1 files h out
+  mapfile -t files < <(go_tool_sources "$name")
   h=$(hash_of "${files[@]}")
-  out="$CACHE/bin/dnsgen-$h"
+  out="$CACHE/bin/$name-$h"
   if [ ! -x "$out" ]; then
-    log "building dnsgen ($h)"
+    log "building $name ($h)"
     # -buildvcs=false: the binary is the same whatever commit the checkout is at (its hash keys the cache)
-    (cd "$ROOT/tests/support/dnsgen_go" && GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 \
+    (cd "$ROOT/tests/support/${name}_go" && GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 \
       go build -trimpath -buildvcs=false -ldflags "-X main.build=$h" -o "$out.tmp" .)
     mv "$out.tmp" "$out"
   fi
-  ln -sfn "$out" "$CACHE/bin/dnsgen"
+  ln -sfn "$out" "$CACHE/bin/$name"
 }
+
+cmd_dnsgen() { go_tool dnsgen; }
+cmd_tlsgen() { go_tool tlsgen; }
 
 cmd_gobins() {
   mkdir -p "$CACHE/bin"
   cmd_dnsgen
+  cmd_tlsgen
   local confd="$CACHE/bin/confd-$CONFD_VERSION-$(hash_of lab/go/confd.go.mod lab/go/confd_file_backend.go.in lab/go/confd_file_watch.patch.py)"
   if ! cached confd "$confd"; then
     # k3d ships the fork github.com/iwilltry42/confd v0.17.0-rc.0; the Go module
@@ -654,6 +660,6 @@ cmd_setup() {
 }
 
 case "${1:-}" in
-  setup|engine|privileged|venv|gobins|dnsgen|traefik2|engine29|images|env|toolvenv|versions) c=$1; shift; "cmd_$c" "$@" ;;
+  setup|engine|privileged|venv|gobins|dnsgen|tlsgen|traefik2|engine29|images|env|toolvenv|versions) c=$1; shift; "cmd_$c" "$@" ;;
   *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

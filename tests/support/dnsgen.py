@@ -21,13 +21,13 @@ run_compiled does the same with the compiled generator (dnsgen_go/, for
 rates Python cannot reach, and each answer's latency), under a stricter rule
 (compiled_validity).
 """
-import hashlib
 import json
 import multiprocessing
 import os
 import resource
 import subprocess
 
+import gotool
 import probes
 
 MIN_SENT_SHARE = 0.98
@@ -133,29 +133,15 @@ class CompiledMissing(RuntimeError):
 
 
 def go_sources_hash():
-    """The hash lab/lab.sh's cmd_dnsgen names the binary by: sha256 of the Go
-    sources (not the tests) catenated in C order, 12 hex digits."""
-    names = sorted(n for n in os.listdir(GO_DIR) if n in ("go.mod", "go.sum")
-                   or (n.endswith(".go") and not n.endswith("_test.go")))
-    h = hashlib.sha256()
-    for n in names:
-        with open(os.path.join(GO_DIR, n), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()[:12]
+    """The hash lab/lab.sh's go_tool names the binary by (gotool.sources_hash)."""
+    return gotool.sources_hash(GO_DIR)
 
 
 def compiled_binary():
     """$HOMELAB_EDGE_CACHE/bin/dnsgen, when it is the build of the sources in
     this checkout; a binary of other sources is refused, not run: its figures
     would be another generator's."""
-    bindir = os.path.join(os.environ.get("HOMELAB_EDGE_CACHE", "/var/cache/homelab-edge"), "bin")
-    link, want = os.path.join(bindir, "dnsgen"), os.path.join(bindir, "dnsgen-" + go_sources_hash())
-    if not os.path.exists(link):
-        raise CompiledMissing("no compiled DNS generator at %s: run `lab/lab.sh gobins` (needs go)" % link)
-    if os.path.realpath(link) != os.path.realpath(want):
-        raise CompiledMissing("%s is %s, built from other sources than %s (dnsgen-%s): run `lab/lab.sh gobins`"
-                              % (link, os.path.realpath(link), GO_DIR, go_sources_hash()))
-    return link
+    return gotool.binary("dnsgen", GO_DIR, "DNS generator", CompiledMissing)
 
 
 def compiled_command(binary, host, ports, rate, seconds, timeout, cpus=None, fifo=None, pool=None):

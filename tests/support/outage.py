@@ -132,7 +132,10 @@ def probe_codes(probes_):
 
 
 def served(p):
-    """A probe the monitoring would call up: a 2xx answer (a 429 is not)."""
+    """A probe the monitoring would call up: a 2xx answer (a 429 is not); a service beside Traefik (tcp:PORT):
+    its banner came."""
+    if "ok" in p:
+        return bool(p["ok"])
     return p.get("code") is not None and 200 <= p["code"] < 300
 
 

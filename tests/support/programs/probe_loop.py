@@ -5,7 +5,11 @@ next round), for SECONDS seconds. One JSON line per probe:
 {"t": epoch, "target": NAME, "code": 200 | null, "error": null | "timeout" | "refused" | "reset" | ...,
  "seconds": 0.04}
 
-  probe_loop.py ADDRESS PORT SECONDS INTERVAL NAME=HOSTNAME[/PATH]...
+  probe_loop.py ADDRESS PORT SECONDS INTERVAL NAME=HOSTNAME[/PATH]... [NAME=tcp:PORT]...
+
+NAME=tcp:PORT probes a service beside Traefik, not behind it: a new TCP
+connection to ADDRESS:PORT and the first line the service says (sshd's
+banner); its line has "ok": true when that line came, and no code.
 """
 import http.client
 import json
@@ -41,6 +45,27 @@ def probe(address, port, name, hostname, path, out, lock):
         out.flush()
 
 
+def banner(address, port, name, out, lock):
+    t0 = time.time()
+    ok, error = False, None
+    try:
+        with socket.create_connection((address, port), timeout=5) as sock:
+            ok = sock.recv(256).startswith(b"SSH-")
+            error = None if ok else "no-banner"
+    except socket.timeout:
+        error = "timeout"
+    except ConnectionRefusedError:
+        error = "refused"
+    except ConnectionResetError:
+        error = "reset"
+    except Exception as e:  # deliberate: a failed probe is ok false and the error's kind
+        error = type(e).__name__
+    with lock:
+        out.write(json.dumps({"t": round(t0, 3), "target": name, "code": None, "ok": ok, "error": error,
+                              "seconds": round(time.time() - t0, 3)}) + "\n")
+        out.flush()
+
+
 def main(address, port, seconds, interval, targets):
     lock = threading.Lock()
     end = time.time() + seconds
@@ -49,6 +74,11 @@ def main(address, port, seconds, interval, targets):
         tick = time.time()
         for spec in targets:
             name, hostname = spec.split("=", 1)
+            if hostname.startswith("tcp:"):
+                t = threading.Thread(target=banner, args=(address, int(hostname[4:]), name, sys.stdout, lock))
+                t.start()
+                threads.append(t)
+                continue
             hostname, slash, path = hostname.partition("/")
             t = threading.Thread(target=probe, args=(address, port, name, hostname, "/" + path, sys.stdout, lock))
             t.start()
