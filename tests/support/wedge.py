@@ -12,6 +12,8 @@ DARK_BAR_S seconds after the flood stopped, with the core's system (+softirq) CP
 dark time. A run whose prober or sampler missed seconds, or whose generator was invalid, proves nothing.
 """
 
+from outage import served  # noqa: E402  (one home: a probe the monitoring would call up)
+
 DARK_BAR_S = 60          # dark this long after the flood: reproduced (with system above user meanwhile)
 HEALTHY_RUN_S = 10       # recovered: every probe behind Traefik answered for this many seconds in a row
 MAX_GAP_SHARE = 0.05     # seconds with no probe behind Traefik sent, or no sample: more than this share: invalid
@@ -19,13 +21,6 @@ MAX_GAP_SHARE = 0.05     # seconds with no probe behind Traefik sent, or no samp
 SAMPLE_KEYS = ("cpu_pct", "conntrack", "ns_conntrack", "ns_tcp_inuse", "ns_orphan", "ns_time_wait", "time_wait",
                "fin_wait", "listen_overflows", "listen_drops", "nr_throttled", "throttled_usec")
 FLOOD_KEYS = ("started", "connected", "handshakes", "ok_2xx", "r429", "other_code", "failed", "open")
-
-
-def served(probe):
-    """A probe the monitoring would call up: a 2xx (a 429 is not), or a service's banner (ok)."""
-    if "ok" in probe:
-        return bool(probe["ok"])
-    return probe.get("code") is not None and 200 <= probe["code"] < 300
 
 
 def rows(t0, seconds, samples, probes, floods, behind, beside):

@@ -20,6 +20,23 @@ import threading
 import time
 
 
+def kind(e):
+    """A failed probe's error, as its line names it."""
+    if isinstance(e, socket.timeout):
+        return "timeout"
+    if isinstance(e, ConnectionRefusedError):
+        return "refused"
+    if isinstance(e, ConnectionResetError):
+        return "reset"
+    return type(e).__name__
+
+
+def write(out, lock, line):
+    with lock:
+        out.write(json.dumps(line) + "\n")
+        out.flush()
+
+
 def probe(address, port, name, hostname, path, out, lock):
     t0 = time.time()
     code = error = None
@@ -31,18 +48,10 @@ def probe(address, port, name, hostname, path, out, lock):
         conn.request("GET", path, headers={"Connection": "close"})
         code = conn.getresponse().status
         conn.close()
-    except socket.timeout:
-        error = "timeout"
-    except ConnectionRefusedError:
-        error = "refused"
-    except ConnectionResetError:
-        error = "reset"
     except Exception as e:  # deliberate: a failed probe is a null code and the error's kind
-        error = type(e).__name__
-    with lock:
-        out.write(json.dumps({"t": round(t0, 3), "target": name, "code": code, "error": error,
-                              "seconds": round(time.time() - t0, 3)}) + "\n")
-        out.flush()
+        error = kind(e)
+    write(out, lock, {"t": round(t0, 3), "target": name, "code": code, "error": error,
+                      "seconds": round(time.time() - t0, 3)})
 
 
 def banner(address, port, name, out, lock):
@@ -52,18 +61,10 @@ def banner(address, port, name, out, lock):
         with socket.create_connection((address, port), timeout=5) as sock:
             ok = sock.recv(256).startswith(b"SSH-")
             error = None if ok else "no-banner"
-    except socket.timeout:
-        error = "timeout"
-    except ConnectionRefusedError:
-        error = "refused"
-    except ConnectionResetError:
-        error = "reset"
     except Exception as e:  # deliberate: a failed probe is ok false and the error's kind
-        error = type(e).__name__
-    with lock:
-        out.write(json.dumps({"t": round(t0, 3), "target": name, "code": None, "ok": ok, "error": error,
-                              "seconds": round(time.time() - t0, 3)}) + "\n")
-        out.flush()
+        error = kind(e)
+    write(out, lock, {"t": round(t0, 3), "target": name, "code": None, "ok": ok, "error": error,
+                      "seconds": round(time.time() - t0, 3)})
 
 
 def main(address, port, seconds, interval, targets):
