@@ -70,6 +70,14 @@ def firing(prom, name=None):
             if a["state"] == "firing" and (name is None or a["labels"]["alertname"] == name)]
 
 
+def answered(ask, *args):
+    """ask(*args), or [] when the API did not answer in time (asked again on the next round)."""
+    try:
+        return ask(*args)
+    except OSError:
+        return []
+
+
 def wait(what, check, seconds=60):
     t0 = time.time()
     while time.time() - t0 < seconds:
@@ -211,14 +219,23 @@ def test_a_flood_that_keeps_the_kernel_busy_fires_system_cpu_above_user(client):
     senders = [subprocess.Popen(["nsenter", "-t", pid, "-n", "nice", "-n", "-20", sys.executable, "-c", sender])
                for dummy in range(2)]
     cpu = 'sum by (instance) (rate(node_cpu_seconds_total{job="node",mode=~"%s"}[30s]))'
+    alerts = []
     try:
-        alerts = wait("SystemCpuAboveUserCpu firing", lambda: firing(prom, "SystemCpuAboveUserCpu"), 45)
-        adhoc.record("monitoring", "alert_system_cpu", labels=[a["labels"] for a in alerts], value=alerts[0]["value"],
-                     system_softirq=value(prom, cpu % "system|softirq"), user=value(prom, cpu % "user"))
-        assert [a["labels"]["instance"] for a in alerts] == ["127.0.0.1:9100"], alerts
+        alerts = wait("SystemCpuAboveUserCpu firing", lambda: answered(firing, prom, "SystemCpuAboveUserCpu"), 45)
+    except AssertionError:
+        pass  # no answer in time from the API: asked again below, from Prometheus's own record of its alerts
     finally:
         for p in senders:
             p.wait(60)
+    if not alerts:
+        # the flood's packets share the NAS's LAN address with the API, so on a loaded machine its answers can
+        # time out while the scrapes (over loopback) and the rule's evaluation go on: ALERTS holds what fired
+        alerts = [{"labels": s["metric"], "value": "ALERTS"} for s in api(prom, "/api/v1/query", query=(
+            'max_over_time(ALERTS{alertname="SystemCpuAboveUserCpu",alertstate="firing"}[2m])'))["result"]]
+    adhoc.record("monitoring", "alert_system_cpu", labels=[a["labels"] for a in alerts],
+                 value=alerts[0]["value"] if alerts else None,
+                 system_softirq=value(prom, cpu % "system|softirq"), user=value(prom, cpu % "user"))
+    assert [a["labels"]["instance"] for a in alerts] == ["127.0.0.1:9100"], alerts
     wait("SystemCpuAboveUserCpu quiet again", lambda: not firing(prom, "SystemCpuAboveUserCpu"), 90)
 
 
