@@ -61,7 +61,11 @@ START, STEP_S, REPETITIONS, SEED = 250, 5, 3, 20261204
 TIMEOUT_S = 1.0  # the generator's wait for an answer
 RETRIES = 2  # a step the generator was not valid in is run again, at most this many times
 FIFO = 10
-SLOW_DELAY_S, SLOW_RATES, SLOW_STEP_S, SLOW_PORT = 0.5, (100, 200, 400, 800, 1600, 3200), 5, 5300
+SLOW_DELAY_S, SLOW_RATES, SLOW_STEP_S, SLOW_PORT = 0.5, (100, 200, 400, 800, 1600, 3200, 6400), 5, 5300
+# each slow query holds one of the generator's sockets for 0.5 s, an unanswered one for the whole wait: at 6400 q/s
+# with a 2-s wait homelab.edge's dropped answers (its budget) held more than 8,192 and the step was invalid
+# (pool exhausted); a wait of 0.8 s keeps them under 5,000. 8,192 stays under this machine's 20,000 open files
+SLOW_POOL, SLOW_TIMEOUT_S = 8192, SLOW_DELAY_S + 0.3
 LOW_RATES, LOW_PORTS = (1, 2, 4, 8), (41400, 41500, 41600, 41700)
 SLOWDNS = os.path.join(ROOT, "tests", "support", "slowdns.py")
 
@@ -147,7 +151,7 @@ def clusters_down():
     k3d.delete(*[c for n, c, p in base.CONFIGS])
 
 
-def load_step(client, name, cluster, rate, seconds, pin, baseline, timeout=TIMEOUT_S, slow=None):
+def load_step(client, name, cluster, rate, seconds, pin, baseline, timeout=TIMEOUT_S, slow=None, pool=None):
     """One step: a restarted load balancer (or the DNS server directly for
     "direct"), the lab's conntrack entries deleted, the generator at `rate`
     for `seconds`, open-loop probes through the same load balancer. Returns
@@ -167,7 +171,7 @@ def load_step(client, name, cluster, rate, seconds, pin, baseline, timeout=TIMEO
         prober.start()
     t0 = time.time()
     r = dnsgen.run_compiled(target, [53] if lbc is None else [53, 1053], rate, seconds, timeout=timeout,
-                            cpus=pin["generator"] if pin else None, fifo=FIFO if pin else None)
+                            cpus=pin["generator"] if pin else None, fifo=FIFO if pin else None, pool=pool)
     r["probes"] = prober.stop() if prober else None
     used = dict((k, base.container_cpu_s(c) - before[k]) for k, c in parts.items() if c is not None)
     in_dnsmasq = base.pids_cpu_s(dnsmasq) - dnsmasq0
@@ -290,7 +294,7 @@ def slow_part(client, result):
             for rate in SLOW_RATES:
                 with slow_upstream(server, SLOW_DELAY_S) as slow_pid:
                     r = load_step(client, name, cluster, rate, SLOW_STEP_S, pin, baseline,
-                                  timeout=SLOW_DELAY_S + 1.5, slow=slow_pid)
+                                  timeout=SLOW_TIMEOUT_S, slow=slow_pid, pool=SLOW_POOL)
                 r["answered_share"] = round(r["answered"] / float(r["sent"]), 4) if r["sent"] else None
                 p = r["probes"]
                 r["probes_ok_share"] = round(p["ok"] / float(p["planned"]), 4) if p["planned"] else None
@@ -298,7 +302,9 @@ def slow_part(client, result):
                 say(r)
     finally:
         clusters_down()
-    result["slow"] = {"delay_s": SLOW_DELAY_S, "rates": list(SLOW_RATES), "step_s": SLOW_STEP_S, "steps": steps}
+    result["slow"] = {"delay_s": SLOW_DELAY_S, "rates": list(SLOW_RATES), "step_s": SLOW_STEP_S, "pool": SLOW_POOL,
+                      "timeout_s": SLOW_TIMEOUT_S,
+                      "steps": steps}
     out = ["DNS server %.1f s slow: DNS answered of sent; HTTPS+API probes ok of planned; 'not enough' lines "
            "(%d s at each rate; invalid: the generator was not)" % (SLOW_DELAY_S, SLOW_STEP_S),
            "  %-13s | %s" % ("", " | ".join("%22s" % ("%d q/s" % r) for r in SLOW_RATES))]
