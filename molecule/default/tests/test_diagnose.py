@@ -20,6 +20,7 @@ import hosts  # noqa: E402
 import k3d  # noqa: E402
 import k3d_serverlb as lb  # noqa: E402
 import k3d_serverlb_container as lb_container  # noqa: E402
+import monitoring  # noqa: E402
 import probes  # noqa: E402
 
 INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
@@ -38,8 +39,11 @@ def snapshot(client):
     lbs = tuple(lb_files(client.containers.get(k3d.lb_name(c))) for c in ("lab", "lab2"))
     return (VPS.check_output("cat /etc/ufw/*.rules /etc/ufw/*.init /etc/nginx/nginx.conf; iptables-save | grep -v '^#' "
                              "| sed 's/\\[[0-9]*:[0-9]*\\]//'"),
-            # (but the tcp_drain role's textfile of Traefik's counters, which its timer rewrites every 2 s here)
-            NAS.check_output("find /srv -path /srv/monitoring/textfile -prune -o -type f -print | sort | xargs cat; "
+            # (but the tcp_drain role's textfile of Traefik's counters, which its timer rewrites every 2 s here, and
+            # the lab's webhook receiver's log, which autoheal writes to whenever it acts or fails to: behind the
+            # refusing proxy below, a restart it is refused lands there during diagnose's window)
+            NAS.check_output("find /srv \\( -path /srv/monitoring/textfile -o -path %s \\) -prune -o -type f -print "
+                             "| sort | xargs cat; " % monitoring.RECEIVED +
                              "iptables-save | grep -v '^#' | sed 's/\\[[0-9]*:[0-9]*\\]//'"),
             lbs)
 
