@@ -28,4 +28,3 @@ def test_fragment_is_a_mapping_of_known_sections_to_strings(path):
         if name in ("release_summary",):
             continue
         assert isinstance(entries, list) and entries and all(isinstance(e, str) and e.strip() for e in entries), name
-
