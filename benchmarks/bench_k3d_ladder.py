@@ -303,8 +303,7 @@ def slow_part(client, result):
     finally:
         clusters_down()
     result["slow"] = {"delay_s": SLOW_DELAY_S, "rates": list(SLOW_RATES), "step_s": SLOW_STEP_S, "pool": SLOW_POOL,
-                      "timeout_s": SLOW_TIMEOUT_S,
-                      "steps": steps}
+                      "timeout_s": SLOW_TIMEOUT_S, "steps": steps}
     out = ["DNS server %.1f s slow: DNS answered of sent; HTTPS+API probes ok of planned; 'not enough' lines "
            "(%d s at each rate; invalid: the generator was not)" % (SLOW_DELAY_S, SLOW_STEP_S),
            "  %-13s | %s" % ("", " | ".join("%22s" % ("%d q/s" % r) for r in SLOW_RATES))]
