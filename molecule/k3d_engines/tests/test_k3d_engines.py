@@ -161,8 +161,14 @@ def test_dns_through_the_fixed_load_balancer_answers_every_query(name):
         subprocess.run(["docker", "cp", os.path.join(ROOT, "tests", "support", f), "%s:/tmp/hle/%s" % (name, f)],
                        check=True, capture_output=True)
     since = int(host(name, "date +%s")) - 1
-    r = json.loads(host(name, "cd /tmp/hle && python3 -c 'import dnsgen, json; "
-                              "print(json.dumps(dnsgen.run(\"127.0.0.1\", [%d], 300, 10)))'" % (BASE + 53), timeout=60))
+    # a run the generator itself could not keep (late or short on a loaded machine: CI runs this beside other
+    # scenarios) measures nothing about the load balancer: it is run again, up to three times in all
+    for _ in range(3):
+        r = json.loads(host(name, "cd /tmp/hle && python3 -c 'import dnsgen, json; "
+                                  "print(json.dumps(dnsgen.run(\"127.0.0.1\", [%d], 300, 10)))'" % (BASE + 53),
+                            timeout=60))
+        if r["valid"]:
+            break
     adhoc.record("k3d_engines", "dns_through_the_fixed_lb", host=name,
                  **{k: r[k] for k in ("rate", "planned", "sent", "answered", "send_errors", "valid")})
     assert r["valid"], r

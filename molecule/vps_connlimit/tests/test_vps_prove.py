@@ -37,7 +37,11 @@ def test_prove_proves_the_limit_on_both_paths():
     for port in (80, 443):
         row = rows["%s:%d" % (vps_ip(), port)]
         assert row["status"] == "proved" and row["host"] == "vps-lab", row
-        assert row["measured"] == "100 established, 10 reset, 0 unanswered", row
+        # 110 connections against a limit of 100: at most 100 established, the rest reset, none unanswered; as
+        # in the floods' tests, a connection of this machine's the VPS still tracks counts against the limit
+        # (measured once on a loaded machine: 99 established, 11 reset)
+        established, reset, unanswered = [int(w) for w in row["measured"].split()[::2]]
+        assert 90 <= established <= 100 and established + reset == 110 and unanswered == 0, row
         adhoc.record("vps_connlimit", "prove_%d" % port, measured=row["measured"].replace(" ", "_"))
     assert report["summary"]["counts"]["proved"] == 2 and report["summary"]["ok"]
     # every connection closed: none left open from this machine to the VPS's ports

@@ -36,7 +36,12 @@ CLIENT2 = testinfra.get_host("docker://vps-client2")
 INVENTORY = adhoc.molecule_inventory()
 SSH_PORT = 2223  # this machine's way to the fresh VPS's sshd, which listens on 2222
 ROLE = "- hosts: vps-fresh\n  gather_facts: false\n  become: true\n  roles: [homelab.edge.vps_connlimit]\n"
-CONFIRM = 20  # seconds, the shortest sensible confirmation window for a test
+# seconds: the confirmation window of a test; long enough that the role's steps between arming and its
+# confirming login fit in it on a loaded machine (CI runs this beside floods)
+CONFIRM = 30
+# how late after its window the host may have finished restoring itself: the revert takes about 2 s, the
+# rest is room for a loaded machine (recorded: 22 s for a 20 s window)
+RESTORE_SLACK = 15
 CUT_SSH = "-A ufw-before-input -p tcp --dport 2222 -j DROP"  # a line of the admin's own, never loaded yet
 
 
@@ -220,7 +225,7 @@ def test_a_change_that_cuts_new_logins_is_undone_by_the_host():
     assert "reverted" in state
     adhoc.record("vps_connlimit", "cut_ssh_restored", confirm_timeout_s=CONFIRM,
                  armed_to_restored_s=reverted_at - rec["armed_at"], play_s=round(took, 1))
-    assert reverted_at - rec["armed_at"] <= CONFIRM + 5
+    assert reverted_at - rec["armed_at"] <= CONFIRM + RESTORE_SLACK
 
 
 def test_without_the_revert_the_same_change_locks_the_admin_out():
