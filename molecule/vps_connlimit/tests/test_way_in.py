@@ -40,7 +40,7 @@ ROLE = "- hosts: vps-fresh\n  gather_facts: false\n  become: true\n  roles: [hom
 # confirming login fit in it on a loaded machine (CI runs this beside floods)
 CONFIRM = 30
 # how late after its window the host may have finished restoring itself: the revert takes about 2 s, the
-# rest is room for a loaded machine (recorded: 22 s for a 20 s window)
+# rest is room for a loaded machine (recorded: 22 s for a 20 s window; 31 s for 30 s)
 RESTORE_SLACK = 15
 CUT_SSH = "-A ufw-before-input -p tcp --dport 2222 -j DROP"  # a line of the admin's own, never loaded yet
 
@@ -82,7 +82,8 @@ def make_fresh(cut_ssh=False, line=None):
                        "rm -rf %s" % ur.STATE_DIR)
     if cut_ssh or line:
         FRESH.check_output("sed -i '/^COMMIT$/i %s' /etc/ufw/before.rules" % (line or CUT_SSH))
-    assert new_login() and udp_answers()
+    # the precondition, asked up to three times (each try bounded: 8 s and 2 s) on a loaded machine
+    assert any(new_login() and udp_answers() for dummy in range(3))
 
 
 def reverts():
