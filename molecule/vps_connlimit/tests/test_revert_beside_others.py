@@ -99,6 +99,17 @@ def others():
             "/root/window-compose.yml /root/window.*.save" % MOVED_NET)
 
 
+def move(ip, strict=True):
+    """The published container moved to `ip` on its network, as a restart by autoheal or compose can give it;
+    not strict: each step tried even when one before it failed (taking back a window that failed half way)."""
+    steps = ["docker stop -t 1 moved >/dev/null", "docker network disconnect %s moved" % MOVED_NET,
+             "docker network connect --ip %s %s moved" % (ip, MOVED_NET), "docker start moved >/dev/null"]
+    if strict:
+        VPS.check_output(" && ".join(steps))
+    else:
+        VPS.run("; ".join(steps))
+
+
 def window():
     """Arm a revert, change ufw, then let the others work inside the window (still armed when they are done:
     checked). Returns the revert's id."""
@@ -109,8 +120,7 @@ def window():
     VPS.check_output("ufw deny %s >/dev/null" % CHANGE)
     assert ufw_change_live()
     VPS.check_output("fail2ban-client set sshd banip %s" % BANNED)
-    VPS.check_output("docker stop -t 1 moved >/dev/null && docker network disconnect %s moved && docker network connect "
-                     "--ip %s %s moved && docker start moved >/dev/null" % (MOVED_NET, MOVED_NEW, MOVED_NET))
+    move(MOVED_NEW)
     VPS.check_output("docker compose -p window -f /root/window-compose.yml up -d --quiet-pull 2>&1")
     assert until(lambda: answers(MOVED_PORT) and answers(COMPOSE_PORT), 30)
     assert banned() == (True, True)
@@ -140,8 +150,7 @@ def undo_window():
     VPS.run("fail2ban-client set sshd unbanip %s; docker compose -p window -f /root/window-compose.yml down "
             ">/dev/null 2>&1" % BANNED)
     if "--to-destination %s:8443" % MOVED_OLD not in VPS.run("iptables -w -t nat -S").stdout:
-        VPS.run("docker stop -t 1 moved >/dev/null; docker network disconnect %s moved; docker network connect "
-                "--ip %s %s moved; docker start moved >/dev/null" % (MOVED_NET, MOVED_OLD, MOVED_NET))
+        move(MOVED_OLD, strict=False)
     assert until(lambda: answers(MOVED_PORT), 20)
 
 
