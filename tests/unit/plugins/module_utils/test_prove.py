@@ -188,23 +188,26 @@ def test_dns_paced_counts_answers_from_fresh_ports():
     server = DnsServer()
     server.start()
     try:
-        out = prove_net.dns_paced([("127.0.0.1", server.port)], 200, 100, "a.lab", 1.0, 5)
+        # an answer's timeout far above loopback's (the build step runs these beside Molecule, at the lowest priority)
+        out = prove_net.dns_paced([("127.0.0.1", server.port)], 200, 100, "a.lab", 3.0, 5)
     finally:
         server.stop()
     assert out["sent"] == 100 and out["answered"] == 100 and out["send_errors"] == 0
-    assert server.seen == 100 and 0.4 <= out["seconds"] < 3
+    # paced: the 100th query is due 0.495 s after the first
+    assert server.seen == 100 and 0.45 <= out["seconds"] < 5
 
 
 def test_dns_paced_counts_what_is_not_answered_and_stops_at_its_bound():
     server = DnsServer(answer_every=2)
     server.start()
     try:
-        out = prove_net.dns_paced([("127.0.0.1", server.port)], 100, 1000, "a.lab", 0.3, 0.5)
+        out = prove_net.dns_paced([("127.0.0.1", server.port)], 100, 1000, "a.lab", 2.0, 0.5)
     finally:
         server.stop()
-    # the bound (0.5 s) stops it long before 1000 queries at 100/s
-    assert 40 <= out["sent"] <= 60 and out["answered"] == out["sent"] // 2
-    assert out["seconds"] < 1.5
+    # the bound (0.5 s) stops it long before 1000 queries at 100/s: none is sent after it (due at most 0.5 s in: 51),
+    # however late a loaded machine runs the loop; every other one is not answered and waits out its 2 s
+    assert 10 <= out["sent"] <= 51 and server.seen == out["sent"] and out["answered"] == out["sent"] // 2
+    assert out["seconds"] < 0.5 + 2.0 + 1.0
 
 
 def test_hold_counts_established_and_reset():
@@ -296,7 +299,8 @@ def test_hold_is_bounded_by_its_timeout_when_the_host_does_not_answer():
     finally:
         listener.close()
     assert got["timeout"] >= 5 and got["established"] + got["timeout"] == 8, got
-    assert elapsed < 2, elapsed
+    # bounded: without its timeout a dropped SYN is retried for over a minute (a loaded machine's slack: 5 s)
+    assert elapsed < 5, elapsed
 
 
 def test_endpoint_of_a_url():
