@@ -242,6 +242,7 @@ def test_a_flood_that_keeps_the_kernel_busy_fires_system_cpu_above_user(client):
         # time out while the scrapes (over loopback) and the rule's evaluation go on: ALERTS holds what fired
         alerts = [{"labels": s["metric"], "value": "ALERTS"} for s in api(prom, "/api/v1/query", query=(
             'max_over_time(ALERTS{alertname="SystemCpuAboveUserCpu",alertstate="firing"}[%s])' % since))["result"]]
+
     def read(expr):
         try:
             return value(prom, expr)
@@ -380,9 +381,9 @@ def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_th
     def fixed_and_quiet():
         fixed = api(k3d_prometheus(), "/api/v1/query",
                     query='homelab_edge_k3d_lb_state{lb="k3d-lab2-serverlb",state="fixed"}')["result"]
+        names = {a["labels"]["alertname"] for a in firing(k3d_prometheus())}
         return (fixed and fixed[0]["value"][1] == "1"
-                and not any(firing(k3d_prometheus(), name) for name in
-                            ("K3dLoadBalancerConnectionsHigh", "K3dLoadBalancerNotFixed", "K3dKeeperMetricsStale")))
+                and not names & {"K3dLoadBalancerConnectionsHigh", "K3dLoadBalancerNotFixed", "K3dKeeperMetricsStale"})
     wait("k3d-lab2-serverlb fixed and its alerts quiet again", fixed_and_quiet, 60)
 
 
