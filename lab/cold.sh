@@ -4,9 +4,13 @@
 # cache, the engine's and containerd's data, the runtime wrapper and
 # /etc/docker/daemon.json - and the engine stopped; then, from a fresh clone
 # of this checkout's HEAD with a copy of ../shared beside it, `lab/lab.sh
-# setup` runs (or with --all `bash .ci/run`, as CI runs it), timed.
+# setup` runs (or with --all `bash .ci/run`, as CI runs it), timed. With
+# --plain the clone is a plain one, as a new user has it: nothing beside it
+# (no ../shared, no $HOMELAB_EDGE_UPSTREAM), so autoheal's and the socket
+# proxy's images cannot be had without a registry; the README's two commands
+# run, timed each: `make demo`, then `make test`.
 #
-#   lab/cold.sh [--all] [--dir DIR]      (DIR: where the clone goes, default /work/cold)
+#   lab/cold.sh [--all | --plain] [--dir DIR]      (DIR: where the clone goes, default /work/cold)
 #
 # What it cannot take away: Debian's packages already installed (a fresh
 # machine also fetches docker.io, debootstrap and the rest with apt-get: about
@@ -16,12 +20,13 @@
 # to start while a Molecule scenario or a `make test` runs on this machine.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-ALL=no DIR=/work/cold
+ALL=no PLAIN=no DIR=/work/cold
 while [ $# -gt 0 ]; do
   case "$1" in
     --all) ALL=yes ;;
+    --plain) PLAIN=yes ;;
     --dir) DIR=$2; shift ;;
-    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
   shift
 done
@@ -75,17 +80,25 @@ for p in "${AWAY[@]}"; do
 done
 rm -rf "$DIR" && mkdir -p "$DIR"
 git clone -q "$ROOT" "$DIR/main"
-cp -r "$SHARED" "$DIR/shared"
-log "cold run from $DIR/main ($(git -C "$DIR/main" log --oneline -1))"
-t0=$(date +%s)
+[ "$PLAIN" = yes ] || cp -r "$SHARED" "$DIR/shared"
+log "cold run from $DIR/main ($(git -C "$DIR/main" log --oneline -1))$([ "$PLAIN" = yes ] && echo ", a plain clone: nothing beside it")"
+timed() { # what, log, command...: runs it in the clone, says how long it took; its exit code
+  local what=$1 out=$2 t0 rc=0; shift 2
+  t0=$(date +%s)
+  (cd "$DIR/main" && unset HOMELAB_EDGE_SHARED HOMELAB_EDGE_UPSTREAM && "$@" </dev/null >"$out" 2>&1) || rc=$?
+  local took=$(( $(date +%s) - t0 ))
+  log "$what: exit $rc, $((took / 60)) min $((took % 60)) s (log: $out)"
+  return $rc
+}
 rc=0
-if [ "$ALL" = yes ]; then
-  (cd "$DIR/main" && CI=true bash .ci/run </dev/null >"$DIR/ci.log" 2>&1) || rc=$?
+if [ "$PLAIN" = yes ]; then
+  timed "make demo (cold, plain clone)" "$DIR/demo.log" make demo || rc=$?
+  [ $rc -ne 0 ] || timed "make test (after the demo, plain clone)" "$DIR/test.log" make test || rc=$?
+elif [ "$ALL" = yes ]; then
+  timed "bash .ci/run cold" "$DIR/ci.log" env CI=true bash .ci/run || rc=$?
 else
-  (cd "$DIR/main" && bash lab/lab.sh setup </dev/null >"$DIR/setup.log" 2>&1) || rc=$?
+  timed "lab/lab.sh setup cold" "$DIR/setup.log" bash lab/lab.sh setup || rc=$?
 fi
-took=$(( $(date +%s) - t0 ))
-log "$([ "$ALL" = yes ] && echo "bash .ci/run" || echo "lab/lab.sh setup") cold: exit $rc, $((took / 60)) min $((took % 60)) s (log in $DIR)"
 if [ $rc -ne 0 ]; then
   put_back
   exit $rc

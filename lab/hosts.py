@@ -14,7 +14,7 @@ own Docker engine act in its own network namespace and nowhere else.
 --ssh-port is where this machine reaches the host's sshd (on 127.0.0.1);
 --sshd-port the port sshd listens on inside the host (22 by default; many
 VPSes use another). --docker starts the host's own Docker engine; --load copies images from this
-engine into it (there is no registry). --nginx-conf is the host's own
+engine into it (there is no registry), but for an upstream image the lab left out (lab/upstream_images.py). --nginx-conf is the host's own
 nginx.conf (the VPS's stream proxy). --systemd boots the host with systemd as
 PID 1 (homelab-edge/host-systemd:lab: ssh.service, ufw.service; `docker
 restart` is its restart), and --ssh-socket then gives it Ubuntu's socket-
@@ -32,6 +32,9 @@ import os
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import upstream_images  # noqa: E402
 
 CACHE = os.environ.get("HOMELAB_EDGE_CACHE", "/var/cache/homelab-edge")
 KEY = os.path.join(CACHE, "ssh", "id_ed25519")
@@ -89,7 +92,10 @@ def wait(what, test, timeout=60):
 
 
 def load_images(name, images):
-    """Copy images into the host's own engine (shared layers go once)."""
+    """Copy images into the host's own engine (shared layers go once). An upstream image the lab left out
+    (lab/upstream_images.py: no source, no registry) is not copied; the parts that need it are not run."""
+    gone = set(upstream_images.image(n) for n in upstream_images.missing())
+    images = [i for i in images if i not in gone]
     save = subprocess.Popen(["docker", "save"] + list(images), stdout=subprocess.PIPE)
     sh("docker", "exec", "-i", name, "docker", "load", stdin=save.stdout)
     if save.wait():

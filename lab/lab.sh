@@ -521,9 +521,14 @@ build_base() {
 }
 
 # The two upstream programs of the NAS (autoheal, the socket proxy): their
-# published images where a registry answers, else their source (the pinned
-# commit's files, unchanged) from $HOMELAB_EDGE_UPSTREAM or ../shared/upstream
-# beside the checkout, built on the lab's Debian base. The log says which.
+# source (the pinned commit's files, unchanged) from $HOMELAB_EDGE_UPSTREAM or
+# ../shared/upstream beside the checkout, built on the lab's Debian base, else
+# their published images where a registry answers. The log says which. Where
+# neither can be had (a plain clone on a machine without a registry), the lab
+# goes on without that image: one line says what is missing, why and how to
+# provide it, and $UPSTREAM_MISSING/<name> keeps that line for the demo and the
+# tests, which leave out the parts that need it (lab/upstream_images.py).
+UPSTREAM_MISSING="$CACHE/upstream-missing"
 published_image() {
   case "$1" in
     docker-autoheal) echo "willfarrell/autoheal:1.2.0" ;;
@@ -544,7 +549,8 @@ upstream_repo() {
 }
 
 # upstream NAME DIR: fills the build context DIR with the upstream's files, or
-# with a Dockerfile FROM its published image.
+# with a Dockerfile FROM its published image; exit 3 (and the one line) when
+# neither can be had.
 upstream() {
   local name=$1 ctx=$2 ref d
   ref=$(published_image "$name")
@@ -562,11 +568,12 @@ upstream() {
     echo "$name $ref, published image" >>"$ctx/VERSIONS"
     return 0
   fi
-  log "$name: no source and no image. Its published image $ref could not be pulled (no registry answers), and"
-  log "  no copy of its source is at \$HOMELAB_EDGE_UPSTREAM/$name or $SHARED/upstream/$name."
-  log "  Put the files of $(upstream_repo "$name") at its $(upstream_pin "$name") there, or"
-  log "  load the image ($ref) into this engine, then run make again."
-  return 1
+  return 3
+}
+
+# missing_line LAB_IMAGE UPSTREAM: the one line for an upstream image the lab cannot have
+missing_line() {
+  printf '%s' "homelab-edge/$1:lab not built: $(published_image "$2") could not be pulled (no registry answers) and no copy of $(upstream_repo "$2") ($(upstream_pin "$2")) is at \$HOMELAB_EDGE_UPSTREAM/$2 or $SHARED/upstream/$2; provide one (a reachable registry, or HOMELAB_EDGE_UPSTREAM=DIR holding $2/) and run make setup again. The parts that need it are left out (not run) until then."
 }
 
 # extras NAME DIR: copy what an image needs from outside lab/images/NAME into
@@ -589,8 +596,8 @@ extras() {
       echo "docker-compose $("$2/docker-compose" version --short 2>&1)" >>"$2/VERSIONS" ;;
     # built FROM the host image: its ID is part of this image's hash
     host-systemd) echo "host image $(docker image inspect -f '{{.Id}}' homelab-edge/host:lab)" >>"$2/VERSIONS" ;;
-    autoheal) upstream docker-autoheal "$2" ;;
-    socket-proxy) upstream docker-socket-proxy "$2" ;;
+    autoheal) upstream docker-autoheal "$2" || return $? ;;
+    socket-proxy) upstream docker-socket-proxy "$2" || return $? ;;
   esac
   echo "base $(base_tag)" >>"$2/VERSIONS"
 }
@@ -600,6 +607,8 @@ extras() {
 # its whole build context and the base tag.
 LAB_IMAGES="k3d-proxy k3d-proxy-busybox k3d-server k3d-tools host host-systemd nas nas-v2 autoheal socket-proxy client monitor"
 image_dir() { case "$1" in nas-v2) echo nas ;; k3d-proxy-busybox) echo k3d-proxy ;; *) echo "$1" ;; esac; }
+# the lab images built from an upstream program (the upstream's folder name), which a machine may not have
+upstream_of() { case "$1" in autoheal) echo docker-autoheal ;; socket-proxy) echo docker-socket-proxy ;; esac; }
 
 cmd_images() {
   local base; base=$(build_base)
@@ -608,7 +617,21 @@ cmd_images() {
     local ctx h have
     ctx=$(mktemp -d)
     cp -r "$HERE/images/$(image_dir "$name")/." "$ctx"
-    extras "$name" "$ctx"
+    local rc=0; extras "$name" "$ctx" || rc=$?
+    if [ "$rc" -eq 3 ]; then
+      # an upstream image with neither source nor registry: an earlier build is kept, else left out (one line)
+      rm -rf "$ctx"
+      if image_exists "homelab-edge/$name:lab"; then
+        log "$name: no source and no registry now; keeping the earlier build of homelab-edge/$name:lab"
+        rm -f "$UPSTREAM_MISSING/$name"
+      else
+        mkdir -p "$UPSTREAM_MISSING"
+        missing_line "$name" "$(upstream_of "$name")" >"$UPSTREAM_MISSING/$name"
+        log "$(cat "$UPSTREAM_MISSING/$name")"
+      fi
+      continue
+    fi
+    [ "$rc" -eq 0 ] || { rm -rf "$ctx"; return "$rc"; }
     h=$( { echo "$base"; (cd "$ctx" && find . -type f | LC_ALL=C sort | xargs sha256sum); } | sha256sum | cut -c1-16)
     have=$(docker image inspect -f '{{ index .Config.Labels "homelab.edge.hash" }}' "homelab-edge/$name:lab" 2>/dev/null || true)
     if [ "$have" != "$h" ]; then
@@ -619,6 +642,7 @@ cmd_images() {
         >"$CACHE/build-$name.log" 2>&1 || { cat "$CACHE/build-$name.log" >&2; rm -rf "$ctx"; return 1; }
     fi
     rm -rf "$ctx"
+    rm -f "$UPSTREAM_MISSING/$name"
   done
   # earlier builds of lab images, now untagged
   docker image prune -f --filter "label=homelab.edge.hash" >/dev/null
@@ -638,7 +662,9 @@ cmd_versions() {
   done
   for name in $LAB_IMAGES; do
     img=$(docker image inspect -f '{{ index .Config.Labels "homelab.edge.versions" }}' "homelab-edge/$name:lab" 2>/dev/null || true)
-    if [ -n "$img" ]; then printf '%-18s %s\n' "$name" "$img"; else printf '%-18s FAILED: no versions label\n' "$name"; rc=1; fi
+    if [ -n "$img" ]; then printf '%-18s %s\n' "$name" "$img"
+    elif [ -f "$UPSTREAM_MISSING/$name" ]; then printf '%-18s not built (left out): %s\n' "$name" "$(cat "$UPSTREAM_MISSING/$name")"
+    else printf '%-18s FAILED: no versions label\n' "$name"; rc=1; fi
   done
   return $rc
 }

@@ -149,3 +149,50 @@ def test_the_claims_read_the_lab_inventory_and_can_be_seen():
     and what passes the VPS exceeds Traefik's amount (lab-nas sets 50)."""
     assert 0 < proof.AMOUNT < proof.VPS_LIMIT < proof.FLOOD_CONNECTIONS
     assert proof.DRAIN_WANT["net.ipv4.tcp_fin_timeout"] < 60  # below the kernel's default, or the row shows nothing
+
+
+NO_AUTOHEAL = {"autoheal": "no image: homelab-edge/autoheal:lab not built: ..."}
+
+
+def without_the_wedge(results):
+    """What the demo measures where autoheal cannot run: no wedge after the site (nothing would heal it)."""
+    out = copy.deepcopy(results)
+    for measure in ("served_again_s", "health"):
+        del out["nas"]["after"][measure]
+    return out
+
+
+def test_rows_whose_part_could_not_run_are_not_run_never_proved():
+    """A plain clone without autoheal's image (issue 49): its two rows are "not run" with the reason, every other
+    row is proved, nothing failed; the strict verdict (every row proved) still says no."""
+    results = without_the_wedge(GOOD)
+    rows = proof.verdicts(results, NO_AUTOHEAL)
+    assert proof.counts(rows) == {"proved": len(proof.CLAIMS) - 2, "not run": 2, "failed": 0}
+    assert sorted((r["part"], r["measure"]) for r in rows if r["not_run"]) == sorted(proof.NEEDS)
+    assert all(r["not_run"] == NO_AUTOHEAL["autoheal"] for r in rows if proof.outcome(r) == "not run")
+    assert not proof.proved(results)
+
+
+def test_the_same_rows_without_a_reason_fail():
+    """Rows missing their measures where the part could run: failed, not "not run"."""
+    rows = proof.verdicts(without_the_wedge(GOOD))
+    assert proof.counts(rows) == {"proved": len(proof.CLAIMS) - 2, "not run": 0, "failed": 2}
+    # a reason for a part no row needs excuses nothing
+    assert proof.counts(proof.verdicts(without_the_wedge(GOOD), {"k3d": "no image"}))["failed"] == 2
+
+
+@pytest.mark.parametrize("part, measure, value", [("k3d", "alerts", 3), ("edge", "answered_429", 0),
+                                                   ("nas", "drain", {"net.ipv4.tcp_fin_timeout": 60})])
+def test_a_broken_row_beside_rows_not_run_still_fails(part, measure, value):
+    results = without_the_wedge(GOOD)
+    results[part]["after"][measure] = value
+    assert proof.counts(proof.verdicts(results, NO_AUTOHEAL)) == {"proved": len(proof.CLAIMS) - 3, "not run": 2,
+                                                                   "failed": 1}
+
+
+def test_every_row_that_needs_a_part_names_one_the_lab_knows():
+    sys.path.insert(0, os.path.join(ROOT, "lab"))
+    import upstream_images
+    claimed = set((p, m) for p, m, label, b, a in proof.CLAIMS)
+    assert set(proof.NEEDS) <= claimed
+    assert set(proof.NEEDS.values()) <= set(upstream_images.NEEDED_BY)

@@ -22,6 +22,7 @@ import k3d_serverlb as lb  # noqa: E402
 import k3d_serverlb_container as lb_container  # noqa: E402
 import monitoring  # noqa: E402
 import probes  # noqa: E402
+import upstream_images  # noqa: E402
 
 INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
 VPS = testinfra.get_host("docker://lab-vps")
@@ -165,6 +166,7 @@ def wait_unhealthy(name, seconds=60):
     raise AssertionError("%s never turned unhealthy" % name)
 
 
+@upstream_images.needs("autoheal")
 def test_traefik_wedged_and_autoheal_not_running(client):
     with injected(NAS, "docker stop autoheal && docker kill -s STOP traefik",
                   "docker kill -s CONT traefik; docker start autoheal"):
@@ -175,6 +177,7 @@ def test_traefik_wedged_and_autoheal_not_running(client):
     assert "one cause: traefik is wedged and nothing restarts it" in names(found)
 
 
+@upstream_images.needs("autoheal")
 def test_autoheal_behind_a_proxy_that_refuses_restarts(client):
     refusing = ("docker rm -f autoheal-socket-proxy && docker run -d --name autoheal-socket-proxy "
                 "--network homelab-edge-autoheal_proxy --network-alias socket-proxy -e CONTAINERS=1 "

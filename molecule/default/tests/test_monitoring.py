@@ -28,6 +28,7 @@ import k3d_serverlb as lb  # noqa: E402
 import monitoring  # noqa: E402
 import probes  # noqa: E402
 import svgplot  # noqa: E402
+import upstream_images  # noqa: E402
 
 INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
 FAULTS = {}  # fault: (start, end), seconds since the epoch: the picture's time ranges
@@ -496,6 +497,7 @@ def test_traefik_not_scraped_fires_when_its_job_has_no_target():
     wait("TraefikNotScraped quiet again", lambda: not firing(nas_prometheus(), "TraefikNotScraped"), 60)
 
 
+@upstream_images.needs("autoheal")
 def test_a_wedge_fires_traefik_down_and_the_edge_symptoms_and_autoheal_tells_the_receiver(client):
     for net in NAS.check_output("docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "
                                 "autoheal").split():
@@ -563,6 +565,7 @@ def series(prom, expr, window, legend):
     return dict((legend(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in got)
 
 
+@upstream_images.needs("autoheal")
 def test_the_picture_of_both_faults_is_drawn_from_the_labs_prometheus():
     """The README's picture (docs/images/monitoring-faults.svg is a copy of tests/output/monitoring-faults.svg):
     the probes, Traefik's scrape and the UDP sessions against the budget, with each alert's firing time shaded,

@@ -17,6 +17,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.dirname(__file__)]
 import adhoc  # noqa: E402
 import test_nas as base  # noqa: E402
+import upstream_images  # noqa: E402
 
 NAS = testinfra.get_host("docker://nas-lab")
 INVENTORY = adhoc.molecule_inventory()
@@ -53,7 +54,10 @@ def test_the_fixed_nas_proves_its_limit_and_drain_values_and_leaves_nothing():
     assert inflight["status"] == "proved" and inflight["measured"] == "400 answered 200, 10 answered 429", inflight
     assert got["drain values"]["status"] == "proved", got["drain values"]
     assert got["drain values"]["measured"] == "tcp_fin_timeout=15 tcp_abort_on_overflow=1"
-    assert got["autoheal on a wedge"]["status"] == "skipped" and "opt-in" in got["autoheal on a wedge"]["reasons"][0]
+    if upstream_images.reason("autoheal") is None:
+        assert got["autoheal on a wedge"]["status"] == "skipped" and "opt-in" in got["autoheal on a wedge"]["reasons"][0]
+    else:  # the lab has no autoheal image: its part is skipped by tag, its row left out
+        assert "autoheal on a wedge" not in got, got
     assert left_behind() == ("", "", False)
     adhoc.record("nas", "prove_inflight", measured=inflight["measured"].replace(" ", "_"))
 
@@ -87,6 +91,7 @@ def test_with_the_limit_lifted_no_429_comes_and_the_proof_fails():
     assert NAS.file(MIDDLEWARE).content_string == original
 
 
+@upstream_images.needs("autoheal")
 def test_the_opt_in_wedge_is_healed_by_autoheal_and_timed():
     assert base.wait_health("traefik-a", "healthy", 30) is not None
     rc, out, report = prove({"autoheal_prove_wedge": True})
@@ -96,6 +101,7 @@ def test_the_opt_in_wedge_is_healed_by_autoheal_and_timed():
     adhoc.record("nas", "prove_wedge", measured=wedge["measured"].replace(" ", "_"))
 
 
+@upstream_images.needs("autoheal")
 def test_with_autoheal_frozen_the_wedge_is_not_healed_and_traefik_is_resumed():
     NAS.check_output("docker pause autoheal")
     try:
@@ -112,6 +118,7 @@ def test_with_autoheal_frozen_the_wedge_is_not_healed_and_traefik_is_resumed():
     assert served == 200
 
 
+@upstream_images.needs("autoheal")
 def test_a_wedge_autoheal_could_not_see_is_refused_before_it_is_made():
     NAS.check_output("docker stop autoheal")
     try:

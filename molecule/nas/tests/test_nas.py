@@ -20,6 +20,7 @@ sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"
 import adhoc  # noqa: E402
 import hosts  # noqa: E402
 import probes  # noqa: E402
+import upstream_images  # noqa: E402
 
 USER = os.path.join(ROOT, "lab", "user-configs", "nas")
 NAS = testinfra.get_host("docker://nas-lab")
@@ -434,6 +435,7 @@ def wedge_and_heal(container, port, seconds=90):
             "restarted_by_autoheal": "Container /%s" % container in log and "found to be unhealthy" in log}
 
 
+@upstream_images.needs("autoheal")
 def test_autoheal_heals_a_wedged_traefik_through_the_socket_proxy():
     assert wait_health("traefik-a", "healthy", 30) is not None
     figures = wedge_and_heal("traefik-a", 443)
@@ -450,6 +452,7 @@ def proxy(method, path):
                             "-X %s http://socket-proxy:2375%s" % (net, method, path))
 
 
+@upstream_images.needs("autoheal")
 def test_the_socket_proxy_allows_listing_and_restarting_only():
     assert proxy("GET", "/containers/json") == "200"
     assert proxy("GET", "/v1.41/containers/json?filters=%7B%7D") == "200"
@@ -462,6 +465,7 @@ def test_the_socket_proxy_allows_listing_and_restarting_only():
         assert proxy(method, path) == "403", (method, path)
 
 
+@upstream_images.needs("autoheal")
 def test_upstreams_own_policy_refuses_the_restart_autoheal_needs():
     """The net, removed: Tecnativa's v0.3.0 haproxy.cfg with POST=0 refuses
     POST /containers/<id>/restart even with ALLOW_RESTARTS=1."""
@@ -478,6 +482,7 @@ def test_upstreams_own_policy_refuses_the_restart_autoheal_needs():
         inner("rm", "-f", "stock-proxy")
 
 
+@upstream_images.needs("autoheal")
 def test_autoheal_on_the_raw_socket_heals_the_wedge_too():
     out = adhoc.playbook(INVENTORY, "- hosts: nas-a\n  gather_facts: false\n  become: true\n"
                                     "  roles: [homelab.edge.autoheal]\n", "-e", '{"autoheal_socket_proxy": false}')
@@ -493,6 +498,7 @@ def test_autoheal_on_the_raw_socket_heals_the_wedge_too():
         assert out.returncode == 0
 
 
+@upstream_images.needs("autoheal")
 def test_a_watched_container_autoheal_cannot_heal_is_reported():
     inner("run", "-d", "--name", "nohealth", "--label", "autoheal=true", "homelab-edge/client:lab", "sleep", "infinity")
     inner("run", "-d", "--name", "alwayshealthy", "--label", "autoheal=true", "--health-cmd", "'curl -s x || true'",
@@ -577,6 +583,7 @@ def test_absent_puts_back_every_file_as_they_wrote_it_and_traefik_runs_on_them(h
     assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[1], text(again)[-2000:]
 
 
+@upstream_images.needs("autoheal")
 def test_autoheal_absent_removes_it_and_what_the_role_wrote_only():
     out = adhoc.playbook(INVENTORY, "- hosts: nas-a\n  gather_facts: false\n  become: true\n"
                                     "  roles: [homelab.edge.autoheal]\n", "-e", "autoheal_state=absent")
