@@ -120,7 +120,7 @@ def test_everything_is_fixed_in_the_status_table():
     for what in STATUS_ROWS:
         assert what in table
     # (the lab's autoheal row: "running behind the socket proxy, watching traefik"; Traefik's health row names the label)
-    assert ("running behind the socket proxy" in table) == (upstream_images.reason("autoheal") is None), table
+    assert ("behind the socket proxy" in table) == (upstream_images.reason("autoheal") is None), table
 
 
 def test_traefik_sees_each_client_with_its_own_address():
