@@ -277,6 +277,26 @@ MUTATIONS = {
         '    if reset < plan["extra"]:',
         '    if reset < 0:',
         UNIT + "test_prove.py::test_connlimit_verdict"),
+    "prove: a lower limit stacked under ours still proves the connlimit (no lower bound)": (
+        "plugins/module_utils/prove.py",
+        '    elif est < plan.get("at_least", connlimit_floor(plan["limit"])):',
+        '    elif est < 0:',
+        UNIT + "test_prove.py::test_connlimit_verdict"),
+    "ufw_connlimit takes over a user's limit of any shape (no refusal)": (
+        "plugins/module_utils/ufw_connlimit.py",
+        '    return bool(m and m.group("chain") == FAMILIES[family]["chain"]',
+        '    return bool(True or m and m.group("chain") == FAMILIES[family]["chain"]',
+        UNIT + "test_ufw_connlimit.py::test_only_the_seeds_shape_is_replaced"),
+    "ufw_connlimit's read-back counts every live limit as its own (a stacked one passes)": (
+        "plugins/module_utils/ufw_connlimit.py",
+        '                      "ours": limit["ours"] or limit["chain"] == DOCKER_CHAIN})',
+        '                      "ours": True})',
+        UNIT + "test_ufw_connlimit.py::test_every_live_limit_is_kept_and_the_smallest_is_the_effective_one"),
+    "ufw_connlimit stacks its block under the seed's lines (they are not moved)": (
+        "plugins/module_utils/ufw_connlimit.py",
+        '    rest, removed = replace_seed_lines(text, found)',
+        '    rest, removed = text, []',
+        UNIT + "test_ufw_connlimit.py::test_the_seeds_lines_are_replaced_kept_in_the_block_and_put_back"),
     "prove: no 429 still proves the in-flight limit": (
         "plugins/module_utils/prove.py",
         '    if limited < plan["extra"]:',

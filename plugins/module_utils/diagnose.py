@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
+from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
 from ansible_collections.homelab.edge.plugins.module_utils.traefik_inflight import bound_text, is_blind
 
 # What the drain values are held to when the play does not say (no tcp_drain
@@ -25,7 +26,7 @@ CODES = (
     "k3d_dns_not_answering", "k3d_files_below_connections", "k3d_fix_incomplete",
     "drain_slow", "host_kernel_busy",
     "vps_rules_unreadable", "vps_rules_differ", "vps_address_floods", "vps_docker_port_unlimited",
-    "vps_docker_nftables", "way_in_blocked", "way_in_revert_pending", "way_in_revert_missed",
+    "vps_docker_nftables", "vps_user_limit", "way_in_blocked", "way_in_revert_pending", "way_in_revert_missed",
     "way_in_revert_stalled",
     "nas_client_bound_high", "nas_unhealthy", "nas_autoheal_cannot_restart", "nas_rate_limited", "nas_errors_5xx",
     "nas_limit_blind",
@@ -131,13 +132,36 @@ def drain(host, where, values, want=None):
                     "run the tcp_drain tag", where, code="drain_slow")]
 
 
+def user_limit(host, ufw, limit, ports):
+    """A limit on a managed port that is not the module's (ufw_connlimit's other_limits, read back live or named
+    in its refusal): the smallest per port holds, so ours may not be the limit in force."""
+    others = ufw.get("other_limits") or []
+    if not others:
+        return []
+    hit = sorted(set(p for o in others for p in o.get("ports") or []))
+    eff = ufw.get("effective") or {}
+    words = ", ".join("%s: %s" % (p, eff[str(p)]) for p in sorted(hit) if str(p) in eff) or "unknown"
+    seed = bool(ufw.get("replaced")) and not any("path" in o for o in others)  # nothing refused
+    return [finding(host, "a connection limit that is not homelab.edge's also limits port %s"
+                    % ",".join(map(str, hit)),
+                    "%s; the limit in force per port: %s (asked %d)"
+                    % ("; ".join(uc.describe(o) for o in others), words, limit),
+                    "a limit applied by hand (seed 001's snippet, a guide) or by another tool",
+                    "run the vps tag: it takes over seed 001's snippet" if seed else
+                    "remove it where it is loaded (the file and line, or the chain, above), or leave the port out "
+                    "of vps_connlimit_ports; seed 001's own rule shape is taken over by the vps tag", "firewall",
+                    code="vps_user_limit")]
+
+
 def vps(host, ufw, sig, limit, ports):
     out = []
     if ufw is not None:
         live = sorted((ufw.get("live") or {}).get("ipv4") or [])
+        out += user_limit(host, ufw, limit, ports)
         if ufw.get("failed"):
-            out.append(finding(host, "the connlimit rules cannot be read", ufw.get("msg", ""), "see the message",
-                               "run the vps tag", "firewall", code="vps_rules_unreadable"))
+            if not ufw.get("other_limits"):
+                out.append(finding(host, "the connlimit rules cannot be read", ufw.get("msg", ""), "see the message",
+                                   "run the vps tag", "firewall", code="vps_rules_unreadable"))
         elif ufw.get("changed") or live != sorted(ports):
             out.append(finding(host, "the connlimit rules are not what the inventory asks",
                                "live IPv4 %s, asked %s%s" % (

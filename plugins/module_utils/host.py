@@ -83,6 +83,24 @@ def write_record(module, path, record):
                new_mode=0o600)
 
 
+def firewall_lock(module, state_dir):
+    """The firewall's one lock (the file revert.sh flocks), taken exclusive and held until the module exits: one
+    arm, change or revert at a time. Waits ufw_revert.CHANGE_LOCK_WAIT seconds at most, then fails; returns the fd."""
+    from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
+    lock = os.path.join(state_dir, ur.LOCK)
+    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    deadline = time.time() + ur.CHANGE_LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except (IOError, OSError):
+            if time.time() > deadline:
+                module.fail_json(msg="the firewall lock (%s) is held by another run or a revert for more than %d s: "
+                                     "see %s/*/revert.log; nothing was changed" % (lock, ur.CHANGE_LOCK_WAIT, state_dir))
+            time.sleep(0.2)
+
+
 def hold_revert(module, state_dir, rid):
     """The change modules' side of commit-confirmed: take the lock revert.sh takes (flock, held until the
     module exits), then refuse unless revert `rid` is armed with time to go (ufw_revert.armed_problem).
@@ -90,18 +108,7 @@ def hold_revert(module, state_dir, rid):
     from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
     if not os.path.isdir(state_dir):
         module.fail_json(msg="no revert with id %s: %s does not exist; nothing was changed" % (rid, state_dir))
-    fd = os.open(os.path.join(state_dir, ur.LOCK), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    deadline = time.time() + ur.CHANGE_LOCK_WAIT
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except (IOError, OSError):
-            if time.time() > deadline:
-                lock = os.path.join(state_dir, ur.LOCK)
-                module.fail_json(msg="the firewall lock (%s) is held by a revert for more than %d s: see %s/*/revert.log;"
-                                     " nothing was changed" % (lock, ur.CHANGE_LOCK_WAIT, state_dir))
-            time.sleep(0.2)
+    fd = firewall_lock(module, state_dir)
     d = os.path.join(state_dir, rid)
     meta = read_text(os.path.join(d, "meta.json"))
     problem = ur.armed_problem(rid, os.listdir(d) if os.path.isdir(d) else [], json.loads(meta) if meta else None,

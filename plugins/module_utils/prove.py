@@ -121,16 +121,28 @@ def connlimit_plan(limit, extra, hold_s, timeout):
     _between("the hold time", hold_s, 0, CONNLIMIT_MAX_HOLD_S)
     _between("the connect timeout", timeout, 0.1, MAX_TIMEOUT_S)
     return {"connections": limit + extra, "limit": limit, "extra": extra, "hold_s": hold_s, "timeout_s": timeout,
-            "bound_s": round(timeout + hold_s + timeout + 5, 1)}
+            "at_least": connlimit_floor(limit), "bound_s": round(timeout + hold_s + timeout + 5, 1)}
+
+
+def connlimit_floor(limit):
+    """The fewest established connections that still show `limit` is the limit in force: other connections of
+    this address (its SSH session, a monitor) may hold a few slots - max(5, limit / 10) of them. Fewer means a
+    lower limit holds (another rule stacked under ours)."""
+    return max(0, limit - max(5, limit // 10))
 
 
 def connlimit_verdict(plan, counts):
-    """(status, reasons) of one port: at most `limit` connections stay
-    established and at least `extra` are reset, none left unanswered."""
+    """(status, reasons) of one port: about `limit` connections stay
+    established - at most `limit`, at least plan["at_least"] - and at least
+    `extra` are reset, none left unanswered."""
     why = []
     est, reset = counts["established"], counts["reset"]
     if est > plan["limit"]:
         why.append("%d established, %d reset: more than the limit of %d stayed open" % (est, reset, plan["limit"]))
+    elif est < plan.get("at_least", connlimit_floor(plan["limit"])):
+        why.append("%d established, %d reset: fewer than %d, so a lower limit than %d holds on this port (another "
+                   "rule limits it too)" % (est, reset, plan.get("at_least", connlimit_floor(plan["limit"])),
+                                            plan["limit"]))
     if reset < plan["extra"]:
         why.append("%d reset of the %d over the limit" % (reset, plan["extra"]))
     if counts["timeout"]:

@@ -26,6 +26,12 @@ import re
 BEGIN = "# BEGIN homelab.edge.ufw_connlimit (managed by Ansible; edit the inventory, not this block)"
 END = "# END homelab.edge.ufw_connlimit"
 COMMIT_COMMENT = "# don't delete the 'COMMIT' line"
+# the comment every rule of the module carries (iptables' comment match)
+TAG = "homelab.edge.ufw_connlimit"
+# a line of the user's that the managed block replaced, kept inside the block
+KEPT = "#<| "
+# the comment seed 001's snippet puts above its rules
+SEED_COMMENT = re.compile(r"^#\s*simultaneous connection limit", re.I)
 DOCKER_CHAIN = "homelab-edge-docker"
 HOOK = "homelab-edge.init"
 AFTER_INIT = "after.init"
@@ -36,9 +42,9 @@ _STOCK_AFTER_INIT = ['set -e', 'case "$1" in', 'start)', ';;', 'stop)', ';;', 's
 
 FAMILIES = {
     4: {"chain": "ufw-before-input", "mask": 32, "file": "before.rules", "docker_file": "homelab-edge-docker.rules",
-        "restore": "iptables-restore", "save": "iptables"},
+        "restore": "iptables-restore", "save": "iptables", "others": ("after.rules", "user.rules")},
     6: {"chain": "ufw6-before-input", "mask": 128, "file": "before6.rules", "docker_file": "homelab-edge-docker6.rules",
-        "restore": "ip6tables-restore", "save": "ip6tables"},
+        "restore": "ip6tables-restore", "save": "ip6tables", "others": ("after6.rules", "user6.rules")},
 }
 
 
@@ -62,19 +68,24 @@ def validate(ports, limit):
 
 def rule(chain, port, limit, mask, docker=False):
     """One iptables-restore line. INPUT rules match the local port; DOCKER-USER
-    rules match the original destination port (before Docker's DNAT)."""
+    rules match the original destination port (before Docker's DNAT). Each
+    carries the module's comment, which is how the live read-back tells the
+    module's rules from anyone else's."""
     if docker:
         match = "-p tcp -m conntrack --ctstate NEW --ctorigdstport %d" % port
     else:
         match = "-p tcp --dport %d -m conntrack --ctstate NEW" % port
-    return ("-A %s %s -m connlimit --connlimit-above %d --connlimit-mask %d "
-            "-j REJECT --reject-with tcp-reset" % (chain, match, limit, mask))
+    return ("-A %s %s -m connlimit --connlimit-above %d --connlimit-mask %d -m comment --comment %s "
+            "-j REJECT --reject-with tcp-reset" % (chain, match, limit, mask, TAG))
 
 
-def render_block(family, ports, limit):
-    """The marked block of before.rules for ports the host serves itself."""
+def render_block(family, ports, limit, kept=()):
+    """The marked block of before.rules for ports the host serves itself;
+    `kept`: the user's lines the block replaced, kept inside it as comments
+    (KEPT prefix) until state=absent puts them back."""
     f = FAMILIES[family]
-    return [BEGIN] + [rule(f["chain"], port, limit, f["mask"]) for port in ports] + [END]
+    return ([BEGIN] + [KEPT + ln for ln in kept] + [rule(f["chain"], port, limit, f["mask"]) for port in ports]
+            + [END])
 
 
 def docker_chain_rules(family, ports, limit):
@@ -170,8 +181,25 @@ def _filter_bounds(lines):
     raise RulesError("the *filter section has no COMMIT line")
 
 
+def _block_span(lines):
+    """(begin, end) line indexes of the managed block, or None."""
+    begins = [i for i, ln in enumerate(lines) if ln.strip() == BEGIN]
+    ends = [i for i, ln in enumerate(lines) if ln.strip() == END]
+    if len(begins) != len(ends) or len(begins) > 1 or (begins and begins[0] > ends[0]):
+        raise RulesError("the managed block's markers are damaged (%d begin, %d end)" % (len(begins), len(ends)))
+    return (begins[0], ends[0]) if begins else None
+
+
+def kept_lines(text):
+    """The user's lines the managed block of `text` keeps (KEPT lines), in order."""
+    lines = text.split("\r\n" if "\r\n" in text else "\n")
+    span = _block_span(lines)
+    return [ln[len(KEPT):] for ln in lines[span[0] + 1:span[1]] if ln.startswith(KEPT)] if span else []
+
+
 def apply_block(text, block, present=True):
-    """Return the file with the managed block placed (or removed).
+    """Return the file with the managed block placed (or removed; the user's
+    lines it kept go back in its place).
 
     `block` is a list of lines from render_block. Raises RulesError when the
     file has no *filter/COMMIT, or when connlimit rules or the managed block
@@ -187,16 +215,18 @@ def apply_block(text, block, present=True):
     if stray:
         raise RulesError("a connlimit rule stands after the *filter COMMIT line (line %d): ufw cannot load "
                          "that file; move or delete it first" % (stray[0] + 1))
-    begins = [i for i, ln in enumerate(lines) if ln.strip() == BEGIN]
-    ends = [i for i, ln in enumerate(lines) if ln.strip() == END]
-    if len(begins) != len(ends) or len(begins) > 1:
-        raise RulesError("the managed block's markers are damaged (%d begin, %d end)" % (len(begins), len(ends)))
-    if begins:
-        b, e = begins[0], ends[0]
+    span = _block_span(lines)
+    kept = []
+    if span:
+        b, e = span
         if not start < b < e < commit:
             raise RulesError("the managed block is not inside the *filter section before COMMIT")
+        kept = [ln[len(KEPT):] for ln in lines[b + 1:e] if ln.startswith(KEPT)]
         del lines[b:e + 1]
         commit -= e + 1 - b
+        if not present:
+            # the user's lines the block replaced go back where the block stood
+            lines[b:b] = kept
     if present:
         at = commit
         # keep ufw's "don't delete the 'COMMIT' line" comment next to COMMIT
@@ -204,6 +234,214 @@ def apply_block(text, block, present=True):
             at -= 1
         lines[at:at] = list(block)
     return nl.join(lines)
+
+
+# ------------------------------------------------------------ other limits
+# What else limits connections on a managed port: the user's own rules (seed
+# 001's snippet among them) in ufw's files, in chains others load, or native
+# nft rules. The module adopts none of them silently: the seed's shape is
+# replaced by the block (kept inside it), anything else is refused.
+
+_PORT_OPTS = re.compile(r"(!\s+)?(?:--dports?|--destination-ports?|--ctorigdstport|--ctorigdst-port)\s+(!\s+)?(\S+)")
+
+
+def _ports(spec):
+    """'443', '80,443', '8000:8100' -> a list of (low, high)."""
+    out = []
+    for part in spec.split(","):
+        low, dummy, high = part.partition(":")
+        if not low.isdigit() or (high and not high.isdigit()):
+            return None
+        out.append((int(low), int(high or low)))
+    return out
+
+
+def parse_limit(line):
+    """A rule that limits connections (connlimit or hashlimit), from an
+    iptables-restore file or `iptables -S`: dict(chain, kind, ranges, above,
+    mask, daddr, target, reset, ours, rule), or None. `ranges` None: every
+    port (no port match); a negated port match counts as every port too."""
+    s = line.strip()
+    words = s.split()
+    if len(words) < 2 or words[0] not in ("-A", "-I") or not re.search(r"\b(connlimit|hashlimit)\b", s):
+        return None
+    proto = re.search(r"(?:-p|--protocol)\s+(!\s+)?(\S+)", s)
+    if proto and not proto.group(1) and proto.group(2).lower() not in ("tcp", "6", "all"):
+        return None  # a UDP (or other) limit: not on a TCP port
+    ranges = None
+    m = _PORT_OPTS.search(s)
+    if m and not (m.group(1) or m.group(2)):
+        ranges = _ports(m.group(3))
+    above = re.search(r"--connlimit-(above|upto)\s+(\d+)", s)
+    mask = re.search(r"--connlimit-mask\s+(\d+)", s)
+    target = re.search(r"(?:-j|--jump)\s+(\S+)", s)
+    return {"chain": words[1], "kind": "connlimit" if "connlimit" in s else "hashlimit", "ranges": ranges,
+            "above": int(above.group(2)) if above and above.group(1) == "above" else None,
+            "mask": int(mask.group(1)) if mask else None, "daddr": "--connlimit-daddr" in s,
+            "target": target.group(1) if target else None, "reset": "tcp-reset" in s, "ours": TAG in s,
+            "rule": s}
+
+
+def covered(limit, ports):
+    """The ports of `ports` a parsed limit applies to."""
+    if limit["ranges"] is None:
+        return sorted(ports)
+    return sorted(p for p in ports if any(lo <= p <= hi for lo, hi in limit["ranges"]))
+
+
+# the tokens of seed 001's snippet and of rules of the same shape (one port, a per-address limit that refuses)
+_SEED_SHAPE = re.compile(
+    r"^-A (?P<chain>\S+) -p tcp(?: -m tcp)? --dport (?P<port>\d+)"
+    r"(?: -m (?:conntrack --ctstate|state --state) NEW)?"
+    r" -m connlimit --connlimit-above (?P<above>\d+)(?: --connlimit-mask (?P<mask>\d+))?(?: --connlimit-saddr)?"
+    r" -j (?:REJECT(?: --reject-with tcp-reset)?|DROP)$")
+
+
+def seed_shaped(rule_text, family):
+    """True for seed 001's rule and rules of its shape: in ufw's before-input chain of the family, one TCP port,
+    a per-address connlimit (the family's mask or none), refused with REJECT or DROP - and nothing else."""
+    m = _SEED_SHAPE.match(" ".join(rule_text.split()))
+    return bool(m and m.group("chain") == FAMILIES[family]["chain"]
+                and (m.group("mask") is None or int(m.group("mask")) == FAMILIES[family]["mask"]))
+
+
+def file_limits(text, ports, family=None):
+    """The limits on `ports` in a rules file, outside the managed block: a list of dict(line (1-based), rule,
+    ports, seed). `seed` is True for a line the block may replace: seed-shaped for `family` (None: none are,
+    the file is not the family's before.rules) and inside the *filter section before its COMMIT."""
+    lines = text.split("\r\n" if "\r\n" in text else "\n")
+    span = _block_span(lines)
+    try:
+        start, commit = _filter_bounds(lines)
+    except RulesError:
+        start = commit = None
+    found = []
+    for i, ln in enumerate(lines):
+        if span and span[0] <= i <= span[1]:
+            continue
+        limit = parse_limit(ln)
+        if not limit or not covered(limit, ports):
+            continue
+        seed = (family is not None and start is not None and start < i < commit and seed_shaped(ln, family))
+        found.append({"line": i + 1, "rule": ln.strip(), "ports": covered(limit, ports), "seed": bool(seed)})
+    return found
+
+
+def replace_seed_lines(text, found):
+    """(text without the seed-shaped lines of `found`, the lines removed): a comment line right above such a line
+    that names it (the seed's `# Simultaneous connection limit per IP`) goes with it."""
+    nl = "\r\n" if "\r\n" in text else "\n"
+    lines = text.split(nl)
+    drop = set()
+    for f in found:
+        if not f["seed"]:
+            continue
+        i = f["line"] - 1
+        drop.add(i)
+        if i > 0 and SEED_COMMENT.match(lines[i - 1].strip()):
+            drop.add(i - 1)
+    removed = [lines[i] for i in sorted(drop)]
+    return nl.join(ln for i, ln in enumerate(lines) if i not in drop), removed
+
+
+def plan_before_rules(text, family, ports, limit, present=True, managed=None):
+    """before.rules (before6.rules) as the module leaves it: dict(text, replaced, refused).
+
+    present: the block limits `ports`; the seed's lines (and rules of its shape) on any `managed` port (default:
+    `ports`; the ports Docker publishes too, whose limit lives elsewhere) move into the block as KEPT lines; any
+    other limit on them is refused (`refused` lists them; `text` is then the old text).
+    absent: the block goes and the lines it kept come back in its place."""
+    if not present:
+        return {"text": apply_block(text, [], False), "replaced": [], "refused": []}
+    found = file_limits(text, ports if managed is None else managed, family)
+    refused = [f for f in found if not f["seed"]]
+    if refused:
+        return {"text": text, "replaced": [], "refused": refused}
+    rest, removed = replace_seed_lines(text, found)
+    block = render_block(family, ports, limit, kept_lines(text) + removed)
+    return {"text": apply_block(rest, block), "replaced": [f for f in found if f["seed"]], "refused": []}
+
+
+def live_limits(save_output, ports):
+    """Every live limit on `ports` from `iptables -S` (all chains): a list of dict(chain, rule, ports, above, ours),
+    `above` the per-address count it allows (None when it is not a per-address connlimit that refuses)."""
+    found = []
+    for line in save_output.splitlines():
+        limit = parse_limit(line)
+        if not limit or not covered(limit, ports):
+            continue
+        per_address = (limit["kind"] == "connlimit" and not limit["daddr"]
+                       and limit["target"] in ("REJECT", "DROP") and limit["mask"] in (None, 32, 128))
+        found.append({"chain": limit["chain"], "rule": limit["rule"], "ports": covered(limit, ports),
+                      "above": limit["above"] if per_address else None,
+                      "ours": limit["ours"] or limit["chain"] == DOCKER_CHAIN})
+    return found
+
+
+_NFT_COUNT = re.compile(r"ct count (?:over )?(\d+)")
+_NFT_DPORT = re.compile(r"(?:tcp|th) dport (?:\{([^}]*)\}|(\d+(?:-\d+)?))|ct original proto-dst (\d+)")
+
+
+def nft_limits(ruleset, ports):
+    """Native nft limits on `ports` (`ct count`, in any table; iptables-nft's `xt match` rules are read with
+    iptables instead): a list of dict(chain ('family table chain'), rule, ports, above, ours)."""
+    found = []
+    where = None
+    table = None
+    for line in ruleset.splitlines():
+        s = line.strip()
+        m = re.match(r"table (\S+) (\S+) \{", s)
+        if m:
+            table, where = (m.group(1), m.group(2)), None
+            continue
+        m = re.match(r"chain (\S+) \{", s)
+        if m:
+            where = m.group(1).strip('"')
+            continue
+        count = _NFT_COUNT.search(s)
+        if not count or table is None or where is None:
+            continue
+        d = _NFT_DPORT.search(s)
+        if d is None:
+            hit = sorted(ports)
+        else:
+            spec = (d.group(1) or d.group(2) or d.group(3)).replace(" ", "").replace("-", ":")
+            ranges = _ports(spec) or []
+            hit = sorted(p for p in ports if any(lo <= p <= hi for lo, hi in ranges))
+        if not hit:
+            continue
+        refuses = "over" in s and ("reject" in s or "drop" in s)
+        found.append({"chain": "%s %s %s" % (table[0], table[1], where), "rule": s, "ports": hit,
+                      "above": int(count.group(1)) if refuses else None,
+                      "ours": table[1] == DOCKER_NFT_TABLE})
+    return found
+
+
+def describe(limit):
+    """One of the user's limits in plain words: where it is and the rule."""
+    if "path" in limit:
+        return "%s line %d: %s" % (limit["path"], limit["line"], limit["rule"])
+    if limit.get("source") == "nft":
+        return "live in nft chain %s: %s" % (limit["chain"], limit["rule"])
+    return "live in the %s chain %s: %s" % (limit.get("family", "ipv4"), limit["chain"], limit["rule"])
+
+
+def effective_words(found, ports):
+    """'443: 100, 80: 200' - the smallest per-address limit live on each port, or 'none'."""
+    eff = effective_limits(found, ports)
+    return ", ".join("%d: %d" % (p, eff[p]) for p in sorted(eff)) or "none"
+
+
+def effective_limits(found, ports):
+    """{port: the smallest per-address limit live on it} (ports with none are left out)."""
+    out = {}
+    for f in found:
+        if f["above"] is None:
+            continue
+        for p in f["ports"]:
+            if p in ports:
+                out[p] = min(out.get(p, f["above"]), f["above"])
+    return out
 
 
 # ------------------------------------------------------------ live ruleset

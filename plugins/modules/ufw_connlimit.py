@@ -32,6 +32,18 @@ description:
     legacy ones; C(DOCKER-USER) and the module's chain with C(iptables -S)). If the reload fails, the
     previous files are put back and ufw is reloaded with them; if that fails too, the ruleset that was
     live before is restored with C(iptables-restore). Rules that are not live fail the task.
+  - What already limits a listed port is found first - connlimit and hashlimit rules anywhere ufw loads them
+    (C(before.rules), C(after.rules), C(user.rules) and their IPv6 twins), live in any iptables chain (C(DOCKER-USER)
+    included), and native nft C(ct count) rules in any table - and is taken over or refused, never stacked under.
+    Seed 001's hand-applied snippet and rules of its exact shape in C(before.rules) (C(-A ufw-before-input -p tcp
+    --dport PORT -m connlimit --connlimit-above N -j REJECT --reject-with tcp-reset), a C(conntrack NEW) match, a
+    C(--connlimit-mask 32) or a C(DROP) allowed) are moved into the managed block as comment lines marked C(#<|)
+    (with the seed's comment line above them), so one limit per port is live; C(--diff) shows the move, a warning
+    names each line, and O(state=absent) puts them back where the block stood. Any other limit on a listed port is
+    refused before anything is written, with its file and line (or chain) and the limit in force.
+  - Every rule the module writes carries the comment C(homelab.edge.ufw_connlimit); that is how the read-back tells
+    its rules from anyone else's. After a change, a limit that is not the module's still live on a listed port fails
+    the task with the effective limit (the smallest per port).
   - Docker's experimental nftables firewall backend (Docker 29, C(firewall-backend) set to C(nftables) in C(daemon.json))
     has no C(DOCKER-USER) chain. The module detects it and fails with what to do instead of writing rules that
     protect nothing, and returns RV(nftables_rules) - the table that does the same there, for you to load. It does
@@ -52,7 +64,8 @@ options:
     description:
       - C(present) writes the rules, C(absent) removes everything the module wrote - the block in C(before.rules) and
         C(before6.rules), its Docker rules files and C(after.init) hook - reloads ufw, and removes the module's Docker
-        chain and its jump from C(DOCKER-USER) live. ufw itself, its rules and anything outside the module's block stay.
+        chain and its jump from C(DOCKER-USER) live. ufw itself, its rules and anything outside the module's block stay;
+        your lines the block took over (marked C(#<|) inside it) go back in its place.
       - Connlimit rules still live on O(ports) afterwards are not the module's; they are named in a warning, not removed.
       - On a host without ufw, C(absent) has nothing to remove and changes nothing.
     type: str
@@ -164,6 +177,25 @@ nftables_rules:
       /32, IPv6 /128; the rest reset), on the forward hook just before Docker's chain. Text for C(nft -f), not loaded.
   returned: when the module refuses Docker's nftables firewall backend
   type: str
+replaced:
+  description: Your limits the managed block took over (seed 001's shape), with the file and line they stood on.
+  returned: when there were any
+  type: list
+  elements: dict
+  sample: [{"path": "/etc/ufw/before.rules", "line": 75, "ports": [443], "seed": true,
+            "rule": "-A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-above 100 -j REJECT --reject-with tcp-reset"}]
+other_limits:
+  description:
+    - Limits on O(ports) that are not the module's, live (family, chain, rule, ports, the per-address count C(above)) or,
+      when the module refuses, in a file (path, line, rule).
+  returned: when ufw is enabled, and when the module refuses
+  type: list
+  elements: dict
+effective:
+  description: Per port, the smallest per-address limit live on it - the one that holds (the module's or another).
+  returned: when ufw is enabled, and when the module refuses
+  type: dict
+  sample: {"80": 200, "443": 100}
 reloaded:
   description: Whether ufw was reloaded.
   returned: always
@@ -251,8 +283,15 @@ def docker_ports_to_limit(module, published, backend):
     return sorted(clash) if p["docker_published"] == "docker_user" else []
 
 
-def plan(module, docker_ports):
-    """Every file the module manages, old and new."""
+class Found(object):
+    """The user's limits on the listed ports in ufw's files: replaced (moved into the block) or refused."""
+
+    def __init__(self):
+        self.replaced, self.refused = [], []
+
+
+def plan(module, docker_ports, found):
+    """Every file the module manages, old and new; the user's limits go to `found`."""
     p = module.params
     present = p["state"] == "present"
     families = [4, 6] if p["ipv6"] else [4]
@@ -266,10 +305,17 @@ def plan(module, docker_ports):
             module.fail_json(msg="%s does not exist: is ufw installed?" % path)
         input_ports = [x for x in p["ports"] if x not in docker_ports]
         try:
-            new = uc.apply_block(old, uc.render_block(fam, input_ports, p["limit"]) if present else [], present)
+            planned = uc.plan_before_rules(old, fam, input_ports, p["limit"], present, managed=p["ports"])
         except uc.RulesError as e:
             module.fail_json(msg="%s: %s; nothing was written" % (path, e))
-        changes.append(Change(path, old, new, check=f["restore"]))
+        found.replaced += [dict(f, path=path) for f in planned["replaced"]]
+        found.refused += [dict(f, path=path) for f in planned["refused"]]
+        changes.append(Change(path, old, planned["text"], check=f["restore"]))
+        if present:
+            # the other files ufw loads: a limit on a listed port there is never moved, only refused
+            for other in f["others"]:
+                text = read(os.path.join(d, other))
+                found.refused += [dict(x, path=os.path.join(d, other)) for x in uc.file_limits(text or "", p["ports"])]
         path = os.path.join(d, f["docker_file"])
         new = uc.docker_chain_rules(fam, docker_ports, p["limit"]) if present and docker_ports else None
         changes.append(Change(path, read(path), new, check=f["restore"]))
@@ -423,6 +469,45 @@ def verify_live(module, families, input_ports, docker_ports, limit=None):
     return live, docker_user, missing
 
 
+def read_limits(module, families, ports):
+    """Every live limit on `ports`: `iptables -S` of every chain per family, and native nft rules."""
+    found = []
+    for fam in families:
+        ipt = module.get_bin_path(uc.FAMILIES[fam]["save"])
+        if ipt:
+            out = run(module, [ipt, "-w", "-S"], check_rc=False)[1]
+            found += [dict(x, family="ipv%d" % fam, source="iptables") for x in uc.live_limits(out, ports)]
+    nft = module.get_bin_path("nft")
+    if nft:
+        rc, out, err = run(module, [nft, "list", "ruleset"], check_rc=False)
+        if rc == 0:
+            found += [dict(x, family="nft", source="nft") for x in uc.nft_limits(out, ports)]
+    return found
+
+
+def theirs(found):
+    return [dict((k, v) for k, v in x.items() if k != "ours") for x in found if not x["ours"]]
+
+
+def refuse_others(module, found, live):
+    """Limits on the listed ports that the module neither wrote nor can take over: in ufw's files (not of the seed's
+    shape, or not in before.rules) or live outside ufw's chains. One message, before anything is written."""
+    outside = [x for x in theirs(live) if x["source"] == "nft" or not x["chain"].startswith("ufw")]
+    refused = found.refused + outside
+    if not refused:
+        return
+    ports = sorted(set(p for x in refused for p in x["ports"]))
+    module.fail_json(
+        msg="port(s) %s already have a connection limit that is not the module's: %s. A second limit would stack "
+            "under it, and the smaller one wins (live now, per port: %s). The module takes over only seed 001's "
+            "rule and rules of its shape in before.rules (-A ufw-before-input -p tcp --dport PORT -m connlimit "
+            "--connlimit-above N -j REJECT --reject-with tcp-reset); remove or reshape these, or leave the port(s) "
+            "out of ports; nothing was written."
+            % (", ".join(map(str, ports)), "; ".join(uc.describe(x) for x in refused), uc.effective_words(live, ports)),
+        other_limits=refused,
+        effective=dict((str(k), v) for k, v in uc.effective_limits(live, module.params["ports"]).items()))
+
+
 ARGUMENT_SPEC = dict(
     ports=dict(type="list", elements="int", default=[80, 443]),
     limit=dict(type="int", default=100),
@@ -465,9 +550,19 @@ def check_live(module, families, docker_ports, result):
     result["live"], docker_user, missing = verify_live(module, families, input_ports, docker_ports, p["limit"])
     if docker_user:
         result["docker_user"] = docker_user
-    if missing and not module.check_mode and (result["changed"] or p["reload"]):
+    live = read_limits(module, families, p["ports"])
+    result["other_limits"] = theirs(live)
+    result["effective"] = dict((str(k), v) for k, v in uc.effective_limits(live, p["ports"]).items())
+    enforce = not module.check_mode and (result["changed"] or p["reload"])
+    if missing and enforce:
         module.fail_json(msg="the connlimit rules are not live for %s (for Docker ports, the jump to %s must be "
                              "the first rule of DOCKER-USER)" % (", ".join(missing), uc.DOCKER_CHAIN), **result)
+    if result["other_limits"] and enforce:
+        module.fail_json(msg="a connection limit that is not the module's is live on the listed ports beside its own: "
+                             "%s. The smaller one wins: the effective limit per port is %s, not %d. Remove it where "
+                             "it is loaded, or leave the port out of ports."
+                             % ("; ".join(uc.describe(x) for x in result["other_limits"]),
+                                uc.effective_words(live, p["ports"]), p["limit"]), **result)
 
 
 def not_yet_installed(module):
@@ -504,10 +599,18 @@ def main():
             not_yet_installed(module)
     published, backend = docker_facts(module) if present else ({}, None)
     docker_ports = docker_ports_to_limit(module, published, backend)
-    changes = plan(module, docker_ports)
-    validate(module, changes)
+    found = Found()
+    changes = plan(module, docker_ports, found)
     families = [4, 6] if p["ipv6"] else [4]
+    if present:
+        refuse_others(module, found, read_limits(module, families, p["ports"]))
+    validate(module, changes)
     result = start_result(module, changes, published, backend)
+    if found.replaced:
+        result["replaced"] = found.replaced
+        module.warn("%s: taken over by the module's block (the lines are kept inside it, marked '%s'; state=absent "
+                    "puts them back): one limit per port, %d" % ("; ".join(uc.describe(x) for x in found.replaced),
+                                                                 uc.KEPT.strip(), p["limit"]))
     chains = [] if present else docker_chain_live(module, families)
     if chains:
         result["changed"] = True

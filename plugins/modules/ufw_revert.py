@@ -281,6 +281,12 @@ class Reverts(object):
         problems = ur.check_timeout(p["timeout"])
         if problems:
             self.module.fail_json(msg="; ".join(problems) + "; nothing was changed")
+        if not self.module.check_mode:
+            # the lock first, then the look at what is pending: a second run arming at the same moment waits for
+            # this one, then finds its revert pending and refuses (the look and the armed marker are one step)
+            if not os.path.isdir(self.dir):
+                os.makedirs(self.dir, 0o700)
+            self.lock = host.firewall_lock(self.module, self.dir)
         for r in self.all():
             if r["state"] == "stalled":
                 self.fail("a revert of the change armed at %s was cut off half way (id %s: the host restarted, or "

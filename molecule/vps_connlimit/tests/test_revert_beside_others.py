@@ -190,3 +190,26 @@ def test_without_the_net_the_whole_restore_loses_the_ban_and_cuts_both_services(
         undo_window()
     assert answers(443) and answers(MOVED_PORT)
     assert json.loads(VPS.check_output("docker inspect moved"))[0]["State"]["Running"]
+
+
+def test_two_runs_arming_at_once_arm_one_revert_and_the_other_refuses():
+    """Issue 50: the look at what is pending and the armed marker are one step under the firewall's lock, so of
+    two runs arming at the same moment one arms and the other refuses, naming the pending revert (without the
+    lock both armed, and the second's unconfirmed revert could undo the first's confirmed change)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def arm():
+        return adhoc.run_module("ufw_revert", {"state": "armed", "timeout": 60}, target="vps-lab",
+                                inventory=INVENTORY, become=True, new_connection=True)
+    with ThreadPoolExecutor(2) as pool:
+        results = [f.result() for f in [pool.submit(arm) for _ in range(2)]]
+    armed = [r for r in results if r.get("id") and not r.get("failed")]
+    try:
+        refused = [r for r in results if r.get("failed")]
+        assert len(armed) == 1 and len(refused) == 1, results
+        assert "still pending (id %s" % armed[0]["id"] in refused[0]["msg"], refused[0]["msg"]
+        assert "nothing was changed" in refused[0]["msg"]
+    finally:
+        for r in armed:  # nothing was changed inside the window: the revert puts back the same firewall
+            adhoc.run_module("ufw_revert", {"state": "reverted", "id": r["id"]}, target="vps-lab",
+                             inventory=INVENTORY, become=True)

@@ -81,6 +81,29 @@ def test_rules_not_as_asked():
     assert found[0]["evidence"] == "live IPv4 80, asked 80,443; the rules files would change"
 
 
+def test_a_users_own_limit_on_a_managed_port_is_named_with_the_limit_in_force():
+    seed_rule = "-A ufw-before-input -p tcp -m tcp --dport 443 -m connlimit --connlimit-above 100 -j REJECT"
+    hosts = vps()
+    # read back live (check mode): the seed's rule still live beside ours, which the vps tag takes over
+    hosts["vps"]["ufw"] = {"changed": True, "live": {"ipv4": [80, 443]}, "effective": {"80": 100, "443": 100},
+                           "replaced": [{"path": "/etc/ufw/before.rules", "line": 75, "rule": seed_rule}],
+                           "other_limits": [{"family": "ipv4", "source": "iptables", "chain": "ufw-before-input",
+                                             "rule": seed_rule, "ports": [443], "above": 100}]}
+    found = dg.diagnose(hosts, 20)
+    assert names(found)[0] == "a connection limit that is not homelab.edge's also limits port 443"
+    assert found[0]["code"] == "vps_user_limit"
+    assert found[0]["evidence"] == ("live in the ipv4 chain ufw-before-input: %s; the limit in force per port: 443: 100 "
+                                    "(asked 100)" % seed_rule)
+    assert found[0]["fix"] == "run the vps tag: it takes over seed 001's snippet"
+    # refused (a shape the module does not take over): the file and line, and no 'cannot be read' beside it
+    hosts["vps"]["ufw"] = {"failed": True, "msg": "port(s) 443 already have ...", "effective": {"443": 50},
+                           "other_limits": [{"path": "/etc/ufw/after.rules", "line": 12, "rule": "-A x", "ports": [443]}]}
+    found = dg.diagnose(hosts, 20)
+    assert names(found) == ["a connection limit that is not homelab.edge's also limits port 443"]
+    assert found[0]["evidence"].startswith("/etc/ufw/after.rules line 12: -A x; the limit in force per port: 443: 50")
+    assert "remove it where it is loaded" in found[0]["fix"]
+
+
 def nas(**signals):
     return {"nas": {"role": "nas", "traefik": "traefik", "proxy_trusted": False, "containers": ["traefik"],
                     "signals": dict(GOOD_HOST, **signals)}}

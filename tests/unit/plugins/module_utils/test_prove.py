@@ -81,7 +81,8 @@ def test_k3d_verdict_fails_on_each_broken_measure(change, words):
 
 def test_connlimit_plan_and_bounds():
     plan = prove.connlimit_plan(100, 10, 2, 3.0)
-    assert plan["connections"] == 110 and plan["bound_s"] == 13
+    assert plan["connections"] == 110 and plan["bound_s"] == 13 and plan["at_least"] == 90
+    assert [prove.connlimit_floor(n) for n in (200, 100, 20, 3)] == [180, 90, 15, 0]
     with pytest.raises(prove.PlanError, match="the limit is 1995"):
         prove.connlimit_plan(1995, 10, 2, 3.0)
     with pytest.raises(prove.PlanError, match="the hold time is 31"):
@@ -95,6 +96,9 @@ PLAN = prove.connlimit_plan(100, 10, 2, 3.0)
     ({"established": 100, "reset": 10, "timeout": 0, "other": 0}, "proved", None),
     # other connections of this address hold slots: fewer established, still proved
     ({"established": 97, "reset": 13, "timeout": 0, "other": 0}, "proved", None),
+    ({"established": 90, "reset": 20, "timeout": 0, "other": 0}, "proved", None),
+    # a lower limit stacked under ours (issue 50: the user's 100 under the module's 200 -> 99 established)
+    ({"established": 89, "reset": 21, "timeout": 0, "other": 0}, "failed", "a lower limit than 100 holds"),
     ({"established": 110, "reset": 0, "timeout": 0, "other": 0}, "failed", "110 established, 0 reset"),
     ({"established": 100, "reset": 0, "timeout": 10, "other": 0}, "failed", "10 connections unanswered"),
     # counts that do not add up (a crafted report): too few resets still fail

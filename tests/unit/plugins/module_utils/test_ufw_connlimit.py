@@ -16,7 +16,8 @@ def test_render_block_ipv4_and_ipv6():
     b4 = block(4)
     assert b4[0] == uc.BEGIN and b4[-1] == uc.END
     assert b4[1] == ("-A ufw-before-input -p tcp --dport 80 -m conntrack --ctstate NEW -m connlimit "
-                     "--connlimit-above 100 --connlimit-mask 32 -j REJECT --reject-with tcp-reset")
+                     "--connlimit-above 100 --connlimit-mask 32 -m comment --comment homelab.edge.ufw_connlimit "
+                     "-j REJECT --reject-with tcp-reset")
     b6 = block(6, ports=[443], limit=50)
     assert b6[1].startswith("-A ufw6-before-input -p tcp --dport 443 ")
     assert "--connlimit-above 50 --connlimit-mask 128" in b6[1]
@@ -27,7 +28,8 @@ def test_docker_published_ports_get_a_chain_of_their_own():
     lines = text.splitlines()
     assert lines[1:3] == ["*filter", ":homelab-edge-docker - [0:0]"] and lines[-1] == "COMMIT"
     assert lines[3] == ("-A homelab-edge-docker -p tcp -m conntrack --ctstate NEW --ctorigdstport 443 -m connlimit "
-                        "--connlimit-above 100 --connlimit-mask 32 -j REJECT --reject-with tcp-reset")
+                        "--connlimit-above 100 --connlimit-mask 32 -m comment --comment homelab.edge.ufw_connlimit "
+                        "-j REJECT --reject-with tcp-reset")
     # DOCKER-USER is never declared: declaring it would flush Docker's, ufw-docker's and the admin's rules
     assert "DOCKER-USER" not in text
     assert "--connlimit-mask 128" in uc.docker_chain_rules(6, [443], 100)
@@ -225,3 +227,134 @@ def test_the_read_back_counts_only_a_per_address_limit(options, counted):
     saved = ("-A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -m connlimit "
              "--connlimit-above 100 %s -j REJECT --reject-with tcp-reset\n" % options)
     assert uc.iptables_connlimit_rules(saved, "ufw-before-input", 32) == ({443: 100} if counted else {})
+
+
+# ---------------------------------------------------------------- what the user already has (issue 50)
+
+SEED_RULES = ("# Simultaneous connection limit per IP\n"
+              "-A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-above 100 -j REJECT --reject-with tcp-reset\n"
+              "-A ufw-before-input -p tcp --dport 80 -m connlimit --connlimit-above 100 -j REJECT --reject-with tcp-reset\n")
+
+
+def seed_applied(text):
+    """What seed 001's python does to before.rules (its replace before ufw's COMMIT comment)."""
+    if "connlimit" in text:
+        return text
+    return text.replace("# don't delete the 'COMMIT'", SEED_RULES + "# don't delete the 'COMMIT'")
+
+
+def test_the_seeds_lines_are_replaced_kept_in_the_block_and_put_back():
+    seed = seed_applied(BEFORE)
+    plan = uc.plan_before_rules(seed, 4, [80, 443], 200)
+    assert [f["line"] for f in plan["replaced"]] == [75, 76] and not plan["refused"]
+    lines = plan["text"].split("\n")
+    live = [ln for ln in lines if ln.startswith("-A") and "connlimit" in ln]
+    # one limit per port: the block's
+    assert len(live) == 2 and all("--connlimit-above 200 " in ln and uc.TAG in ln for ln in live)
+    assert uc.kept_lines(plan["text"]) == SEED_RULES.rstrip("\n").split("\n")
+    # the seed's script sees 'connlimit' and adds nothing again; the next run changes nothing
+    assert seed_applied(plan["text"]) == plan["text"]
+    assert uc.plan_before_rules(plan["text"], 4, [80, 443], 200)["text"] == plan["text"]
+    # a new limit keeps what was kept
+    assert uc.kept_lines(uc.plan_before_rules(plan["text"], 4, [443], 50)["text"]) == uc.kept_lines(plan["text"])
+    # state=absent: the user's lines back, byte for byte
+    assert uc.plan_before_rules(plan["text"], 4, [80, 443], 200, present=False)["text"] == seed
+
+
+@pytest.mark.parametrize("rule_text, seed", [
+    ("-A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-above 100 -j REJECT --reject-with tcp-reset", True),
+    ("-A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -m connlimit --connlimit-above 20 "
+     "--connlimit-mask 32 -j DROP", True),
+    ("-A ufw-before-input -p tcp --dport 443 -m state --state NEW -m connlimit --connlimit-above 20 -j REJECT", True),
+    # another shape: a source, an interface, a global count, a mask per /24, another chain, a rate
+    ("-A ufw-before-input -s 10.0.0.0/8 -p tcp --dport 443 -m connlimit --connlimit-above 100 -j DROP", False),
+    ("-A ufw-before-input -i eth0 -p tcp --dport 443 -m connlimit --connlimit-above 100 -j DROP", False),
+    ("-A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-above 100 --connlimit-mask 0 -j DROP", False),
+    ("-A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-above 100 --connlimit-mask 24 -j DROP", False),
+    ("-A ufw-user-input -p tcp --dport 443 -m connlimit --connlimit-above 100 -j DROP", False),
+    ("-A ufw-before-input -p tcp --dport 443 -m hashlimit --hashlimit-above 10/sec --hashlimit-name x -j DROP", False),
+    ("-A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-upto 100 -j ACCEPT", False),
+])
+def test_only_the_seeds_shape_is_replaced(rule_text, seed):
+    text = BEFORE.replace("# don't delete the 'COMMIT'", rule_text + "\n# don't delete the 'COMMIT'")
+    plan = uc.plan_before_rules(text, 4, [80, 443], 200)
+    if seed:
+        assert len(plan["replaced"]) == 1 and not plan["refused"]
+    else:
+        assert plan["text"] == text and not plan["replaced"]
+        assert plan["refused"] == [{"line": 74, "rule": rule_text, "ports": [443], "seed": False}]
+
+
+@pytest.mark.parametrize("rule_text, ports", [
+    ("-A ufw-before-input -p tcp -m multiport --dports 80,443 -m connlimit --connlimit-above 9 -j DROP", [80, 443]),
+    ("-A ufw-before-input -p tcp -m multiport --dports 400:500 -m connlimit --connlimit-above 9 -j DROP", [443]),
+    ("-A ufw-before-input -p tcp -m connlimit --connlimit-above 9 -j DROP", [80, 443]),   # every port
+    ("-A ufw-before-input -p tcp ! --dport 22 -m connlimit --connlimit-above 9 -j DROP", [80, 443]),
+    ("-A ufw-before-input -p tcp --dport 8443 -m connlimit --connlimit-above 9 -j DROP", []),
+    ("-A ufw-before-input -p udp --dport 443 -m connlimit --connlimit-above 9 -j DROP", []),   # QUIC's port
+    ("# -A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-above 9 -j DROP", []),  # a comment
+])
+def test_which_ports_a_users_limit_covers(rule_text, ports):
+    text = BEFORE.replace("# don't delete the 'COMMIT'", rule_text + "\n# don't delete the 'COMMIT'")
+    assert [p for f in uc.file_limits(text, [80, 443]) for p in f["ports"]] == ports
+
+
+def test_a_seed_shaped_line_outside_before_rules_or_after_commit_is_not_replaced():
+    line = "-A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-above 100 -j REJECT --reject-with tcp-reset"
+    # in after.rules (or a family that is not the file's) it is refused, never moved
+    assert [f["seed"] for f in uc.file_limits(BEFORE.replace("COMMIT\n", line + "\nCOMMIT\n"), [443], None)] == [False]
+    assert [f["seed"] for f in uc.file_limits(BEFORE6.replace("COMMIT\n", line + "\nCOMMIT\n"), [443], 6)] == [False]
+
+
+IPT_S = """-P INPUT DROP
+-N ufw-before-input
+-A ufw-before-input -p tcp -m tcp --dport 443 -m connlimit --connlimit-above 100 --connlimit-mask 32 --connlimit-saddr -j REJECT --reject-with tcp-reset
+-A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -m connlimit --connlimit-above 200 --connlimit-mask 32 --connlimit-saddr -m comment --comment homelab.edge.ufw_connlimit -j REJECT --reject-with tcp-reset
+-A ufw-before-input -p tcp -m tcp --dport 80 -m conntrack --ctstate NEW -m connlimit --connlimit-above 200 --connlimit-mask 32 --connlimit-saddr -m comment --comment homelab.edge.ufw_connlimit -j REJECT --reject-with tcp-reset
+-A DOCKER-USER -p tcp -m tcp --dport 80 -m hashlimit --hashlimit-above 50/sec --hashlimit-name web -j DROP
+"""
+
+
+def test_every_live_limit_is_kept_and_the_smallest_is_the_effective_one():
+    found = uc.live_limits(IPT_S, [80, 443])
+    assert [(f["chain"], f["ports"], f["above"], f["ours"]) for f in found] == [
+        ("ufw-before-input", [443], 100, False), ("ufw-before-input", [443], 200, True),
+        ("ufw-before-input", [80], 200, True), ("DOCKER-USER", [80], None, False)]
+    assert uc.effective_limits(found, [80, 443]) == {443: 100, 80: 200}
+
+
+NFT_USERS = """table inet filter {
+	set blocked { type ipv4_addr; }
+	chain input {
+		type filter hook input priority filter; policy accept;
+		tcp dport { 80, 443 } ct state new meter perip { ip saddr ct count over 50 } counter reject with tcp reset
+		tcp dport 22 ct count over 5 drop
+	}
+}
+table inet homelab-edge-docker {
+	chain forward {
+		meta nfproto ipv4 meta l4proto tcp ct status dnat ct original proto-dst 443 ct state new add @conn443_ip { ip saddr ct count over 200 } reject with tcp reset
+	}
+}
+table ip filter {
+	chain ufw-before-input {
+		tcp dport 443 ct state new xt match "connlimit" counter reject with tcp reset
+	}
+}
+"""
+
+
+def test_native_nft_limits_are_found_in_any_table():
+    found = uc.nft_limits(NFT_USERS, [80, 443])
+    assert [(f["chain"], f["ports"], f["above"], f["ours"]) for f in found] == [
+        ("inet filter input", [80, 443], 50, False), ("inet homelab-edge-docker forward", [443], 200, True)]
+    assert uc.effective_limits(found, [443]) == {443: 50}
+
+
+def test_the_seeds_line_for_a_docker_port_is_taken_over_too():
+    """443 published by Docker: the block limits 80 only (443's limit lives in the module's chain), and the
+    seed's 443 line - which never saw Docker's traffic - is kept in the block all the same."""
+    plan = uc.plan_before_rules(seed_applied(BEFORE), 4, [80], 200, managed=[80, 443])
+    assert [f["ports"] for f in plan["replaced"]] == [[443], [80]]
+    assert [ln for ln in plan["text"].split("\n") if ln.startswith("-A") and "connlimit" in ln] == block(ports=[80],
+                                                                                                     limit=200)[1:-1]
