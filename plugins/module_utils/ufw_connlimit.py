@@ -282,11 +282,13 @@ def parse_limit(line):
             "rule": s}
 
 
+def _in_ranges(ports, ranges):
+    return sorted(p for p in ports if any(lo <= p <= hi for lo, hi in ranges))
+
+
 def covered(limit, ports):
     """The ports of `ports` a parsed limit applies to."""
-    if limit["ranges"] is None:
-        return sorted(ports)
-    return sorted(p for p in ports if any(lo <= p <= hi for lo, hi in limit["ranges"]))
+    return sorted(ports) if limit["ranges"] is None else _in_ranges(ports, limit["ranges"])
 
 
 # the tokens of seed 001's snippet and of rules of the same shape (one port, a per-address limit that refuses)
@@ -378,6 +380,23 @@ def live_limits(save_output, ports):
     return found
 
 
+def nft_rules(ruleset):
+    """(table (family, name), chain, rule text) for each rule line of `nft list ruleset` inside a chain."""
+    table = chain = None
+    for line in ruleset.splitlines():
+        s = line.strip()
+        m = re.match(r"table (\S+) (\S+) \{", s)
+        if m:
+            table, chain = (m.group(1), m.group(2)), None
+            continue
+        m = re.match(r"chain (\S+) \{", s)
+        if m:
+            chain = m.group(1).strip('"')
+            continue
+        if table is not None and chain is not None:
+            yield table, chain, s
+
+
 _NFT_COUNT = re.compile(r"ct count (?:over )?(\d+)")
 _NFT_DPORT = re.compile(r"(?:tcp|th) dport (?:\{([^}]*)\}|(\d+(?:-\d+)?))|ct original proto-dst (\d+)")
 
@@ -386,28 +405,16 @@ def nft_limits(ruleset, ports):
     """Native nft limits on `ports` (`ct count`, in any table; iptables-nft's `xt match` rules are read with
     iptables instead): a list of dict(chain ('family table chain'), rule, ports, above, ours)."""
     found = []
-    where = None
-    table = None
-    for line in ruleset.splitlines():
-        s = line.strip()
-        m = re.match(r"table (\S+) (\S+) \{", s)
-        if m:
-            table, where = (m.group(1), m.group(2)), None
-            continue
-        m = re.match(r"chain (\S+) \{", s)
-        if m:
-            where = m.group(1).strip('"')
-            continue
+    for table, where, s in nft_rules(ruleset):
         count = _NFT_COUNT.search(s)
-        if not count or table is None or where is None:
+        if not count:
             continue
         d = _NFT_DPORT.search(s)
         if d is None:
             hit = sorted(ports)
         else:
             spec = (d.group(1) or d.group(2) or d.group(3)).replace(" ", "").replace("-", ":")
-            ranges = _ports(spec) or []
-            hit = sorted(p for p in ports if any(lo <= p <= hi for lo, hi in ranges))
+            hit = _in_ranges(ports, _ports(spec) or [])
         if not hit:
             continue
         refuses = "over" in s and ("reject" in s or "drop" in s)
@@ -507,17 +514,7 @@ def nft_connlimit_ports(ruleset, family):
     table = "ip" if family == 4 else "ip6"
     chain = FAMILIES[family]["chain"]
     ports = set()
-    cur_table = cur_chain = None
-    for line in ruleset.splitlines():
-        s = line.strip()
-        m = re.match(r"table (\S+) (\S+) \{", s)
-        if m:
-            cur_table, cur_chain = (m.group(1), m.group(2)), None
-            continue
-        m = re.match(r"chain (\S+) \{", s)
-        if m:
-            cur_chain = m.group(1).strip('"')
-            continue
+    for cur_table, cur_chain, s in nft_rules(ruleset):
         if cur_table != (table, "filter") or cur_chain != chain:
             continue
         r = _NFT_RULE.search(s)
