@@ -137,10 +137,19 @@ def init_call(rules_dir):
     return [BEGIN, '[ -x %s/%s ] && %s/%s "$1" || true' % (rules_dir, HOOK, rules_dir, HOOK), END]
 
 
-def is_stock_after_init(text):
-    """after.init as the package ships it: nothing but comments and a no-op case."""
-    body = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    return body == _STOCK_AFTER_INIT or not body
+def is_stock_after_init(text, name=AFTER_INIT):
+    """after.init (or before.init, `name`) as the package ships it: nothing but comments and a no-op case. Blocks
+    of this collection's (# BEGIN homelab.edge... to # END homelab.edge...) are not the user's commands."""
+    body, ours = [], False
+    for ln in text.splitlines():
+        ln = ln.strip()
+        if ln.startswith("# BEGIN homelab.edge"):
+            ours = True
+        elif ln.startswith("# END homelab.edge"):
+            ours = False
+        elif ln and not ln.startswith("#") and not ours:
+            body.append(ln)
+    return body == [x.replace(AFTER_INIT, name) for x in _STOCK_AFTER_INIT] or not body
 
 
 def apply_init_block(text, block, present=True):

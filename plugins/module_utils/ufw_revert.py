@@ -125,16 +125,71 @@ def own_part(save_text):
 
 
 def scoped_restore(save_text):
-    """iptables-restore --noflush input that puts `own_part` back: the policies, and every chain of ours declared
+    """iptables-restore --noflush input that puts our chains of `own_part` back: every chain of ours declared
     (iptables-restore flushes a declared user chain, even with --noflush) and filled. The jumps into them are
     revert.sh's: it keeps in place those that were there when armed (so they keep their place among other
     tools' rules), removes the others, and appends the missing ones after this restore, as ufw appends its own;
-    ours goes first in DOCKER-USER (declaring DOCKER-USER here would flush it)."""
+    ours goes first in DOCKER-USER (declaring DOCKER-USER here would flush it). The built-in policies are
+    revert.sh's too (`policies`): put back only where the change itself set them."""
     part = own_part(save_text)
-    policies = [":%s %s [0:0]" % tuple(x.split(" ")[1:3]) for x in part if x.startswith("-P ")]
     chains = [":%s - [0:0]" % x.split(" ")[1] for x in part if x.startswith("-N ")]
     rules = [x for x in part if x.startswith("-A ") and not _JUMP_RE.match(x) and x != DOCKER_JUMP]
-    return "\n".join(["*filter"] + policies + chains + rules + ["COMMIT", ""])
+    return "\n".join(["*filter"] + chains + rules + ["COMMIT", ""])
+
+
+def policies(save_text):
+    """The built-in chains' policies of the save, `-P CHAIN POLICY` lines."""
+    return "".join(x + "\n" for x in own_part(save_text) if x.startswith("-P "))
+
+
+def scratch_restore(save_text):
+    """iptables-restore input for an empty network namespace: our chains as `scoped_restore` has them, with every
+    other chain they jump to declared empty (so the restore is accepted there and `nft` shows what it makes)."""
+    scoped = scoped_restore(save_text)
+    chains = set(x[1:].split(" ", 1)[0] for x in filter_table(save_text) if x.startswith(":"))
+    declared = set(re.findall(r"^:(\S+)", scoped, re.M))
+    wanted = sorted((set(re.findall(r" -[jg] (\S+)", scoped)) & chains) - declared)
+    return scoped.replace("*filter\n", "*filter\n" + "".join(":%s - [0:0]\n" % c for c in wanted), 1)
+
+
+# `nft list table` as iptables-nft makes it: the table each family's filter table is
+NFT_TABLE = {"iptables": "ip filter", "ip6tables": "ip6 filter"}
+_NFT_COUNTER = re.compile(r"counter packets \d+ bytes \d+")
+_NFT_HANDLE = re.compile(r"\s*# handle \d+$")
+
+
+def nft_chains(text):
+    """`nft list table` output -> {chain: [its lines]}, counters' values and handles left out (they differ
+    between a live chain and the same rules restored)."""
+    chains, current, depth = {}, None, 0
+    for raw in text.splitlines():
+        line = _NFT_HANDLE.sub("", raw.strip())
+        if depth == 1 and line.startswith("chain ") and line.endswith("{"):
+            current = line[len("chain "):-1].strip().strip('"')
+            chains[current] = []
+        elif current is not None and depth == 2 and line and line != "}":
+            chains[current].append(_NFT_COUNTER.sub("counter", line))
+        depth += line.count("{") - line.count("}") if not line.startswith("#") else 0
+        if depth < 2:
+            current = None
+    return chains
+
+
+def unfaithful(live, restored):
+    """Our chains whose rules, as nft shows them live, do not come back from the save (`nft_chains` of each):
+    [(chain, the live rule, what the restore makes of it or None)], the first difference of each chain."""
+    out = []
+    for chain in sorted(set(live) | set(restored)):
+        if not _OWN_RE.match(chain):
+            continue
+        have, back = live.get(chain, []), restored.get(chain, [])
+        for i in range(max(len(have), len(back))):
+            a = have[i] if i < len(have) else None
+            b = back[i] if i < len(back) else None
+            if a != b:
+                out.append((chain, a, b))
+                break
+    return out
 
 
 def jumps_in_order(save_text):
@@ -195,6 +250,12 @@ def restore_fn():
   for c in $chains; do "$t" -w -F "$c"; done
   for c in $chains; do "$t" -w -X "$c" 2>/dev/null; done
   "$t-restore" -w --noflush <"$dir/$t.scoped" || return 1
+  # the built-in policies as armed, each only where the change set it: ufw's setting for that chain, or
+  # whether ufw runs, differs from the armed one (a policy Docker or a WireGuard guide set meanwhile stays);
+  # with no record of ufw's settings (ufw_connlimit's last resort), all of them
+  grep -E '^-P (%(builtin)s) [A-Z]+$' "$dir/$t.policies" 2>/dev/null | while read -r p c pol; do
+    if [ ! -s "$dir/ufw.policy" ] || policy_set_by_change "$c"; then "$t" -w -P "$c" "$pol" || exit 1; fi
+  done || return 1
   # the jumps that were there when armed and are missing now, appended in their armed order
   grep -E '^-A (%(builtin)s) -j ' "$dir/$t.expected.order" 2>/dev/null | while read -r rule; do
     "$t" -w -C ${rule#-A } 2>/dev/null || "$t" -w $rule
@@ -203,16 +264,83 @@ def restore_fn():
     "$t" -w -N DOCKER-USER 2>/dev/null
     "$t" -w -I DOCKER-USER 1 -j %(docker_chain)s || return 1
   fi
-  %(own_lines)s >"$dir/$t.after"
-  cmp -s "$dir/$t.expected" "$dir/$t.after"
+  %(own_lines)s | grep -v '^-P ' >"$dir/$t.after"
+  grep -v '^-P ' "$dir/$t.expected" | cmp -s - "$dir/$t.after"
 }
-""" % {"builtin": "|".join(BUILTIN), "own": OWN, "docker_jump": DOCKER_JUMP,
-           "docker_chain": DOCKER_JUMP.split()[-1], "own_lines": own_lines_cmd('"$t"')}
+%(policy_fn)s""" % {"builtin": "|".join(BUILTIN), "own": OWN, "docker_jump": DOCKER_JUMP,
+                     "docker_chain": DOCKER_JUMP.split()[-1], "own_lines": own_lines_cmd('"$t"'),
+                     "policy_fn": policy_fn()}
+
+
+# What sets ufw's policies on the built-in chains: whether ufw runs, and its default policy for each chain.
+POLICY_FILES = ("/etc/ufw/ufw.conf", "/etc/default/ufw")
+POLICY_KEYS = r"^(ENABLED|DEFAULT_(%s)_POLICY)=" % "|".join(BUILTIN)
+
+
+def policy_conf_cmd(files=POLICY_FILES):
+    """sh: ufw's settings that decide the built-in policies, one KEY=VALUE a line, sorted."""
+    return ("grep -hE '%s' %s 2>/dev/null | tr -d '\"' | LC_ALL=C sort"
+            % (POLICY_KEYS, " ".join(_q(f) for f in files)))
+
+
+def policy_fn():
+    """sh: policy_set_by_change CHAIN - true when ufw's settings for CHAIN (whether ufw runs, its default policy
+    there) are not what they were when armed ($dir/ufw.policy) - read from $now_policy, taken before the files
+    are put back."""
+    return """policy_set_by_change() {
+  for k in ENABLED DEFAULT_$1_POLICY; do
+    [ "$(grep "^$k=" "$dir/ufw.policy")" = "$(printf '%s\\n' "${now_policy:-}" | grep "^$k=")" ] || return 0
+  done
+  return 1
+}
+"""
+
+
+# The bans others add through ufw inside the window (fail2ban's `banaction = ufw`: `ufw insert 1 deny|reject from
+# ADDR`): a rule of ufw's user rules that denies or rejects one source. A revert keeps those added since it was
+# armed - in the files and live - and puts back everything else.
+def bans_fn():
+    """sh: bans FILE ARMED_COPY - the blocks (tuple line and its rules) of FILE that ban a source and are not in
+    ARMED_COPY; keep_bans FILE BLOCKS - those blocks put back into FILE, first after `### RULES ###`, as
+    `ufw insert 1` puts them; ban_live TOOL BLOCKS - their rules inserted first in the live chains."""
+    return r"""bans() {
+  awk 'NR == FNR { if ($0 ~ /^### tuple ###/) armed[$0] = 1; next }
+       /^### tuple ###/ { keep = !($0 in armed) && $4 ~ /^(deny|reject)/ && $9 != "0.0.0.0/0" && $9 != "::/0" && $9 != "any" }
+       /^$/ || /^### (END )?RULES ###/ { keep = 0 }
+       keep { print }' "$2" "$1" 2>/dev/null
+}
+keep_bans() {
+  [ -s "$2" ] && [ -f "$1" ] || return 0
+  awk -v blocks="$2" '{ print }
+    /^### RULES ###$/ && !done {
+      while ((getline l < blocks) > 0) { if (l ~ /^### tuple ###/ && n++) print ""; print l }
+      print ""; done = 1
+    }' "$1" >"$1.homelab-edge" && cat "$1.homelab-edge" >"$1" && rm -f "$1.homelab-edge"
+}
+ban_live() {
+  [ -s "$2" ] && command -v "$1" >/dev/null 2>&1 || return 0
+  tool=$1
+  grep '^-A ' "$2" | while read -r rule; do
+    spec=${rule#-A }
+    "$tool" -w -C $spec 2>/dev/null || "$tool" -w -I "${spec%% *}" 1 ${spec#* }
+  done
+}
+"""
+
+
+# Under each root, what a revert leaves as it is at revert time: the application profiles packages install
+# (a change of ufw never writes them; a package installed inside the window keeps its profile).
+KEEP_UNDER = ("applications.d",)
+# ufw's user rules, where bans through ufw live (revert.sh keeps those added inside the window)
+USER_RULES = (("iptables", "user.rules"), ("ip6tables", "user6.rules"))
 
 
 def script(directory, timeout, was_enabled, roots=ROOTS):
     """revert.sh: waits `timeout` seconds (not with the argument 'now'),
     then reverts unless the change was confirmed meanwhile."""
+    keep = " ".join("-e %s" % _q("/%s/" % k) for k in KEEP_UNDER)
+    excludes = " ".join("--exclude=%s" % _q("%s/%s" % (r.lstrip("/"), k)) for r in roots for k in KEEP_UNDER)
+    ufw_root = roots[0]
     return """#!/bin/sh
 # homelab.edge.ufw_revert: puts the firewall back as it was when this revert
 # was armed, unless the change is confirmed first. "now" reverts at once.
@@ -235,16 +363,28 @@ elif { [ "$mode" != boot ] && [ "$mode" != resume ]; } || [ ! -e "$dir/reverting
 fi
 exec >>"$dir/revert.log" 2>&1
 echo "revert started at $(date +%%s) ($mode)"
-if [ "$mode" = boot ]; then
-  # at boot, before ufw.service: the files as they were armed (ufw.conf says
-  # whether ufw starts), and ufw loads them; there is no ruleset to restore yet
+%(policy_fn)s%(bans_fn)s# ufw's settings as the change left them (whether a built-in policy is the change's), before anything moves
+now_policy=$(%(policy_conf)s)
+# the bans added through ufw since armed (fail2ban's ufw action), taken before the files come back
+for f in user.rules user6.rules; do
+  [ -e "$dir/bans.$f" ] || { tar -xOf "$dir/files.tar" %(ufw_rel)s/$f 2>/dev/null >"$dir/armed.$f"
+    bans %(ufw_root)s/$f "$dir/armed.$f" >"$dir/bans.$f"; }
+done
+# every file as armed; files added since are removed, but for what others keep there (application profiles)
+put_files_back() {
   for root in %(roots)s; do
     [ -e "$root" ] && find "$root" -xdev \\( -type f -o -type l \\) -print
-  done | while IFS= read -r f; do
+  done | grep -v -F %(keep)s | while IFS= read -r f; do
     grep -qxF "$f" "$dir/files.list" || rm -f "$f"
   done
+  tar -C / -xpf "$dir/files.tar" %(excludes)s || return 1
+  for f in user.rules user6.rules; do keep_bans %(ufw_root)s/$f "$dir/bans.$f"; done
+}
+if [ "$mode" = boot ]; then
+  # at boot, before ufw starts: the files as they were armed (ufw.conf says
+  # whether ufw starts), and ufw loads them; there is no ruleset to restore yet
   rc=0
-  tar -C / -xpf "$dir/files.tar" || rc=1
+  put_files_back || rc=1
   date +%%s >"$dir/reverted_at"
   echo "$rc" >"$dir/revert_rc"
   mv "$dir/reverting" "$dir/reverted"
@@ -252,19 +392,18 @@ if [ "$mode" = boot ]; then
   exit 0
 fi
 [ %(enabled)s = yes ] || ufw --force disable
-for root in %(roots)s; do
-  [ -e "$root" ] && find "$root" -xdev \\( -type f -o -type l \\) -print
-done | while IFS= read -r f; do
-  grep -qxF "$f" "$dir/files.list" || rm -f "$f"
-done
 # our part of the ruleset back as it was live when armed (the files may hold
 # lines that were never loaded): our jumps and chains as they are now removed,
 # the armed ones restored with --noflush; every other chain and table stays
 %(restore_fn)src=0
-tar -C / -xpf "$dir/files.tar" || rc=1
+put_files_back || rc=1
 restore iptables || rc=2
 restore ip6tables || rc=2
-# where our part did not come back as it was: ufw's own start from the files
+if [ %(enabled)s = yes ]; then
+  ban_live iptables "$dir/bans.user.rules"
+  ban_live ip6tables "$dir/bans.user6.rules"
+fi
+# where our part did not come back as it was: ufw's own start from the files (the bans are in them)
 if [ "$rc" != 0 ] && [ %(enabled)s = yes ]; then
   ufw reload || ufw --force enable
 fi
@@ -273,7 +412,10 @@ echo "$rc" >"$dir/revert_rc"
 mv "$dir/reverting" "$dir/reverted"
 echo "revert done at $(date +%%s), rc=$rc"
 """ % {"dir": _q(directory), "timeout": timeout, "enabled": "yes" if was_enabled else "no",
-       "roots": " ".join(_q(r) for r in roots), "restore_fn": restore_fn(), "lock": LOCK, "lock_wait": LOCK_WAIT}
+       "roots": " ".join(_q(r) for r in roots), "restore_fn": restore_fn(), "lock": LOCK, "lock_wait": LOCK_WAIT,
+       "policy_fn": policy_fn(), "bans_fn": bans_fn(), "policy_conf": policy_conf_cmd(
+           (ufw_root + "/ufw.conf",) + tuple(r for r in roots if r.endswith("default/ufw"))),
+       "ufw_root": _q(ufw_root), "ufw_rel": _q(ufw_root.lstrip("/")), "keep": keep, "excludes": excludes}
 
 
 BOOT_UNIT = "homelab-edge-ufw-revert-boot.service"
@@ -298,6 +440,127 @@ ExecStart=/bin/sh -c 'for d in %(dir)s/*/; do if [ -e "$${d}armed" ] || [ -e "$$
 [Install]
 WantedBy=sysinit.target
 """ % {"dir": state_dir}
+
+
+# ------------------------------------------------------------ a boot path without systemd
+# ufw's own start (ufw-init start: at boot by ufw's init script, and by `ufw enable`) runs /etc/ufw/before.init
+# start before it loads the rules files and after.init start at its end, when they are executable. A block of
+# ours in each calls STATE_DIR/boot.sh, which reverts a change still armed whose timer is gone - another boot
+# (the boot id differs from the arm's), or a detached timer whose process no longer runs - before ufw loads the
+# files; `ufw enable` or `ufw reload` inside the window, with the timer alive, does nothing.
+HOOK_BEGIN = "# BEGIN homelab.edge.ufw_revert"
+HOOK_END = "# END homelab.edge.ufw_revert"
+HOOKS = (("before.init", "before"), ("after.init", "after"))
+BOOT_SCRIPT = "boot.sh"
+UFW_INIT = ("/usr/lib/ufw/ufw-init", "/lib/ufw/ufw-init")
+
+
+def hook_block(state_dir, stage):
+    """Our lines in ufw's before.init (stage before) or after.init (stage after)."""
+    path = "%s/%s" % (state_dir, BOOT_SCRIPT)
+    return ("%s: revert a firewall change a restart left unconfirmed (nothing when none is armed)\n"
+            '[ "${1:-}" = start ] && [ -f %s ] && /bin/sh %s %s "$PPID" || true\n%s\n'
+            % (HOOK_BEGIN, path, path, stage, HOOK_END))
+
+
+def with_hook(text, block):
+    """An init script's text with our block in it (an earlier one replaced), right after its #! line, so it runs
+    before the script's own lines (and its `set -e`); a missing or empty file becomes a script of its own."""
+    lines = (text or "").splitlines(True)
+    if HOOK_BEGIN in "".join(lines):
+        start = next(i for i, x in enumerate(lines) if x.startswith(HOOK_BEGIN))
+        end = next((i for i, x in enumerate(lines) if i > start and x.startswith(HOOK_END)), start)
+        lines[start:end + 1] = [block]
+        return "".join(lines)
+    if not lines or not lines[0].startswith("#!"):
+        lines.insert(0, "#!/bin/sh\n")
+    lines.insert(1, block)
+    return "".join(lines)
+
+
+def without_hook(text):
+    """An init script's text with our block taken out (the undo)."""
+    out, inside = [], False
+    for line in (text or "").splitlines(True):
+        if line.startswith(HOOK_BEGIN):
+            inside = True
+        elif inside and line.startswith(HOOK_END):
+            inside = False
+        elif not inside:
+            out.append(line)
+    return "".join(out)
+
+
+def boot_script(state_dir=STATE_DIR, ufw_init=UFW_INIT):
+    """STATE_DIR/boot.sh, run by the hooks in before.init and after.init (see above)."""
+    return """#!/bin/sh
+# homelab.edge.ufw_revert: run by ufw's before.init and after.init at each start of ufw.
+# before: each change still armed whose timer is gone (another boot, or its process no longer runs) is
+#   reverted - its files as armed - before ufw loads the rules files.
+# after: where a revert ran in this start, ufw is started again from the files as armed (their settings were
+#   read before the revert), or stopped where it was off when armed.
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+state=%(state)s
+stage=${1:-} start=${2:-}
+ufw_init=
+for f in %(ufw_init)s; do [ -x "$f" ] && { ufw_init=$f; break; }; done
+boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)
+case $stage in
+before)
+  for d in "$state"/*/; do
+    { [ -e "${d}armed" ] || [ -e "${d}reverting" ]; } || continue
+    gone=no
+    [ "$(cat "${d}boot_id" 2>/dev/null)" = "$boot" ] || gone=yes
+    pid=$(cat "${d}pid" 2>/dev/null)
+    if [ -n "$pid" ] && ! tr '\\000' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "${d}revert.sh"; then
+      gone=yes
+    fi
+    [ "$gone" = yes ] || continue
+    /bin/sh "${d}revert.sh" boot
+    echo "$start $(cat "${d}was_enabled" 2>/dev/null || echo yes)" >"$state/after-start"
+  done ;;
+after)
+  [ -f "$state/after-start" ] || exit 0
+  read -r who enabled <"$state/after-start"
+  rm -f "$state/after-start"
+  [ "$who" = "$start" ] && [ -n "$ufw_init" ] || exit 0
+  if [ "$enabled" = yes ]; then "$ufw_init" force-reload; else "$ufw_init" force-stop; fi ;;
+esac
+exit 0
+""" % {"state": _q(state_dir), "ufw_init": " ".join(_q(x) for x in ufw_init)}
+
+
+def no_boot_path_problem():
+    """Why a revert cannot be armed on a host with neither systemd nor ufw's own start."""
+    return ("this host runs no systemd and has no ufw-init (%s), so nothing would revert an unconfirmed change at "
+            "the next boot: a restart inside the window would keep it. Install ufw first (the role does, before it "
+            "arms), or make the change where systemd runs; no revert was armed and nothing was changed"
+            % " or ".join(UFW_INIT))
+
+
+def kills_user_processes(texts):
+    """Whether logind kills a session's processes when it ends (KillUserProcesses=, the last setting of
+    logind.conf and its drop-ins in `texts`, in the order logind reads them; systemd's default is no)."""
+    value = "no"
+    for text in texts:
+        section = None
+        for line in (text or "").splitlines():
+            line = line.strip()
+            if line.startswith("["):
+                section = line
+            elif section == "[Login]" and line.startswith("KillUserProcesses="):
+                value = line.split("=", 1)[1].strip().lower()
+    return value in ("yes", "true", "1", "on")
+
+
+def unfaithful_problem(fam, found):
+    """Why a snapshot with rules iptables cannot save as they are must not be armed (`unfaithful`'s result)."""
+    chain, rule, made = found[0]
+    return ("%s: %s holds a rule that %s-save cannot print as it is - `%s` comes back from the save as %s - so a "
+            "revert would put back something else than your rule (a set lookup, an anonymous set or another native "
+            "nft expression in one of ufw's chains). Move such rules to an nft table of your own (table inet ...), "
+            "or let ufw make them; no revert was armed and nothing was changed"
+            % (fam, chain, fam, rule or "(nothing)", "`%s`" % made if made else "nothing"))
 
 
 def systemd_run_argv(systemd_run, unit, timeout, sh, script_path):

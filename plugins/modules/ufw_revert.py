@@ -22,16 +22,26 @@ description:
     the state it had (disabled again where it was off), and restores ufw's part of the ruleset as it was live when
     armed.
   - The revert touches only what a change of ufw can touch - ufw's chains (C(ufw-*), C(ufw6-*)), this collection's
-    (C(homelab-edge-*)), the policies of the built-in filter chains and the jumps into those chains - with
-    C(iptables-restore --noflush). Every other table and chain (Docker's NAT and chains, fail2ban's bans,
-    WireGuard's, a rule you typed into C(DOCKER-USER)) is left as it is at revert time. Afterwards that part is
-    compared with the snapshot; where it differs, C(ufw reload) from the restored files.
-  - The snapshot is checked when armed, or nothing is armed and nothing changed - the save's exit code, a filter
-    table in it, C(iptables-restore --test) of the part to restore, and that part equal to the live ruleset's (an
-    C(iptables-nft-save) that prints a native nft rule lossily in ufw's chains is refused). At least 16 MiB must be
-    free where the reverts are kept.
+    (C(homelab-edge-*)) and the jumps into those chains - with C(iptables-restore --noflush). Every other table and
+    chain (Docker's NAT and chains, fail2ban's own chains, WireGuard's, a rule you typed into C(DOCKER-USER), a
+    native nft table) is left as it is at revert time. Afterwards that part is compared with the snapshot; where it
+    differs, C(ufw reload) from the restored files.
+  - What others did inside the window is kept. A ban made through ufw (fail2ban's C(banaction = ufw), C(ufw insert 1
+    deny|reject from ADDR)) - a deny or reject rule of one source added to C(user.rules) or C(user6.rules) since the
+    arm - is put back into the restored files and live. Files under C(/etc/ufw/applications.d) (a package's
+    application profile) are neither removed nor replaced. A built-in chain's policy (Docker's C(-P FORWARD DROP), a
+    WireGuard guide's C(-P FORWARD ACCEPT)) is put back only where the change set it - ufw's default policy for that
+    chain, or whether ufw runs, differs from the arm's. Every other file under C(/etc/ufw) and C(/etc/default/ufw)
+    comes back as armed; files added there since are removed.
+  - The snapshot is checked when armed, or nothing is armed and nothing is written - the save's exit code, a filter
+    table in it, C(iptables-restore --test) of the part to restore, that part equal to the live ruleset's, and,
+    with iptables-nft, the save loaded into a scratch network namespace (C(unshare -n)) making the same rules in
+    ufw's chains as C(nft list table) shows live (counters and handles aside). A native nft rule in one of ufw's
+    chains - a set lookup, an anonymous set - prints lossily through iptables (C(ip saddr @blocked drop) as C(-j
+    DROP)); the arm is refused naming it. At least 16 MiB must be free where the reverts are kept.
   - The timer is a transient systemd timer (C(systemd-run)) where systemd runs, otherwise a detached process in a
-    session of its own; either way it does not depend on the SSH session or the controller.
+    session of its own; either way it does not depend on the SSH session or the controller. Where systemd runs but
+    C(systemd-run) fails and logind kills a session's processes (C(KillUserProcesses=yes)), the arm is refused.
   - O(state=confirmed) proves a NEW way in from outside before it confirms - it finds the SSH login it runs in (the
     sshd process above it and that process's connection) and refuses one that started before the revert was armed (a
     reused connection), one from loopback (an C(ssh -L) tunnel, sslh, a jump through the host itself, which ufw always lets
@@ -47,8 +57,13 @@ description:
     boot before C(ufw.service) (no default dependencies) and reverts any change still armed - the files as they
     were armed, which ufw then loads - so a restart inside the window (what a locked-out admin does from the
     provider's panel) never keeps an unconfirmed change. It does nothing when no revert is armed.
-  - Without systemd, a revert whose timer a restart killed is C(missed); it blocks a new O(state=armed) - its copy
-    is of the firewall before an unconfirmed change - and the message says how to settle it.
+  - Without systemd, arming puts a block of its own at the top of ufw's C(/etc/ufw/before.init) and
+    C(after.init) (made executable; ufw's own start runs them) that calls C(boot.sh) in O(state_dir). At every start
+    of ufw - the boot's included - a change still armed whose timer is gone (another boot, or the timer's process no
+    longer runs) is reverted before ufw loads its files, and ufw is started again from them (or stopped, where it
+    was off when armed). C(ufw enable) or C(ufw reload) inside the window, with the timer alive, does nothing. The
+    block stays in place (it does nothing when no revert is armed). A host with neither systemd nor ufw's
+    C(ufw-init) is refused.
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
@@ -93,10 +108,10 @@ attributes:
   platform:
     platforms: debian
 requirements:
-  - ufw, tar, sh, and systemd-run or setsid on the target; root (C(become))
+  - ufw, tar, sh, awk, and systemd-run or setsid on the target; root (C(become)); with iptables-nft, nft and unshare
 notes:
-  - Without systemd, a host that restarts before the timer fires comes back with the unconfirmed change; O(state=query)
-    reports such a revert as C(missed), and the next O(state=armed) refuses until it is settled.
+  - A revert whose timer is gone without a boot path running it (the boot unit disabled, the hook taken out of
+    before.init) is C(missed); O(state=query) reports it, and the next O(state=armed) refuses until it is settled.
 seealso:
   - module: homelab.edge.ufw_access
   - module: homelab.edge.ufw_connlimit
@@ -136,6 +151,17 @@ timer:
   description: What runs the revert (C(systemd-run) or C(detached)).
   returned: with O(state=armed)
   type: str
+boot_path:
+  description: What reverts a change left armed by a restart - C(systemd) (the boot unit) or C(ufw-init) (the hook in
+    ufw's before.init).
+  returned: with O(state=armed)
+  type: str
+unfaithful:
+  description: When the arm was refused for a rule iptables cannot save as it is - [chain, the rule as nft shows it,
+    what a restore of the save makes of it].
+  returned: when the arm was refused so
+  type: list
+  elements: list
 login:
   description: The SSH login that confirmed (or was refused) - pid of its sshd, C(started) (seconds since boot), C(peer)
     (the client's address as the host sees it), C(port) (the host's), or none when the confirmation arrived over no
@@ -175,6 +201,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
@@ -220,6 +247,15 @@ def login_chain():
     return chain, tables
 
 
+def logind_conf():
+    """logind.conf and its drop-ins, in the order logind reads them (the drop-ins sorted by name, /etc first)."""
+    dropins = {}
+    for d in ("/usr/lib/systemd/logind.conf.d", "/run/systemd/logind.conf.d", "/etc/systemd/logind.conf.d"):
+        if os.path.isdir(d):
+            dropins.update((n, os.path.join(d, n)) for n in os.listdir(d) if n.endswith(".conf"))
+    return [read("/etc/systemd/logind.conf", "")] + [read(dropins[n], "") for n in sorted(dropins)]
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -250,7 +286,8 @@ class Reverts(object):
     def describe(self, rid):
         meta = json.loads(read(self.path(rid, "meta.json"), "{}"))
         where = ur.marker(os.listdir(self.path(rid)))
-        pid_alive = alive(meta["pid"]) if meta.get("pid") else None
+        # a pid is this revert's timer only while that process runs its script (a restart reuses pids)
+        pid_alive = (alive(meta["pid"]) and self.is_revert(meta)) if meta.get("pid") else None
         at, rc = read(self.path(rid, "reverted_at")), read(self.path(rid, "revert_rc"))
         since = booted_at = None
         if where == "reverting":  # the marker's time and the boot's only matter to a revert under way
@@ -304,13 +341,29 @@ class Reverts(object):
                              "Put that firewall back with homelab.edge.ufw_revert state=reverted id=%s, or keep the "
                              "firewall as it is with state=confirmed id=%s" % (r["id"], r["id"])))
         was_enabled = ua.enabled(read("/etc/ufw/ufw.conf"))
+        boot_path = self.boot_path()
+        if boot_path is None:
+            self.fail(ur.no_boot_path_problem())
+        if boot_path == "ufw-init":
+            for name, stage in ur.HOOKS:
+                path = os.path.join(ur.ROOTS[0], name)
+                text = read(path)
+                if text is not None and not os.access(path, os.X_OK) and not uc.is_stock_after_init(text, name):
+                    self.fail("%s is not executable and holds commands of yours: making it executable to call the "
+                              "revert's boot hook would start running them. Make it executable yourself (or empty "
+                              "it) and run again; no revert was armed and nothing was changed" % path)
         if self.module.check_mode:
-            self.exit(changed=True, was_enabled=was_enabled, timeout=p["timeout"])
+            self.exit(changed=True, was_enabled=was_enabled, timeout=p["timeout"], boot_path=boot_path)
         self.check_space()
+        # every check of the snapshot before anything is written: a refusal leaves the host as it was
+        saved = dict((fam, self.snapshot(fam)) for fam in ("iptables", "ip6tables"))
+        policy_conf = self.module.run_command(["sh", "-c", ur.policy_conf_cmd()], environ_update=C_ENV)[1]
         now = int(time.time())
         rid = "%d-%d" % (now, os.getpid())
         d = self.path(rid)
         os.makedirs(d, 0o700)
+        if boot_path == "ufw-init":  # before the copy of /etc/ufw, so that a revert keeps the hook
+            self.install_hook()
         names = []
         with tarfile.open(self.path(rid, "files.tar"), "w") as tar:
             for root in ur.ROOTS:
@@ -318,21 +371,27 @@ class Reverts(object):
                     tar.add(root, arcname=root.lstrip("/"))
                     names += self.files_under(root)
         self.write(rid, "files.list", "".join(n + "\n" for n in names))
-        for fam in ("iptables", "ip6tables"):
-            self.snapshot(rid, fam)
+        for fam, files in saved.items():
+            for suffix, text in sorted((files or {}).items()):
+                self.write(rid, fam + suffix, text)
+        self.write(rid, "ufw.policy", policy_conf)
+        self.write(rid, "boot_id", boot_id() + "\n")
+        self.write(rid, "was_enabled", "yes\n" if was_enabled else "no\n")
         script = self.path(rid, "revert.sh")
         host.write_text(self.module, script, ur.script(d, p["timeout"], was_enabled), new_mode=0o700)
         # the deadline counts from here, after the snapshot; meta.json comes before the timer
         meta = {"id": rid, "armed_at": now, "fires_at": int(time.time()) + p["timeout"], "timeout": p["timeout"],
-                "was_enabled": was_enabled, "armed_start": own_start(), "boot_id": boot_id()}
+                "was_enabled": was_enabled, "armed_start": own_start(), "boot_id": boot_id(), "boot_path": boot_path}
         self.write(rid, "meta.json", json.dumps(meta))
         # the boot unit before the armed marker: nothing after the marker but the timer can fail
-        meta["boot_unit"] = self.boot_unit()
+        if boot_path == "systemd":
+            meta["boot_unit"] = self.boot_unit()
         self.write(rid, "armed", "")
         meta.update(self.start_timer(rid, script, p["timeout"]))
         self.write(rid, "meta.json", json.dumps(meta))
         self.prune()
-        self.exit(changed=True, id=rid, fires_at=meta["fires_at"], timer=meta["timer"], was_enabled=was_enabled)
+        self.exit(changed=True, id=rid, fires_at=meta["fires_at"], timer=meta["timer"], was_enabled=was_enabled,
+                  boot_path=boot_path)
 
     def check_space(self):
         """Enough room for the copy before anything is written (a full disk would leave a broken one)."""
@@ -345,23 +404,24 @@ class Reverts(object):
             self.fail("%s has %d MiB free; a revert's copy of /etc/ufw and the ruleset needs at least %d MiB: free "
                       "some space first; nothing was changed" % (where, free // 1048576, ur.MIN_FREE_BYTES // 1048576))
 
-    def snapshot(self, rid, fam):
-        """The saved ruleset, validated: the save's exit code, a filter table, the scoped restore accepted by
-        `<fam>-restore --test`, and our part of the save equal to our part of the live ruleset (iptables-nft-save
-        prints some native nft rules lossily). Any doubt: the arm is refused and its directory removed."""
+    def snapshot(self, fam):
+        """The saved ruleset, validated, as {suffix: text} of the files kept: the save's exit code, a filter table,
+        the scoped restore accepted by `<fam>-restore --test`, our part of the save equal to our part of the live
+        ruleset, and (iptables-nft) our chains as nft shows them equal to what the restore makes of the save in a
+        scratch network namespace (iptables prints set lookups and other native nft rules lossily, -S and -save
+        alike). Any doubt: the arm is refused, before anything is written."""
         save, restore = self.module.get_bin_path(fam + "-save"), self.module.get_bin_path(fam + "-restore")
         if not save or not restore:
-            return
+            return None
 
         def refuse(why):
-            shutil.rmtree(self.path(rid), ignore_errors=True)
             self.fail("the %s snapshot cannot be trusted to restore from (%s): no revert was armed and nothing was "
                       "changed" % (fam, why))
         rc, out, err = self.module.run_command([save], environ_update=C_ENV)
         if rc != 0:
             refuse("%s exited with %d: %s" % (save, rc, (err or out).strip()[-300:]))
-        rc, live, e = self.module.run_command(["sh", "-c", ur.own_lines_cmd(self.module.get_bin_path(fam, required=True))],
-                                              environ_update=C_ENV)
+        tool = self.module.get_bin_path(fam, required=True)
+        rc, live, e = self.module.run_command(["sh", "-c", ur.own_lines_cmd(tool)], environ_update=C_ENV)
         out = ur.with_filter_table(out, live)
         try:
             scoped = ur.scoped_restore(out)
@@ -373,10 +433,36 @@ class Reverts(object):
         saved = "".join(x + "\n" for x in sorted(ur.own_part(out)))
         if live != saved:
             refuse("the save does not read back as the live ruleset for ufw's chains")
-        self.write(rid, fam + ".save", out)
-        self.write(rid, fam + ".scoped", scoped)
-        self.write(rid, fam + ".expected", live)
-        self.write(rid, fam + ".expected.order", ur.jumps_in_order(out))
+        self.check_faithful(fam, tool, restore, out)
+        return {".save": out, ".scoped": scoped, ".expected": live, ".expected.order": ur.jumps_in_order(out),
+                ".policies": ur.policies(out)}
+
+    def check_faithful(self, fam, tool, restore, save_text):
+        """Where iptables is iptables-nft and nft shows our chains: the save loaded into a scratch network
+        namespace must make the same rules there (nft's view, no counters or handles); otherwise refuse."""
+        nft = self.module.get_bin_path("nft")
+        version = self.module.run_command([tool, "-V"], environ_update=C_ENV)[1]
+        if not nft or "nf_tables" not in version:
+            return
+        rc, live, err = self.module.run_command([nft, "list", "table"] + ur.NFT_TABLE[fam].split(),
+                                                environ_update=C_ENV)
+        if rc != 0:  # no such table: nothing of ours is in nft's hands
+            return
+        unshare = self.module.get_bin_path("unshare")
+        if not unshare:
+            self.fail("%s: cannot check that the snapshot restores ufw's chains as they are (no unshare for a scratch "
+                      "network namespace): install util-linux; no revert was armed and nothing was changed" % fam)
+        rc, back, err = self.module.run_command(
+            [unshare, "-n", "sh", "-c", '"$1" -w || exit 1; "$2" list table $3 2>/dev/null; exit 0', "scratch", restore, nft,
+             ur.NFT_TABLE[fam]],
+            data=ur.scratch_restore(save_text), environ_update=C_ENV)
+        if rc != 0:
+            self.fail("%s: cannot check that the snapshot restores ufw's chains as they are (loading it into a scratch "
+                      "network namespace failed: %s); no revert was armed and nothing was changed"
+                      % (fam, (err or back).strip()[-300:]))
+        found = ur.unfaithful(ur.nft_chains(live), ur.nft_chains(back))
+        if found:
+            self.fail(ur.unfaithful_problem(fam, found), unfaithful=[list(x) for x in found])
 
     @staticmethod
     def files_under(root):
@@ -387,6 +473,28 @@ class Reverts(object):
             out += [os.path.join(base, f) for f in files]
             out += [os.path.join(base, x) for x in dirs if os.path.islink(os.path.join(base, x))]
         return sorted(out)
+
+    def boot_path(self):
+        """What reverts a change left armed by a restart: systemd's boot unit, ufw's own start (before.init), or
+        None (neither can)."""
+        if self.module.get_bin_path("systemctl") and os.path.isdir("/run/systemd/system"):
+            return "systemd"
+        if any(os.access(x, os.X_OK) for x in ur.UFW_INIT) and os.path.isdir(ur.ROOTS[0]):
+            return "ufw-init"
+        return None
+
+    def install_hook(self):
+        """Without systemd: boot.sh in the state directory and our block in ufw's before.init and after.init
+        (executable: ufw runs them only so). Once in place, each arm finds them as they are."""
+        boot = os.path.join(self.dir, ur.BOOT_SCRIPT)
+        if read(boot) != ur.boot_script(self.dir):
+            host.write_text(self.module, boot, ur.boot_script(self.dir), new_mode=0o700)
+        for name, stage in ur.HOOKS:
+            path = os.path.join(ur.ROOTS[0], name)
+            old = read(path)
+            new = ur.with_hook(old, ur.hook_block(self.dir, stage))
+            if new != old or not os.stat(path).st_mode & 0o100:
+                host.write_text(self.module, path, new, new_mode=0o750, add_mode=0o110)
 
     def boot_unit(self):
         """Where systemd runs: the persistent unit that reverts a change still armed at boot, before ufw.service
@@ -415,6 +523,12 @@ class Reverts(object):
                                                    environ_update=C_ENV)
             if rc == 0:
                 return {"timer": "systemd-run", "unit": unit}
+            if ur.kills_user_processes(logind_conf()):
+                shutil.rmtree(self.path(rid), ignore_errors=True)
+                self.module.fail_json(msg="systemd-run failed (%s), and logind here kills a session's processes when "
+                                          "it ends (KillUserProcesses=yes): a revert timer started from this SSH "
+                                          "session would die with it. Fix systemd-run, then run again; no revert was "
+                                          "armed and nothing was changed" % (err or out).strip())
             self.module.warn("systemd-run failed (%s): the revert runs as a detached process instead" % err.strip())
         # a session of its own (no SIGHUP when SSH goes), nothing of ours held open
         pidfile = self.path(rid, "pid")

@@ -87,11 +87,15 @@ def ns():
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
-def arm(ns, tmp_path):
-    """What ufw_revert's arm does for iptables: the save, its scoped part, and the live part it must equal."""
+def arm(ns, tmp_path, ufw_conf=None):
+    """What ufw_revert's arm does for iptables: the save, its scoped part, and the live part it must equal;
+    with `ufw_conf`, ufw's settings as armed (then a policy goes back only where they changed)."""
     d = tmp_path / "rev"
     (tmp_path / "etc-ufw").mkdir()
     d.mkdir()
+    if ufw_conf is not None:
+        (tmp_path / "etc-ufw" / "ufw.conf").write_text(ufw_conf)
+        (d / "ufw.policy").write_text(sh(ns, ur.policy_conf_cmd((str(tmp_path / "etc-ufw" / "ufw.conf"),))).stdout)
     live = sh(ns, ur.own_lines_cmd("iptables")).stdout
     save = ur.with_filter_table(sh(ns, "iptables-save").stdout, live)
     scoped = ur.scoped_restore(save)
@@ -101,6 +105,7 @@ def arm(ns, tmp_path):
     subprocess.run(["tar", "-C", "/", "-cf", str(d / "files.tar"), str(tmp_path / "etc-ufw").lstrip("/")], check=True)
     for name, text in (("files.list", ""), ("armed", ""), ("iptables.save", save), ("iptables.scoped", scoped),
                        ("iptables.expected", live), ("iptables.expected.order", ur.jumps_in_order(save)),
+                       ("iptables.policies", ur.policies(save)),
                        ("revert.sh", ur.script(str(d), 1, True, roots=(str(tmp_path / "etc-ufw"),)))):
         (d / name).write_text(text)
     return d, live
@@ -233,3 +238,43 @@ def test_a_revert_cut_off_half_way_is_finished_by_resume_and_at_boot_and_by_noth
     os.rename(str(d / "reverted"), str(d / "reverting"))
     subprocess.run(["sh", str(d / "revert.sh"), "boot"], check=True, timeout=60)
     assert (d / "reverted").exists() and not (tmp_path / "etc-ufw" / "added-in-the-window").exists()
+
+
+def test_a_policy_set_inside_the_window_by_someone_else_stays(ns, tmp_path):
+    """Docker's first start sets FORWARD DROP, a WireGuard guide sets FORWARD ACCEPT: inside the window, with ufw's
+    settings untouched by the change, the revert puts ufw's chains back and leaves the policy as it is now. Run the
+    other way (no record of ufw's settings, as before: every policy put back), the guide's ACCEPT is lost."""
+    d, armed = arm(ns, tmp_path, ufw_conf="ENABLED=yes\n")
+    sh(ns, "iptables -w -A ufw-user-input -p tcp -m tcp --dport 80 -j DROP; iptables -w -P FORWARD ACCEPT")
+    sh(ns, "sh %s now" % (d / "revert.sh"))
+    assert (d / "revert_rc").read_text().strip() == "0", (d / "revert.log").read_text()
+    now = sh(ns, "iptables -S").stdout
+    assert "-P FORWARD ACCEPT" in now and "--dport 80 -j DROP" not in now
+
+
+def test_without_the_record_of_ufws_settings_every_policy_goes_back(ns, tmp_path):
+    d, armed = arm(ns, tmp_path)
+    sh(ns, "iptables -w -P FORWARD ACCEPT")
+    sh(ns, "sh %s now" % (d / "revert.sh"))
+    assert "-P FORWARD DROP" in sh(ns, "iptables -S").stdout
+
+
+def test_native_nft_rules_in_ufws_chains_are_found_by_a_scratch_restore(ns):
+    """iptables-nft prints a set lookup in ufw-user-input as `-j DROP` (-S and -save alike); the arm loads the save
+    into a scratch network namespace and compares nft's view of our chains: the native rule is found. Without it,
+    the same check finds nothing (the restore is exact)."""
+    if "nf_tables" not in sh(ns, "iptables -V").stdout or not shutil.which("nft") or not shutil.which("unshare"):
+        pytest.skip("needs iptables-nft, nft and unshare")
+
+    def check():
+        save = sh(ns, "iptables-save").stdout
+        back = sh(ns, "unshare -n sh -c 'iptables-restore -w && nft list table ip filter'", ur.scratch_restore(save))
+        return save, ur.unfaithful(ur.nft_chains(sh(ns, "nft list table ip filter").stdout), ur.nft_chains(back.stdout))
+
+    assert check()[1] == []
+    sh(ns, "nft add set ip filter blocked '{ type ipv4_addr; }'; nft add element ip filter blocked '{ 203.0.113.5 }';"
+           " nft insert rule ip filter ufw-user-input ip saddr @blocked drop;"
+           " nft add rule ip filter ufw-user-input tcp dport '{ 8081, 8082 }' drop")
+    save, found = check()
+    assert "-A ufw-user-input -j DROP" in save  # what a revert would restore: a DROP of everything
+    assert found and found[0][0] == "ufw-user-input" and found[0][1] == "ip saddr @blocked drop"

@@ -361,3 +361,36 @@ def test_the_seeds_line_for_a_docker_port_is_taken_over_too():
     assert [f["ports"] for f in plan["replaced"]] == [[443], [80]]
     live = [ln for ln in plan["text"].split("\n") if ln.startswith("-A") and "connlimit" in ln]
     assert live == block(ports=[80], limit=200)[1:-1]
+
+
+def test_a_stock_before_init_with_the_reverts_block_is_still_stock():
+    from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
+    before = STOCK_AFTER_INIT.replace("after.init", "before.init")
+    hooked = ur.with_hook(before, ur.hook_block("/var/lib/homelab-edge/ufw-revert", "before"))
+    assert uc.is_stock_after_init(hooked, "before.init") and not uc.is_stock_after_init(hooked)
+    assert not uc.is_stock_after_init(hooked.replace("esac", "iptables -A INPUT -j DROP\nesac"), "before.init")
+
+
+# ------------------------------------------------------------ edges no other test reached (issue 51)
+MANGLE = "*mangle\n:PREROUTING ACCEPT [0:0]\n%sCOMMIT\n"
+
+
+@pytest.mark.parametrize("text", [
+    MANGLE % ("\n".join(block()) + "\n") + BEFORE,                    # in a section before *filter
+    BEFORE + "\n" + MANGLE % ("\n".join(block()) + "\n"),             # in a section after *filter's COMMIT
+    BEFORE + "\n" + "\n".join([uc.BEGIN, uc.KEPT + "# a user's line", uc.END]) + "\n",  # after COMMIT, no rule
+], ids=["before-filter", "later-section", "after-commit-without-rules"])
+def test_a_managed_block_outside_the_filter_section_is_refused(text):
+    """iptables-restore would load it into another table (or ufw would not load the file at all): the block is
+    refused where it stands, not rewritten in place."""
+    with pytest.raises(uc.RulesError, match="not inside the \\*filter section"):
+        uc.apply_block(text, block())
+
+
+def test_the_docker_nft_table_is_hooked_before_dockers_own():
+    """Docker's nftables backend filters forwarded traffic at priority filter (0); a table at filter + 1 would see
+    connections Docker already accepted. The table's hook must come first: below filter."""
+    import re
+    text = uc.docker_nft_rules([443], 100)
+    hooks = re.findall(r"type filter hook forward priority filter ([+-]) (\d+);", text)
+    assert hooks and all(sign == "-" and int(n) >= 1 for sign, n in hooks), text

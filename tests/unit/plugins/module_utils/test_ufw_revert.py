@@ -138,10 +138,11 @@ def test_own_part_is_ufws_and_ours_and_nothing_else():
 
 def test_scoped_restore_never_declares_anyone_elses_chain():
     text = ur.scoped_restore(SAVE)
-    assert text.startswith("*filter\n:INPUT DROP [0:0]\n") and text.endswith("COMMIT\n")
+    assert text.startswith("*filter\n:homelab-edge-docker - [0:0]\n") and text.endswith("COMMIT\n")
     declared = [ln.split()[0][1:] for ln in text.splitlines() if ln.startswith(":")]
-    assert declared == ["INPUT", "FORWARD", "OUTPUT", "homelab-edge-docker", "ufw-before-input", "ufw-user-input",
-                        "ufw6-nothere"]
+    # no built-in chain: their policies are revert.sh's, put back only where the change set them
+    assert declared == ["homelab-edge-docker", "ufw-before-input", "ufw-user-input", "ufw6-nothere"]
+    assert ur.policies(SAVE) == "-P INPUT DROP\n-P FORWARD DROP\n-P OUTPUT ACCEPT\n"
     assert "*nat" not in text and "DOCKER-USER" not in text and "f2b" not in text
     assert "-A INPUT -j ufw-before-input" not in text  # the jumps are revert.sh's: kept in place or appended
     assert ur.jumps_in_order(SAVE) == "-A INPUT -j ufw-before-input\n"
@@ -298,3 +299,257 @@ def test_a_login_from_the_hosts_own_address_is_the_host_itself():
     login = ur.ssh_login(chain(1006), ur.tcp_sockets(own))
     assert login["peer"] == login["local"] == "203.12.11.10"
     assert "this host itself" in ur.new_login_problem(login, 400.0)
+
+
+# ------------------------------------------------------------ nothing of anyone else's lost
+ARMED_USER_RULES = """*filter
+### RULES ###
+
+### tuple ### allow tcp 22 0.0.0.0/0 any 0.0.0.0/0 in
+-A ufw-user-input -p tcp --dport 22 -j ACCEPT
+
+### END RULES ###
+COMMIT
+"""
+# fail2ban's `banaction = ufw` inside the window (ufw insert 1 reject from ADDR to any comment ...), and an allow
+# rule the change added: the ban stays, the allow goes
+NOW_USER_RULES = """*filter
+### RULES ###
+
+### tuple ### reject any any 0.0.0.0/0 any 198.51.100.9 in comment=6279204661696c32626616e
+-A ufw-user-input -s 198.51.100.9 -j REJECT
+
+### tuple ### allow tcp 22 0.0.0.0/0 any 0.0.0.0/0 in
+-A ufw-user-input -p tcp --dport 22 -j ACCEPT
+
+### tuple ### allow tcp 8443 0.0.0.0/0 any 0.0.0.0/0 in
+-A ufw-user-input -p tcp --dport 8443 -j ACCEPT
+
+### END RULES ###
+COMMIT
+"""
+
+
+def recording_iptables(tmp_path):
+    """iptables that knows no rule (-C fails) and records every other call."""
+    b = tmp_path / "bin"
+    for tool in ("iptables", "ip6tables"):
+        (b / tool).write_text('#!/bin/sh\n[ "$2" = -C ] && exit 1\n[ "$1" = -w ] && [ "$2" = -S ] && exit 0\n'
+                              'echo %s "$@" >> %s/calls\n' % (tool, tmp_path))
+        os.chmod(str(b / tool), 0o755)
+
+
+def test_a_ban_made_through_ufw_inside_the_window_stays_in_the_file_and_live(tmp_path):
+    root, d = revert_tree(tmp_path, was_enabled=True)
+    (root / "user.rules").write_text(ARMED_USER_RULES)
+    subprocess.run(["tar", "-C", "/", "-cf", str(d / "files.tar"), str(root).lstrip("/")], check=True)
+    (root / "user.rules").write_text(NOW_USER_RULES)
+    (root / "applications.d").mkdir()
+    (root / "applications.d" / "openssh-server").write_text("[OpenSSH]\nports=22/tcp\n")
+    fake_path(tmp_path)
+    recording_iptables(tmp_path)
+    text = (d / "revert.sh").read_text().replace("PATH=/usr/sbin", "PATH=%s:/usr/sbin" % (tmp_path / "bin"))
+    (d / "revert.sh").write_text(text)
+    subprocess.run(["sh", str(d / "revert.sh"), "now"], check=False)
+    after = (root / "user.rules").read_text()
+    assert "198.51.100.9" in after and "--dport 8443" not in after and "--dport 22 -j ACCEPT" in after
+    assert after.index("### tuple ### reject") < after.index("### tuple ### allow tcp 22")
+    calls = (tmp_path / "calls").read_text()
+    assert "iptables -w -I ufw-user-input 1 -s 198.51.100.9 -j REJECT" in calls
+    assert "8443" not in calls
+    # a package's application profile added inside the window is not the change's: it stays
+    assert (root / "applications.d" / "openssh-server").exists()
+
+
+def test_bans_of_the_armed_copy_and_rules_that_open_are_not_kept(tmp_path):
+    armed, now = tmp_path / "armed", tmp_path / "now"
+    armed.write_text(NOW_USER_RULES)
+    now.write_text(NOW_USER_RULES.replace("allow tcp 8443", "deny tcp 8443"))
+    sh = "dir=%s\n%s\nbans %s %s" % (tmp_path, ur.bans_fn(), now, armed)
+    assert subprocess.run(["sh", "-c", sh], capture_output=True, text=True, check=True).stdout == ""  # port deny: no source
+
+
+def policy_decision(tmp_path, armed, now, chain):
+    (tmp_path / "ufw.policy").write_text(armed)
+    sh = 'dir=%s\nnow_policy="%s"\n%s\npolicy_set_by_change %s' % (tmp_path, now, ur.policy_fn(), chain)
+    return subprocess.run(["sh", "-c", sh], check=False).returncode == 0
+
+
+def test_a_policy_is_put_back_only_where_the_change_set_it(tmp_path):
+    armed = "DEFAULT_FORWARD_POLICY=DROP\nDEFAULT_INPUT_POLICY=DROP\nENABLED=yes\n"
+    # Docker's -P FORWARD DROP, or a WireGuard guide's ACCEPT, inside the window: ufw's settings did not move
+    assert not policy_decision(tmp_path, armed, armed, "FORWARD")
+    # the change set ufw's default for INPUT: that policy goes back, FORWARD's stays
+    changed = armed.replace("INPUT_POLICY=DROP", "INPUT_POLICY=ACCEPT")
+    assert policy_decision(tmp_path, armed, changed, "INPUT") and not policy_decision(tmp_path, armed, changed, "FORWARD")
+    # the change enabled ufw: it set all three
+    assert policy_decision(tmp_path, armed.replace("yes", "no"), armed, "FORWARD")
+
+
+# ------------------------------------------------------------ a snapshot restored exactly, or no arm
+LIVE_NFT = """table ip filter { # progname iptables-nft-restore
+\tset blocked {
+\t\ttype ipv4_addr
+\t\telements = { 203.0.113.5,
+\t\t\t     203.0.113.6 }
+\t}
+
+\tchain INPUT {
+\t\ttype filter hook input priority filter; policy drop;
+\t\tcounter packets 10 bytes 900 jump ufw-before-input
+\t}
+
+\tchain ufw-user-input {
+\t\tip saddr @blocked drop # handle 40
+\t\tmeta l4proto tcp tcp dport 22 counter packets 3 bytes 180 accept # handle 41
+\t}
+
+\tchain ufw-before-input {
+\t\tiifname "lo" counter packets 0 bytes 0 accept
+\t}
+}
+"""
+RESTORED_NFT = """table ip filter {
+\tchain ufw-user-input {
+\t\tcounter packets 0 bytes 0 drop
+\t\tmeta l4proto tcp tcp dport 22 counter packets 0 bytes 0 accept
+\t}
+
+\tchain ufw-before-input {
+\t\tiifname "lo" counter packets 0 bytes 0 accept
+\t}
+
+\tchain DOCKER-USER {
+\t}
+}
+"""
+
+
+def test_nft_chains_reads_chains_without_counters_handles_or_sets():
+    chains = ur.nft_chains(LIVE_NFT)
+    assert chains["ufw-user-input"] == ["ip saddr @blocked drop", "meta l4proto tcp tcp dport 22 counter accept"]
+    assert "blocked" not in chains and chains["ufw-before-input"] == ['iifname "lo" counter accept']
+
+
+def test_a_set_lookup_that_iptables_prints_as_drop_everything_is_found():
+    found = ur.unfaithful(ur.nft_chains(LIVE_NFT), ur.nft_chains(RESTORED_NFT))
+    assert found == [("ufw-user-input", "ip saddr @blocked drop", "counter drop")]
+    words = ur.unfaithful_problem("iptables", found)
+    assert "ufw-user-input" in words and "`ip saddr @blocked drop`" in words and "`counter drop`" in words
+    assert words.endswith("no revert was armed and nothing was changed")
+    # the same rules restored as they are: nothing found (built-in and others' chains are not compared)
+    faithful = LIVE_NFT.replace("ip saddr @blocked drop # handle 40", "counter packets 9 bytes 1 drop")
+    assert ur.unfaithful(ur.nft_chains(faithful), ur.nft_chains(RESTORED_NFT)) == []
+
+
+def test_the_scratch_restore_declares_the_other_chains_ours_jump_to():
+    save = SAVE.replace("-A ufw-user-input -p tcp", "-A ufw-user-input -j DOCKER-USER\n-A ufw-user-input -p tcp")
+    text = ur.scratch_restore(save)
+    assert text.startswith("*filter\n:DOCKER-USER - [0:0]\n:homelab-edge-docker - [0:0]\n")
+    assert ":f2b-sshd" not in text and ":INPUT" not in text
+
+
+# ------------------------------------------------------------ a boot path without systemd
+def test_the_hook_goes_in_once_after_the_shebang_and_comes_out_whole():
+    stock = "#!/bin/sh\nset -e\ncase \"$1\" in\nstart) ;;\nesac\n"
+    block = ur.hook_block("/var/lib/homelab-edge/ufw-revert", "before")
+    once = ur.with_hook(stock, block)
+    assert once.startswith("#!/bin/sh\n" + ur.HOOK_BEGIN) and once.index(ur.HOOK_END) < once.index("set -e")
+    assert ur.with_hook(once, block) == once
+    assert ur.without_hook(once) == stock
+    assert ur.with_hook(None, block).startswith("#!/bin/sh\n" + ur.HOOK_BEGIN)
+    subprocess.run(["sh", "-n", "-c", once], check=True)
+
+
+def boot_tree(tmp_path, boot_id, pid=None, was_enabled=False):
+    root, d = revert_tree(tmp_path, was_enabled=was_enabled)
+    state = tmp_path / "state"
+    state.mkdir()
+    rd = state / "r1"
+    os.rename(str(d), str(rd))
+    (rd / "revert.sh").write_text(ur.script(str(rd), 1, was_enabled, roots=(str(root),)))
+    (rd / "boot_id").write_text(boot_id + "\n")
+    (rd / "was_enabled").write_text("yes\n" if was_enabled else "no\n")
+    if pid:
+        (rd / "pid").write_text("%d\n" % pid)
+    init = tmp_path / "ufw-init"
+    init.write_text("#!/bin/sh\necho ufw-init \"$@\" >> %s/init-calls\n" % tmp_path)
+    os.chmod(str(init), 0o755)
+    (state / "boot.sh").write_text(ur.boot_script(str(state), ufw_init=(str(init),)))
+    return root, state, rd
+
+
+def boot_id():
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
+def test_ufws_start_after_another_boot_reverts_then_stops_ufw_where_it_was_off(tmp_path):
+    root, state, rd = boot_tree(tmp_path, "another-boot")
+    (root / "user.rules").write_text("changed\n")
+    subprocess.run(["sh", str(state / "boot.sh"), "before", "4242"], check=True)
+    assert (root / "user.rules").read_text() == "old\n" and (rd / "reverted").exists()
+    subprocess.run(["sh", str(state / "boot.sh"), "after", "4242"], check=True)
+    assert (tmp_path / "init-calls").read_text() == "ufw-init force-stop\n"
+    assert not (state / "after-start").exists()
+
+
+def test_ufws_start_inside_the_window_with_the_timer_alive_does_nothing(tmp_path):
+    root, state, rd = boot_tree(tmp_path, boot_id())
+    (root / "user.rules").write_text("changed\n")
+    (rd / "revert.sh").write_text(ur.script(str(rd), 30, False, roots=(str(root),)))
+    timer = subprocess.Popen(["sh", str(rd / "revert.sh")])  # the detached timer: sleeps, then reverts
+    try:
+        (rd / "pid").write_text("%d\n" % timer.pid)
+        subprocess.run(["sh", str(state / "boot.sh"), "before", "1"], check=True)  # `ufw enable` in the window
+        assert (root / "user.rules").read_text() == "changed\n" and not (state / "after-start").exists()
+    finally:
+        timer.kill()
+        timer.wait()
+    # its process gone (the host restarted its container, same kernel): the next start of ufw reverts
+    subprocess.run(["sh", str(state / "boot.sh"), "before", "2"], check=True)
+    assert (root / "user.rules").read_text() == "old\n" and (state / "after-start").read_text() == "2 no\n"
+
+
+def test_a_start_that_is_not_the_one_that_reverted_is_left_alone(tmp_path):
+    root, state, rd = boot_tree(tmp_path, "another-boot", was_enabled=True)
+    subprocess.run(["sh", str(state / "boot.sh"), "before", "7"], check=True)
+    subprocess.run(["sh", str(state / "boot.sh"), "after", "8"], check=True)
+    assert not (tmp_path / "init-calls").exists() and not (state / "after-start").exists()
+
+
+@pytest.mark.parametrize("texts, kills", [
+    ([""], False),
+    (["[Login]\n#KillUserProcesses=no\n"], False),
+    (["[Login]\nKillUserProcesses=yes\n"], True),
+    (["[Login]\nKillUserProcesses=yes\n", "[Login]\nKillUserProcesses=no\n"], False),
+    (["[Other]\nKillUserProcesses=yes\n"], False),
+])
+def test_kill_user_processes_reads_the_last_setting(texts, kills):
+    assert ur.kills_user_processes(texts) is kills
+
+
+# ------------------------------------------------------------ edges no other test reached (issue 51)
+def test_a_login_that_started_in_the_same_second_as_the_arm_is_not_new():
+    """/proc's start times are whole clock ticks: a login that started in the arm's own second may be the
+    connection that armed it (ESTABLISHED traffic), so it proves no new way in; one a second later does."""
+    login = ur.ssh_login(chain(1002, start=400.0), ur.tcp_sockets(TCP))
+    assert "older than the revert" in ur.new_login_problem(login, 400.0)
+    assert ur.new_login_problem(login, 399.0) is None
+
+
+@pytest.mark.parametrize("restored, falls_back", [(True, False), (False, True)])
+def test_ufw_reloads_from_the_files_only_where_the_scoped_restore_failed(tmp_path, restored, falls_back):
+    """ufw was running: the scoped restore puts its part back; only where that failed (rc != 0) does the script
+    fall back to ufw's own start from the files - a reload after a good restore would drop what others added."""
+    root, d = revert_tree(tmp_path, was_enabled=True)
+    run = fake_path(tmp_path)
+    if not restored:
+        (tmp_path / "bin" / "iptables-restore").write_text(
+            "#!/bin/sh\necho iptables-restore \"$@\" $(cat) >> %s/calls\nexit 1\n" % tmp_path)
+    text = (d / "revert.sh").read_text().replace("PATH=/usr/sbin", "PATH=%s:/usr/sbin" % run)
+    (d / "revert.sh").write_text(text)
+    subprocess.run(["sh", str(d / "revert.sh"), "now"], check=False)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert ("ufw reload" in calls) is falls_back, calls
+    assert (d / "revert_rc").read_text().strip() == ("0" if restored else "2")
