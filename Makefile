@@ -14,7 +14,14 @@ demo: setup       ## the main job on the local lab: failure before, site.yml, pr
 test:             ## the whole test suite (sets the lab up itself: unit, lint, sanity, every Molecule scenario)
 	tests/run.sh all
 
-unit lint sanity molecule: setup
+# the unit tests need no lab (no Docker, Go or root): a plain venv with the pinned ansible-core and pytest
+UNIT_VENV ?= $(HOME)/.cache/homelab-edge/venv-unit
+unit:             ## tests/unit on a plain Python venv (made once, in ~/.cache/homelab-edge)
+	@test -x $(UNIT_VENV)/bin/pytest || { python3 -m venv $(UNIT_VENV) && $(UNIT_VENV)/bin/pip install -q \
+	  $$(grep -E '^(ansible-core|pytest)==' requirements-test.txt | cut -d' ' -f1); }
+	$(UNIT_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit
+
+lint sanity molecule: setup
 	tests/run.sh $@
 
 bench: setup      ## benchmarks (results in benchmarks/results/)

@@ -196,9 +196,11 @@ def say(r, extra=""):
 
 
 def cpus_of(pin):
-    n_sys = len(pin["system"]) if pin else os.cpu_count()
-    return {"load balancer": n_sys, "DNS server": n_sys, "TLS endpoints (k3s stand-in)": n_sys,
-            "generator": 1 if pin else os.cpu_count()}
+    """The CPUs each component may use, as sets: components on the same CPUs share them, and ladder.bound_by
+    adds them up (two components at half a core each ran that core out)."""
+    system = set(pin["system"]) if pin else set(range(os.cpu_count()))
+    return {"load balancer": system, "DNS server": system, "TLS endpoints (k3s stand-in)": system,
+            "generator": set(pin["generator"]) if pin else system}
 
 
 def generator_ceiling():

@@ -225,7 +225,8 @@ def apply_role(clusters, keeper=False):
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         f.write("- hosts: localhost\n  connection: local\n  gather_facts: true\n  roles:\n"
                 "    - role: homelab.edge.k3d_serverlb\n      vars:\n        k3d_serverlb_keeper: %s\n"
-                "        k3d_serverlb_clusters: %s\n" % ("true" if keeper else "false", json.dumps(clusters)))
+                "        k3d_serverlb_clusters: %s\n        k3d_serverlb_udp_ports: %s\n"
+                % ("true" if keeper else "false", json.dumps(clusters), json.dumps(k3d.UDP_PROFILES)))
     t0 = time.time()
     out = subprocess.run(["ansible-playbook", "-e", "ansible_python_interpreter=%s" % sys.executable, f.name],
                          capture_output=True, text=True, check=False)
@@ -240,7 +241,8 @@ def diagnose_time(clusters):
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         f.write("all:\n  children:\n    k3d_hosts:\n      hosts:\n        localhost:\n          ansible_connection: local\n"
                 "          ansible_become: false\n          ansible_python_interpreter: %s\n"
-                "          k3d_serverlb_clusters: %s\n" % (sys.executable, json.dumps(clusters)))
+                "          k3d_serverlb_clusters: %s\n          k3d_serverlb_udp_ports: %s\n"
+                % (sys.executable, json.dumps(clusters), json.dumps(k3d.UDP_PROFILES)))
     t0 = time.time()
     out = subprocess.run(["ansible-playbook", "-i", f.name, os.path.join(ROOT, "playbooks", "diagnose.yml"),
                           "-e", "diagnose_output=/dev/null"], capture_output=True, text=True, check=False)
@@ -354,7 +356,7 @@ def capped_part(client, result, cap=1024):
         k3d.wait_serving(client, cluster)
         apply_role([cluster], keeper=False)
         c = client.containers.get(k3d.lb_name(cluster))
-        state = lb.handle(c, c.name, True, dict(lb.DEFAULTS), check_mode=True)
+        state = lb.handle(c, c.name, True, dict(lb.DEFAULTS, udp_ports=k3d.UDP_PROFILES), check_mode=True)
         t = targets(client, cluster, base)["published"]
         seed = step(client, t, 300, 30, pinning(), tcp=t["tcp"], lb_container=c)
         c = fresh(client, cluster)

@@ -4,16 +4,32 @@ said in the row) and the fix "after" must show. The demo passes only when
 every row holds; tests/dev/test_demo_proof.py breaks each row in turn.
 
 Measures are raw values (numbers, lists, dicts), never formatted text: the
-table formats them, the checks read them."""
+table formats them, the checks read them. No measure may contradict itself or
+what the run could physically produce: every number finite and not negative,
+every count within what the demo's generator, prober and clients can make.
 
+`python demo/proof.py [tests/output/demo.json]` judges a demo's record again:
+its verdicts recomputed from its results, and its provenance (commit, machine,
+kernel, engine, time) checked against this checkout and this machine. It
+prints "proved" or "not proved" and why; exit code 0 only when proved (rows
+not run, each with its reason, are said apart and fail nothing)."""
+
+import json
+import math
 import os
+import platform
+import socket
+import subprocess
 import sys
+import time
 
 import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab")]
 import dnsgen  # noqa: E402  (the generator's own validity: one home)
+import edge  # noqa: E402  (the demo's clients)
+import probes  # noqa: E402  (the prober's interval and the DNS load's bounds)
 
 
 def _defaults(role):
@@ -50,8 +66,13 @@ DRAIN_WANT = {"net.ipv4.tcp_fin_timeout": DRAIN["tcp_drain_fin_timeout"],
 PROBES_GOAL_PCT = 99.0
 HEALTHY_AFTER_FLOOD_S = 30
 # HTTPS+API probes while a DNS load runs (tests/support/probes.py Prober): two targets every PROBE_INTERVAL_S; a
-# clean row needs at least half the rounds the load's duration allows (a prober that stalled proves nothing)
-PROBE_TARGETS, PROBE_INTERVAL_S = 2, 0.5
+# clean row needs at least half the rounds the load's duration allows (a prober that stalled proves nothing), and
+# no row may count more probes than a round every PROBE_INTERVAL_S over the load's wall time makes
+PROBE_TARGETS, PROBE_INTERVAL_S = 2, probes.PROBE_INTERVAL_S
+# the demo's clients on the WAN (lab/edge.py): Traefik can see no more addresses than these; the second client
+# asks SECOND_CLIENT_REQUESTS times (demo.py's edge_measure)
+WAN_CLIENTS = len(edge.names("lab")["clients"])
+SECOND_CLIENT_REQUESTS = 3
 # computed bounds (not measured): the longest a heal or a re-fix may take and still count
 _NAS = _lab_vars("lab-nas")
 _HEALTH = _NAS.get("traefik_inflight_healthcheck", _defaults("traefik_inflight")["traefik_inflight_healthcheck"])
@@ -68,43 +89,92 @@ START_S = 20
 HEAL_BOUND_S = (_HEALTH["retries"] * (_seconds(_HEALTH["interval"]) + _seconds(_HEALTH["timeout"]))
                 + _NAS.get("autoheal_interval", _AUTOHEAL["autoheal_interval"])
                 + _NAS.get("autoheal_default_stop_timeout", _AUTOHEAL["autoheal_default_stop_timeout"]) + START_S)
+# the least a heal can take: Traefik is unhealthy only after `retries` failed checks, `interval` apart; a heal
+# faster than that was not seen by the health check (and not autoheal's)
+HEAL_MIN_S = (_HEALTH["retries"] - 1) * _seconds(_HEALTH["interval"])
 # the keeper patches a load balancer k3d re-creates on its create event, before k3d's entrypoint renders
 REFIX_BOUND_S = 15
 
 
 def _int(m):
-    """A count: an integer, not a boolean (False == 0 in Python)."""
-    return isinstance(m, int) and not isinstance(m, bool)
+    """A count: an integer, not a boolean (False == 0 in Python), not negative."""
+    return isinstance(m, int) and not isinstance(m, bool) and m >= 0
 
 
 def _number(m):
-    return isinstance(m, (int, float)) and not isinstance(m, bool)
+    """A measured number: finite and not negative (NaN passes every comparison's False branch)."""
+    return isinstance(m, (int, float)) and not isinstance(m, bool) and math.isfinite(m) and m >= 0
+
+
+def sane(value):
+    """Every number anywhere in a measure (nested dicts and lists too) finite and not negative."""
+    if isinstance(value, dict):
+        return all(sane(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(sane(v) for v in value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _number(value)
+    return True
+
+
+def dns_wall_bound_s(m):
+    """The longest probes.dns_load can run for a load: sending stops at the planned time x SEND_OVERRUN +
+    SEND_SLACK_S, replies are awaited REPLY_TIMEOUT_S more, and its loop ends within a second after that."""
+    return (probes.SEND_OVERRUN * m["planned"] / float(m["rate"]) + probes.SEND_SLACK_S + probes.REPLY_TIMEOUT_S
+            + 1)
 
 
 def load_ok(m):
     """A DNS load that was the planned load: every planned query sent, none refused by the kernel, on schedule
-    (tests/support/dnsgen.py's validity, the benchmark's own), its counts integers that add up."""
-    if not isinstance(m, dict) or not all(_int(m.get(k)) for k in ("planned", "sent", "answered", "send_errors")):
+    (tests/support/dnsgen.py's validity, the benchmark's own: p99 and worst lateness, bursts, no faster than the
+    rate allows), the generator's own verdict where it gives one, and counts that add up: answered + failed = sent,
+    the load's wall time between its sending time and the longest dns_load runs."""
+    counts = ("planned", "sent", "answered", "failed", "send_errors")
+    if not isinstance(m, dict) or not all(_int(m.get(k)) for k in counts):
         return False
-    if not (_number(m.get("rate")) and m["rate"] > 0 and m["planned"] > 0 and _number(m.get("send_s"))):
+    if not (_number(m.get("rate")) and m["rate"] > 0 and m["planned"] > 0 and _number(m.get("send_s"))
+            and _number(m.get("seconds"))):
+        return False
+    if m.get("valid", True) is not True or m.get("snd_buf_errors", 0) != 0:  # the generator's own verdict; drops
         return False
     valid = dnsgen.validity(m["planned"], m["sent"], m["send_s"], m["planned"] / float(m["rate"]), m["send_errors"],
-                            m.get("lateness_p99_s"))[0]
-    return valid and m["sent"] == m["planned"] and 0 <= m["answered"] <= m["sent"]
+                            m.get("lateness_p99_s"), m.get("lateness_max_s"))[0]
+    return (valid and m["sent"] == m["planned"] and m["answered"] <= m["sent"]
+            and m["answered"] + m["failed"] == m["sent"] and m["send_errors"] <= m["failed"]
+            and m["send_s"] <= m["seconds"] <= dns_wall_bound_s(m))
+
+
+def hung_load_ok(m):
+    """The planned load against a DNS server that answers nothing (SIGSTOP): every query failed."""
+    return load_ok(m) and m["answered"] == 0
 
 
 def load_seconds(m):
     return m["planned"] / float(m["rate"])
 
 
-def probes_failing(m):
-    return _int(m.get("ok")) and _int(m.get("failed")) and m["failed"] > 0
+def probes_possible(m, dns):
+    """No more probes than the prober makes while the load runs: PROBE_TARGETS a round, a round every
+    PROBE_INTERVAL_S at most over the load's wall time, one more at each end (it starts before the load and stops
+    after it)."""
+    return (_int(m.get("ok")) and _int(m.get("failed")) and isinstance(dns, dict) and _number(dns.get("seconds"))
+            and m["ok"] + m["failed"] <= PROBE_TARGETS * (math.floor(dns["seconds"] / PROBE_INTERVAL_S) + 2))
 
 
-def probes_clean(m, seconds):
-    """Every probe answered, and as many probes as a prober that kept running makes in `seconds` (half at least)."""
-    return (_int(m.get("ok")) and _int(m.get("failed")) and m["failed"] == 0
-            and m["ok"] >= PROBE_TARGETS * seconds / PROBE_INTERVAL_S / 2)
+def probes_failing(m, dns):
+    return probes_possible(m, dns) and m["failed"] > 0
+
+
+def probes_clean(m, dns):
+    """Every probe answered, and as many probes as a prober that kept running makes over the load (half at least),
+    no more than it can make."""
+    return (probes_possible(m, dns) and m["failed"] == 0
+            and m["ok"] >= PROBE_TARGETS * load_seconds(dns) / PROBE_INTERVAL_S / 2)
+
+
+def second_client_ok(m):
+    return (isinstance(m, list) and len(m) == SECOND_CLIENT_REQUESTS
+            and all(_int(x) and x == 200 for x in m))
 
 
 # (part, measure, what it shows, failure before, fix after): each check reads the measure and its phase's results
@@ -114,11 +184,12 @@ CLAIMS = [
     ("k3d", "alerts", "'worker_connections are not enough' lines",
      lambda m, r: _int(m) and m > 0, lambda m, r: _int(m) and m == 0),
     ("k3d", "tcp_during_dns", "HTTPS+API probes through the same load balancer meanwhile",
-     lambda m, r: probes_failing(m), lambda m, r: load_ok(r["dns"]) and probes_clean(m, load_seconds(r["dns"]))),
+     lambda m, r: probes_failing(m, r["dns"]), lambda m, r: load_ok(r["dns"]) and probes_clean(m, r["dns"])),
     ("k3d", "hung_dns", "DNS server hung (SIGSTOP): 'not enough' lines, HTTPS+API probes",
-     lambda m, r: load_ok(m["dns"]) and _int(m["alerts"]) and m["alerts"] > 0 and probes_failing(m["tcp"]),
-     lambda m, r: load_ok(m["dns"]) and _int(m["alerts"]) and m["alerts"] == 0
-     and probes_clean(m["tcp"], load_seconds(m["dns"]))),
+     lambda m, r: hung_load_ok(m["dns"]) and _int(m["alerts"]) and m["alerts"] > 0
+     and probes_failing(m["tcp"], m["dns"]),
+     lambda m, r: hung_load_ok(m["dns"]) and _int(m["alerts"]) and m["alerts"] == 0
+     and probes_clean(m["tcp"], m["dns"])),
     ("k3d", "worker_connections", "connections nginx may hold (the floor)",
      lambda m, r: _int(m) and m < K3D["k3d_serverlb_worker_connections"],
      lambda m, r: _int(m) and m >= K3D["k3d_serverlb_worker_connections"]),
@@ -132,15 +203,16 @@ CLAIMS = [
     ("edge", "answered_429", "%d connections from one client: answered 429 by Traefik" % FLOOD_CONNECTIONS,
      lambda m, r: _int(m) and m == 0, lambda m, r: _int(m) and m == min(FLOOD_CONNECTIONS, VPS_LIMIT) - AMOUNT),
     ("edge", "answered_200", "%d connections from one client: answered 200 by the site" % FLOOD_CONNECTIONS,
-     lambda m, r: _int(m) and m > min(FLOOD_CONNECTIONS, VPS_LIMIT), lambda m, r: _int(m) and m == AMOUNT),
+     lambda m, r: _int(m) and min(FLOOD_CONNECTIONS, VPS_LIMIT) < m <= FLOOD_CONNECTIONS,
+     lambda m, r: _int(m) and m == AMOUNT),
     ("edge", "other_failures", "%d connections from one client: neither answered nor reset (timeouts, TLS errors)"
      % FLOOD_CONNECTIONS, None, lambda m, r: _int(m) and m == 0),
     ("edge", "second_client", "a second client (same site) meanwhile: answers",
-     None, lambda m, r: len(m) > 0 and all(_int(x) and x == 200 for x in m)),
+     None, lambda m, r: second_client_ok(m)),
     ("edge", "client_addresses", "client addresses Traefik saw",
-     lambda m, r: _int(m) and m == 1, lambda m, r: _int(m) and m >= 2),
-    ("nas", "served_again_s", "Traefik wedged (SIGSTOP): seconds until served again (at most %d, computed)"
-     % HEAL_BOUND_S, lambda m, r: m is None, lambda m, r: _number(m) and 0 <= m <= HEAL_BOUND_S),
+     lambda m, r: _int(m) and m == 1, lambda m, r: _int(m) and 2 <= m <= WAN_CLIENTS),
+    ("nas", "served_again_s", "Traefik wedged (SIGSTOP): seconds until served again (%d to %d, computed)"
+     % (HEAL_MIN_S, HEAL_BOUND_S), lambda m, r: m is None, lambda m, r: _number(m) and HEAL_MIN_S <= m <= HEAL_BOUND_S),
     ("nas", "health", "Traefik's health check after the heal",
      lambda m, r: m != "healthy", lambda m, r: m == "healthy"),
     ("nas", "drain", "drain sysctls live in Traefik's namespace",
@@ -185,7 +257,7 @@ def verdicts(results, not_run=None):
             row[phase] = None if value is KeyError else value
             if check is None:
                 row[phase + "_ok"] = None
-            elif value is KeyError:
+            elif value is KeyError or not sane(value):
                 row[phase + "_ok"] = False
             else:
                 row[phase + "_ok"] = _holds(check, value, phase_results)
@@ -226,3 +298,98 @@ def counts(rows):
 def proved(results):
     """True only when every "before" shows its failure, every "after" its fix, and every pair compares."""
     return all(row_proved(r) for r in verdicts(results))
+
+
+# ------------------------------------------------------------ provenance: which checkout, machine and time
+PROVENANCE_KEYS = ("commit", "machine", "kernel", "engine", "time")
+
+
+def _git(root, *args):
+    # --no-optional-locks: reading the checkout never writes its index
+    p = subprocess.run(["git", "--no-optional-locks", "-C", root] + list(args), capture_output=True, text=True,
+                       check=False)
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
+def machine():
+    """This machine: its /etc/machine-id (the host name where it has none)."""
+    try:
+        with open("/etc/machine-id") as f:
+            mid = f.read().strip()
+    except OSError:
+        mid = ""
+    return mid or "host:" + socket.gethostname()
+
+
+def provenance(root=ROOT, engine=None):
+    """Where and when a demo ran: this checkout's commit (HEAD) and whether it had local changes, the machine, its
+    kernel, the container engine's version (the caller's: demo.py asks the engine), and the time."""
+    now = time.time()
+    return {"commit": _git(root, "rev-parse", "HEAD"),
+            "commit_time": int(_git(root, "show", "-s", "--format=%ct", "HEAD") or 0) or None,
+            "local_changes": bool(_git(root, "status", "--porcelain", "--untracked-files=no")),
+            "machine": machine(), "host": socket.gethostname(), "kernel": platform.release(), "engine": engine,
+            "time": round(now, 3), "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
+
+
+def provenance_problems(recorded, here):
+    """Why a record's provenance does not place it in this checkout, on this machine (empty: it does). `here` is
+    provenance() of now; its engine is compared only where it is known."""
+    if not isinstance(recorded, dict):
+        return ["the record names no provenance (commit, machine, kernel, engine, time): it could be any run's"]
+    why = ["the record names no %s" % k for k in PROVENANCE_KEYS if not recorded.get(k)]
+    if why:
+        return why
+    if recorded["commit"] != here["commit"]:
+        why.append("it ran at commit %s; this checkout is at %s" % (recorded["commit"], here["commit"]))
+    if recorded["machine"] != here["machine"]:
+        why.append("it ran on machine %s, not this one (%s)" % (recorded["machine"], here["machine"]))
+    if recorded["kernel"] != here["kernel"]:
+        why.append("it ran on kernel %s; this machine runs %s" % (recorded["kernel"], here["kernel"]))
+    if here.get("engine") and recorded["engine"] != here["engine"]:
+        why.append("it ran on engine %s; this machine has %s" % (recorded["engine"], here["engine"]))
+    t = recorded["time"]
+    if not _number(t) or t > here["time"] + 60:
+        why.append("its time %r is not a time before now" % (t,))
+    elif here.get("commit_time") and t < here["commit_time"]:
+        why.append("its time is before its commit's (%s)" % time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)))
+    return why
+
+
+def judge(doc, here):
+    """(outcome, reasons) for a demo's record (demo.json's dict): its rows judged again from its results (the
+    verdicts it carries are not trusted), its counts compared, its provenance checked against `here`. Outcome:
+    "proved", "proved, but not everything ran" or "not proved"."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
+        return "not proved", ["no results in the record"]
+    not_run = doc.get("not_run") or {}
+    rows = verdicts(doc["results"], not_run if isinstance(not_run, dict) else {})
+    c = counts(rows)
+    why = ["%s %s: %s" % (r["part"], r["measure"], r["label"]) for r in rows if outcome(r) == "failed"]
+    if doc.get("counts") != c:
+        why.append("the record's counts %s are not its results' (%s)" % (doc.get("counts"), c))
+    why += provenance_problems(doc.get("provenance"), here)
+    if why:
+        return "not proved", why
+    if c["not run"]:
+        return "proved, but not everything ran", ["%d rows not run: %s" % (c["not run"], "; ".join(
+            "%s: %s" % kv for kv in sorted(not_run.items())))]
+    return "proved", []
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    path = argv[0] if argv else os.path.join(ROOT, "tests", "output", "demo.json")
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        print("not proved: cannot read %s: %s" % (path, e))
+        return 1
+    verdict, why = judge(doc, provenance())
+    print(verdict + (": " + "; ".join(why) if why else ""))
+    return 1 if verdict == "not proved" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,6 +35,8 @@ ENV = {"K3D_IMAGE_LOADBALANCER": "homelab-edge/k3d-proxy:lab", "K3D_IMAGE_TOOLS"
 # container port -> offset from the base port (seed 000: DNS 53 udp+tcp, 1053 for other clusters' CoreDNS)
 PORTS = (("53/udp", 53), ("53/tcp", 53), ("1053/udp", 54), ("443/tcp", 43))
 API_OFFSET = 44
+# the UDP profile of each DNS port above, as the lab's inventories declare it (k3d_serverlb_udp_ports)
+UDP_PROFILES = {53: "dns", 1053: "dns"}
 
 
 def endpoints(base_port, host="127.0.0.1"):

@@ -26,6 +26,14 @@ options:
     description: The fix's UDP timeout (as set for M(homelab.edge.k3d_serverlb)), to read the load balancer against.
     type: int
     default: 5
+  udp_ports:
+    description: The fix's UDP profile per port (as set for M(homelab.edge.k3d_serverlb)), to read each UDP port against.
+    type: dict
+    default: {"53": dns}
+  udp_stream_timeout:
+    description: The fix's timeout of C(stream) UDP ports (0 - k3d's own), to read them against.
+    type: int
+    default: 0
   worker_connections:
     description: The fix's connection floor to read it against.
     type: int

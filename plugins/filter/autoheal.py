@@ -18,6 +18,11 @@ def autoheal_problems(results, label):
     return out
 
 
+def autoheal_plan(docs, watched, label, existing, wanted):
+    """One healer per host: deploy the role's autoheal, adopt the one already running, or refuse."""
+    return autoheal.plan(docs or [], watched, label, existing, wanted)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"autoheal_problems": autoheal_problems}
+        return {"autoheal_problems": autoheal_problems, "autoheal_plan": autoheal_plan}

@@ -24,12 +24,13 @@ DRAIN_WANT = dict((k, td.RECOMMENDED[k]) for k in (td.FIN_TIMEOUT, td.ABORT_ON_O
 CODES = (
     "k3d_lb_not_running", "k3d_lb_unreadable", "k3d_lb_capped", "k3d_udp_sessions_held", "k3d_out_of_connections",
     "k3d_dns_not_answering", "k3d_files_below_connections", "k3d_fix_incomplete",
-    "drain_slow", "host_kernel_busy",
+    "k3d_udp_stream_cut", "k3d_udp_port_undeclared",
+    "drain_slow", "drain_boot_differs", "host_kernel_busy",
     "vps_rules_unreadable", "vps_rules_differ", "vps_address_floods", "vps_docker_port_unlimited",
     "vps_docker_nftables", "vps_user_limit", "way_in_blocked", "way_in_revert_pending", "way_in_revert_missed",
     "way_in_revert_stalled",
     "nas_client_bound_high", "nas_unhealthy", "nas_autoheal_cannot_restart", "nas_rate_limited", "nas_errors_5xx",
-    "nas_limit_blind",
+    "nas_limit_blind", "nas_restart_loop",
     "k3d_engine_unreadable",
     "shared_k3d_out_of_connections", "shared_wedged_unrestarted",
 )
@@ -66,16 +67,37 @@ def k3d(host, lbs, window):
                                "nginx cannot raise it: DNS is fixed, TCP has fewer connections",
                                "k3d cluster create ... --runtime-ulimit nofile=16384:16384, or dockerd's "
                                "default-ulimits nofile and recreate the load balancer", name, code="k3d_lb_capped"))
-        unpatched = e["udp_servers"] - e["udp_servers_patched"]
+        # with each UDP port's profile (k3d_serverlb_info since the profiles), only the dns ones must end at a reply
+        dns_unfixed = e.get("udp_dns_unfixed")
+        unpatched = len(dns_unfixed) if dns_unfixed is not None else e["udp_servers"] - e["udp_servers_patched"]
         long_hold = e.get("udp_timeout") and e["udp_timeout"] > 10
         if unpatched or long_hold:
             out.append(finding(
                 host, "%s holds every UDP (DNS) session up to %s s" % (name, int(e["udp_timeout"] or 600)),
                 "nginx.conf: UDP %s without proxy_responses 1, proxy_timeout %s s: its %s connections fill at %s new "
-                "DNS queries/s" % (",".join(e["udp_ports"]), e["udp_timeout"], e["worker_connections"],
+                "DNS queries/s" % (",".join(dns_unfixed or e["udp_ports"]), e["udp_timeout"], e["worker_connections"],
                                    e["exhaustion_rate"]),
                 "k3d's template: a DNS query is one datagram each way, but nginx waits for more", "run the k3d tag "
                 "(homelab.edge.k3d_serverlb): proxy_responses 1, a short timeout, a UDP session budget", name, code="k3d_udp_sessions_held"))
+        profiles = dict((p["port"], p) for p in e.get("udp_profiles") or [])
+        if e.get("udp_stream_cut"):
+            out.append(finding(
+                host, "%s ends every session of UDP %s at the first reply" % (name, ",".join(e["udp_stream_cut"])),
+                "nginx.conf: proxy_responses on a stream port: %s" % "; ".join(
+                    profiles[p]["text"] for p in e["udp_stream_cut"] if p in profiles),
+                "the fix of homelab.edge before the UDP profiles put proxy_responses 1 on every UDP port: a tunnel "
+                "(WireGuard), QUIC or a game server through it loses every datagram after the first reply",
+                "run the k3d tag (homelab.edge.k3d_serverlb) with these ports in k3d_serverlb_udp_ports as stream",
+                name, code="k3d_udp_stream_cut"))
+        if e.get("udp_ports_undeclared"):
+            out.append(finding(
+                host, "%s has UDP %s without a declared profile" % (name, ",".join(e["udp_ports_undeclared"])),
+                "; ".join(profiles[p]["text"] for p in e["udp_ports_undeclared"] if p in profiles),
+                "k3d_serverlb_udp_ports does not name the port, so it is stream (every datagram delivered, sessions "
+                "held until the stream timeout): right for a tunnel or QUIC, wrong for a DNS server",
+                "name it in k3d_serverlb_udp_ports: {PORT: stream} for a tunnel, QUIC or a game server, "
+                "{PORT: dns} for a DNS (one reply per query) service, and run the k3d tag",
+                name, code="k3d_udp_port_undeclared"))
         alerts = e.get("not_enough_total", 0)
         if alerts:
             by = ", ".join("%s: %d" % kv for kv in sorted(e["not_enough"].items()))
@@ -106,7 +128,8 @@ def k3d(host, lbs, window):
             out.append(finding(host, "%s has more connections than it may open files" % name, ev,
                                "each connection needs a file: the real ceiling is the open-file limit",
                                "raise k3d_serverlb_worker_rlimit_nofile above the connections (run the k3d tag)", name, code="k3d_files_below_connections"))
-        drift = [d for d in e.get("drift") or [] if not (unpatched and "UDP" in d)]
+        drift = [d for d in e.get("drift") or [] if not (unpatched and "UDP" in d)
+                 and not (e.get("udp_stream_cut") and "(stream)" in d)]
         if drift and not (unpatched or long_hold):
             out.append(finding(host, "%s lacks part of the fix" % name, "; ".join(drift),
                                "k3d re-created or rewrote it, and no keeper re-applied the fix",
@@ -130,6 +153,23 @@ def drain(host, where, values, want=None):
                     if at_default else "the values were changed since tcp_drain set them (by hand, or a restart: "
                     "/etc/sysctl.d holds the host's, but a container's namespace starts at kernel defaults)",
                     "run the tcp_drain tag", where, code="drain_slow")]
+
+
+def drain_boot(host, boot):
+    """Drain keys that a file sets to another value at the next boot, or that boot cannot set (tcp_drain's `boot`,
+    per key; one no file sets is drain_slow's, after a reboot)."""
+    bad = dict((k, b) for k, b in (boot or {}).items() if b.get("status") in ("differs", "module-late"))
+    if not bad:
+        return []
+    return [finding(host, "the next boot of %s undoes drain sysctls" % host,
+                    ", ".join("%s=%s live, %s at boot (%s)" % (k, b.get("live"), b.get("boot"),
+                                                               b.get("from") or b.get("status"))
+                              for k, b in sorted(bad.items())),
+                    "systemd-sysctl reads the files of sysctl.d sorted by name and the last one wins (Debian and "
+                    "Ubuntu read /etc/sysctl.conf as 99-sysctl.conf, after the drop-in); a conntrack key is applied "
+                    "only if nf_conntrack is loaded before it", "change the later file, or run the tcp_drain tag "
+                    "with tcp_drain_boot_order: win (and tcp_drain_conntrack_modules_load)", host,
+                    code="drain_boot_differs")]
 
 
 def user_limit(host, ufw, limit, ports):
@@ -214,6 +254,14 @@ def nas(host, sig, traefik_name, proxy_trusted, bound=None):
                            "wedged: it runs, but does not answer its health check",
                            "autoheal restarts it" if heal and heal.get("can_restart") else
                            "docker restart %s now; and make autoheal able to (autoheal tag)" % u["name"], u["name"], code="nas_unhealthy"))
+    for loop in (heal or {}).get("loops") or []:
+        out.append(finding(host, "%s is in a restart loop" % loop["name"],
+                           "autoheal's log: restarted %d times in the window%s"
+                           % (loop["restarts"], "; %d restarts refused (the restart-loop guard)"
+                              % heal["restart_failures"] if heal.get("restart_failures") else ""),
+                           loop["cause"], "fix the health check of %s (a restart does not); the restart-loop guard "
+                           "(autoheal_restart_limit, autoheal tag) holds further restarts back" % loop["name"],
+                           loop["name"], code="nas_restart_loop"))
     if heal is not None and not heal.get("can_restart"):
         wedged = [u["name"] for u in unhealthy]
         out.append(finding(host, "autoheal cannot restart anything", heal.get("why", ""),
@@ -260,10 +308,11 @@ def many_connections(h):
     return conntrack > (CONNTRACK_SHARE * limit if limit else DYING_SOCKETS) or dying >= DYING_SOCKETS
 
 
-def host_common(host, sig, containers, drain_want=None):
+def host_common(host, sig, containers, drain_want=None, boot=None):
     out = []
     h = (sig or {}).get("host") or {}
     out += drain(host, "%s's own namespace" % host, h.get("drain"), drain_want)
+    out += drain_boot(host, boot)
     for name, c in sorted(((sig or {}).get("containers") or {}).items()):
         if name in containers and c.get("running"):
             out += drain(host, "%s's namespace" % name, c.get("drain"), drain_want)
@@ -360,7 +409,8 @@ def diagnose(hosts, window):
         if s.get("role") == "nas":
             found += nas(host, s.get("signals"), s.get("traefik"), s.get("proxy_trusted"), s.get("bound"))
         if s.get("role") in ("vps", "nas"):
-            found += host_common(host, s.get("signals"), s.get("containers") or [], s.get("drain_want"))
+            found += host_common(host, s.get("signals"), s.get("containers") or [], s.get("drain_want"),
+                                 s.get("drain_boot"))
     return found + shared_causes(found)
 
 

@@ -17,8 +17,12 @@ them beside it).
 
 What the fix changes, all inside k3d's confd template (values.yaml is k3d's
 and is never written here, so nothing k3d writes there can be lost):
-- UDP servers end a session at the first reply (proxy_responses 1), time out
-  after udp_timeout seconds and share a session budget (limit_conn);
+- UDP servers get a profile per port (k3d_serverlb_profiles.py): dns ports
+  (53 and those the user names) end a session at the first reply
+  (proxy_responses 1) and time out after udp_timeout seconds; every other
+  UDP port (stream: WireGuard, QUIC, ...) keeps its sessions until
+  udp_stream_timeout (k3d's own timeout by default); all of them share a
+  session budget (limit_conn);
 - worker_connections is at least worker_connections, whatever k3d writes into
   values.yaml (k3d rewrites it to 1024 + ports x servers when servers come
   and go), and the budget is computed from that same number;
@@ -40,11 +44,13 @@ try:
     from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_capacity as lb_capacity
     from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_config as lb_config
     from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
+    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_profiles as lb_profiles
     from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
 except ImportError:  # beside the keeper (no collection there): the files sit side by side
     import k3d_serverlb_capacity as lb_capacity  # noqa: F811
     import k3d_serverlb_config as lb_config  # noqa: F811
     import k3d_serverlb_container as lb_container  # noqa: F811
+    import k3d_serverlb_profiles as lb_profiles  # noqa: F811
     import k3d_serverlb_template as lb_template  # noqa: F811
 
 
@@ -56,6 +62,10 @@ DEFAULTS = dict(
     worker_rlimit_nofile=16384,
     udp_share=50,
     budget_log_level="info",
+    # UDP profile per port (k3d_serverlb_profiles): 53 is dns unless named; an unnamed port is stream
+    udp_ports={"53": "dns"},  # a string key: Ansible's docs and JSON allow no other
+    # seconds of silence that end a stream session; 0: k3d's own defaultProxyTimeout (600 s unless set)
+    udp_stream_timeout=0,
 )
 # nginx's limit_conn_log_level values. k3d's nginx logs at notice and above.
 LOG_LEVELS = ("info", "notice", "warn", "error")
@@ -69,6 +79,7 @@ def option_spec():
     """The fix's options as an Ansible argument spec (the modules share it)."""
     spec = dict((key, dict(type="int", default=default)) for key, default in DEFAULTS.items())
     spec["budget_log_level"] = dict(type="str", default=DEFAULTS["budget_log_level"], choices=list(LOG_LEVELS))
+    spec["udp_ports"] = dict(type="dict", default=dict(DEFAULTS["udp_ports"]))
     return spec
 
 
@@ -85,9 +96,13 @@ def state_text(state, cap=None):
     return "%s (%d open files)" % (text, cap) if state == "capped" and cap else text
 
 
-def validate_options(udp_timeout, worker_connections, worker_rlimit_nofile, udp_share, budget_log_level):
+def validate_options(udp_timeout, worker_connections, worker_rlimit_nofile, udp_share, budget_log_level,
+                     udp_ports=None, udp_stream_timeout=0):
     """Return a list of problems with the options (empty when valid)."""
-    problems = []
+    problems = lb_profiles.problems(udp_ports)
+    if not 0 <= udp_stream_timeout <= 86400:
+        problems.append("udp_stream_timeout must be between 0 (k3d's own timeout) and 86400 seconds, got %r"
+                        % (udp_stream_timeout,))
     if budget_log_level not in LOG_LEVELS:
         problems.append("budget_log_level must be one of %s, got %r" % (", ".join(LOG_LEVELS), budget_log_level))
     if not 1 <= udp_timeout <= 600:
@@ -290,7 +305,7 @@ def handle(container, name, explicit, want, check_mode=False, render_timeout=REN
     except Exception as e:  # deliberate: the Docker API fails in many ways, and one LB must not stop the rest
         entry.update(failed=True, msg="%s: %s: %s" % (name, type(e).__name__, e))
         return entry
-    entry.update(lb_config.report(name, entry["cluster"], res["facts"], res["open_file_limit"]))
+    entry.update(lb_config.report(name, entry["cluster"], res["facts"], res["open_file_limit"], want))
     entry.update(changed=res["changed"], reasons=res["reasons"], open_file_cap=res["cap"])
     before, after = res["template"]
     if before != after:

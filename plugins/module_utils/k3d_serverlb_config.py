@@ -14,10 +14,12 @@ import re
 
 try:
     from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_capacity as lb_capacity
+    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_profiles as lb_profiles
     from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
     from ansible_collections.homelab.edge.plugins.module_utils import nginx_stream
 except ImportError:  # beside the keeper (no collection there): the files sit side by side
     import k3d_serverlb_capacity as lb_capacity  # noqa: F811
+    import k3d_serverlb_profiles as lb_profiles  # noqa: F811
     import k3d_serverlb_template as lb_template  # noqa: F811
     import nginx_stream  # noqa: F811
 
@@ -126,6 +128,23 @@ def timeout_seconds(value):
     return {"ms": n / 1000.0, "s": n, "m": n * 60, "h": n * 3600}[unit]
 
 
+def _profile(server, want):
+    """The profile a parsed UDP server should run under `want` (its map of ports)."""
+    try:
+        return lb_profiles.profile_of(server["port"], want.get("udp_ports", lb_profiles.IMPLICIT))[0]
+    except ValueError:
+        return lb_profiles.UNDECLARED
+
+
+def _stream_timeout(facts, want):
+    """Seconds a stream session should be held: the option, or k3d's own
+    timeout, which its TCP servers carry (None: no TCP server to read it from)."""
+    if want.get("udp_stream_timeout"):
+        return want["udp_stream_timeout"]
+    tcp = [timeout_seconds(t["proxy_timeout"]) for t in facts["tcp_servers"]]
+    return tcp[0] if tcp else None
+
+
 def shortfalls(facts, want):
     """What the loaded config lacks of `want` (empty when fixed)."""
     wc = facts["worker_connections"]
@@ -139,10 +158,19 @@ def shortfalls(facts, want):
     budget = lb_capacity.udp_budget(max(wc or 0, want["worker_connections"]), want["udp_share"])
     for s in facts["udp_servers"]:
         port = "UDP %s" % s["port"]
-        if s["proxy_responses"] != "1":
-            out.append("%s: proxy_responses %s" % (port, s["proxy_responses"] or "unset"))
-        if timeout_seconds(s["proxy_timeout"]) != want["udp_timeout"]:
-            out.append("%s: proxy_timeout %s" % (port, s["proxy_timeout"]))
+        profile = _profile(s, want)
+        if profile == lb_profiles.DNS:
+            if s["proxy_responses"] != "1":
+                out.append("%s (dns): proxy_responses %s" % (port, s["proxy_responses"] or "unset"))
+            if timeout_seconds(s["proxy_timeout"]) != want["udp_timeout"]:
+                out.append("%s (dns): proxy_timeout %s" % (port, s["proxy_timeout"]))
+        else:
+            if s["proxy_responses"] is not None:
+                out.append("%s (stream): proxy_responses %s ends a session at its first replies, dropping what the "
+                           "server sends after them" % (port, s["proxy_responses"]))
+            stream_timeout = _stream_timeout(facts, want)
+            if stream_timeout is not None and timeout_seconds(s["proxy_timeout"]) != stream_timeout:
+                out.append("%s (stream): proxy_timeout %s, not %s" % (port, s["proxy_timeout"], stream_timeout))
         if s["limit_conn"] != budget:
             out.append("%s: session budget %s, not %d" % (port, s["limit_conn"], budget))
         if s["limit_conn_log_level"] != want["budget_log_level"]:
@@ -162,11 +190,32 @@ def summarize(name, facts):
 UNNAMED = "unnamed"
 
 
-def report(name, cluster, facts, open_file_limit):
-    """Per load balancer result: live settings and the capacity math."""
+def udp_profiles(facts, want):
+    """Each UDP server's profile: wanted (from the map), declared, and what nginx runs."""
+    out = []
+    for s in facts["udp_servers"]:
+        try:
+            profile, declared = lb_profiles.profile_of(s["port"], want.get("udp_ports", lb_profiles.IMPLICIT))
+        except ValueError:
+            profile, declared = lb_profiles.UNDECLARED, False
+        live = lb_profiles.live_profile(s)
+        out.append({"port": s["port"], "profile": profile, "declared": declared, "live": live,
+                    "proxy_timeout": timeout_seconds(s["proxy_timeout"]),
+                    "text": lb_profiles.describe(s["port"], profile, declared, live, s["proxy_timeout"])})
+    return out
+
+
+def report(name, cluster, facts, open_file_limit, want=None):
+    """Per load balancer result: live settings, each UDP port's profile
+    (under `want`'s map; port 53 dns, the rest stream, without one) and
+    the capacity math."""
     wc = facts["worker_connections"] or 0
     udp = facts["udp_servers"]
-    timeouts = [timeout_seconds(s["proxy_timeout"]) or 600 for s in udp]
+    profiles = udp_profiles(facts, want or {})
+    # the DNS profile's hold decides how fast unanswered queries fill the connections; a stream session is meant
+    # to be held (the budget bounds those)
+    timeouts = [timeout_seconds(s["proxy_timeout"]) or 600 for s, p in zip(udp, profiles)
+                if p["profile"] == lb_profiles.DNS]
     udp_timeout = max(timeouts) if timeouts else None
     budgets = [s["limit_conn"] for s in udp if s["limit_conn"]]
     nofile = open_file_limit or facts["worker_rlimit_nofile"]
@@ -179,13 +228,19 @@ def report(name, cluster, facts, open_file_limit):
         "udp_servers": len(udp),
         "udp_servers_patched": sum(1 for s in udp if s["proxy_responses"] == "1"),
         "udp_ports": [s["port"] for s in udp],
+        "udp_profiles": profiles,
+        "udp_profiles_text": "; ".join(p["text"] for p in profiles),
+        # dns ports that do not end a session at the first reply, stream ports that do (tunnels cut)
+        "udp_dns_unfixed": [p["port"] for p in profiles if p["profile"] == lb_profiles.DNS and p["live"] != lb_profiles.DNS],
+        "udp_stream_cut": [p["port"] for p in profiles if p["profile"] == lb_profiles.STREAM and p["live"] != lb_profiles.STREAM],
+        "udp_ports_undeclared": [p["port"] for p in profiles if not p["declared"]],
         # every key a "not enough" line is counted under: the keeper exports each from 0
         "not_enough_keys": sorted(["udp %s" % s["port"] for s in udp] + ["tcp %s" % s["port"] for s in facts["tcp_servers"]]
                                   + [UNNAMED]),
         "udp_timeout": udp_timeout,
         # the weakest server decides how much of the worker UDP can take
         "udp_session_budget": min(budgets) if len(budgets) == len(udp) and budgets else None,
-        "exhaustion_rate": lb_capacity.exhaustion_rate(wc, udp_timeout) if udp and wc else None,
+        "exhaustion_rate": lb_capacity.exhaustion_rate(wc, udp_timeout) if udp_timeout and wc else None,
         "summary": summarize(name, facts),
         "warnings": [],
     }
@@ -193,8 +248,11 @@ def report(name, cluster, facts, open_file_limit):
         out["warnings"].append(
             "%s: %d worker_connections exceed the open file limit %d: the real ceiling is %d"
             % (name, wc, nofile, nofile))
+    if out["udp_ports_undeclared"]:
+        out["warnings"].append(lb_profiles.undeclared_warning(name, out["udp_ports_undeclared"]))
     if out["udp_servers"] and out["udp_session_budget"] is None:
         out["warnings"].append(
-            "%s: UDP servers have no session budget: a hung DNS server can exhaust the connections "
-            "that HTTPS and the API share (at %s new sessions/s)" % (name, out["exhaustion_rate"]))
+            "%s: UDP servers have no session budget: a hung DNS server or a flood of UDP sessions can exhaust the "
+            "connections that HTTPS and the API share%s" % (
+                name, " (at %s new sessions/s)" % out["exhaustion_rate"] if out["exhaustion_rate"] else ""))
     return out

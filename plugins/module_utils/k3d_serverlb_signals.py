@@ -89,7 +89,7 @@ def signals(container, want, since, dns_probe=None, until=None):
     want, cap = lb_capacity.capped_want(want, state["hard_limit"])
     new_template, facts, reasons = lb.plan(state, want)
     entry = lb_config.report(container.name, (container.labels or {}).get(lb_container.CLUSTER_LABEL), facts,
-                             max(state["worker_limits"] or [0]) or None)
+                             max(state["worker_limits"] or [0]) or None, want)
     code = "not_fixed" if reasons else "capped" if cap else "fixed"
     entry.update(state=code, state_text=lb.state_text(code, cap), open_file_cap=cap)
     raw = (container.logs(since=since, until=until) if until else container.logs(since=since)).decode("utf-8", "replace")

@@ -11,6 +11,10 @@ __metaclass__ = type
 
 import re
 
+try:
+    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_profiles as lb_profiles
+except ImportError:  # beside the keeper (no collection there): the files sit side by side
+    import k3d_serverlb_profiles as lb_profiles  # noqa: F811
 
 ZONE = "homelab_edge_udp"
 CONNECTIONS = "$homelabEdgeConnections"
@@ -71,15 +75,26 @@ def _floor_block(indent, worker_connections, cap=None):
 
 
 def _udp_block(indent, want):
+    """Per UDP port its profile (k3d_serverlb_profiles): dns ports end a
+    session at the first reply, stream ports keep theirs open; both count
+    against the UDP session budget. TCP keeps k3d's line."""
+    k3d_timeout = 'proxy_timeout {{ getv "/settings/defaultProxyTimeout" "600" }};'
+    stream_timeout = ("proxy_timeout %ds;" % want["udp_stream_timeout"]) if want.get("udp_stream_timeout") else k3d_timeout
+    dns = lb_profiles.dns_ports(want.get("udp_ports"))
+    dns_lines = ["proxy_responses 1;", "proxy_timeout %ds;" % want["udp_timeout"]]
+    if dns:
+        profile = ["{{- if (eq $port %s) }}" % " ".join('"%s"' % p for p in dns)] + dns_lines + [
+            "{{- else }}", stream_timeout, "{{- end }}"]
+    else:
+        profile = [stream_timeout]
     return _indented(indent, [
         BEGIN,
         '{{- if (eq $protocol "udp") }}',
-        "proxy_responses 1;",
-        "proxy_timeout %ds;" % want["udp_timeout"],
+    ] + profile + [
         "limit_conn %s {{ div (mul %s %d) 200 }};" % (ZONE, CONNECTIONS, want["udp_share"]),
         "limit_conn_log_level %s;" % want["budget_log_level"],
         "{{- else }}",
-        'proxy_timeout {{ getv "/settings/defaultProxyTimeout" "600" }};',
+        k3d_timeout,
         "{{- end }}",
         END,
     ])

@@ -98,7 +98,10 @@ def _age(stamp, now):
 
 
 def autoheal_log(text):
-    """What autoheal did, from its log: restarts tried and failed."""
-    tried = len(re.findall(r"found to be unhealthy - Restarting container now", text))
+    """What autoheal did, from its log: restarts tried and failed, and the restarts tried of each container."""
+    names = re.findall(r"Container /?(\S+) \(\w+\) found to be unhealthy - Restarting container now", text)
     failed = len(re.findall(r"Restarting container \S+ failed", text))
-    return {"restarts": tried, "restart_failures": failed}
+    by_container = {}
+    for name in names:
+        by_container[name] = by_container.get(name, 0) + 1
+    return {"restarts": len(names), "restart_failures": failed, "by_container": by_container}

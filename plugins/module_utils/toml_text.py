@@ -12,7 +12,9 @@ Styles: [tables] and [sub.tables] in any order, dotted keys (http.tls = ...),
 quoted keys, one-line and multi-line arrays, comments, CRLF. A new table goes
 to the end of the file as a [header], or as dotted keys in the nearest table
 when a header is not allowed there; an inline table ({a = 1}) that must grow
-is refused."""
+is refused. A new table goes after the whole of its sibling table: the
+sibling's commented-out options (as Traefik's sample files list them) stay
+with it."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -82,6 +84,11 @@ def _nl(lines):
 def _is_content(line):
     s = line.strip()
     return bool(s) and not s.startswith("#")
+
+
+# A commented-out option or table of a table ("# exposedByDefault = false", "#  [providers.docker.tls]"):
+# Traefik's sample files list a table's optional keys this way, each under its own comment block.
+_COMMENTED_OPTION = re.compile(r"^\s*#+\s*(?:\[{1,2}\s*(?P<table>%s)\s*\]{1,2}|%s\s*=)" % (_DOTTED, _DOTTED))
 
 
 class TomlText(object):
@@ -189,6 +196,25 @@ class TomlText(object):
             j -= 1
         return j
 
+    def _table_end(self, section):
+        """Where a new table after `section` goes: after the whole of it, its commented-out
+        options included (uncommenting one later must leave it in `section`), but before the
+        comments that lead into the next table (its banner and description)."""
+        j = last = self._section_tail(section)
+        own = _low(section["path"])
+        while j < section["end"]:
+            m = _COMMENTED_OPTION.match(self.lines[j])
+            if m and m.group("table") and _low(_parts(m.group("table")))[:len(own)] != own:
+                break  # a commented-out table of its own: what follows belongs to it
+            if m:
+                last = j + 1
+                # the comment lines right under it (no blank line between) belong to it too
+                while last < section["end"] and self.lines[last].strip().startswith("#") \
+                        and not _COMMENTED_OPTION.match(self.lines[last]) and self.lines[last][:1] in (" ", "\t"):
+                    last += 1
+            j += 1
+        return last
+
     def _insert(self, at, lines):
         nl = _nl(self.lines)
         self.lines[at:at] = [ln + nl for ln in lines]
@@ -235,16 +261,19 @@ class TomlText(object):
         """A new [path] table after the last table that shares most of its
         path (its siblings), else at the end of the document."""
         sections, keys = self.index()
-        low, at, best = _low(path), len(self.lines), 0
+        low, at, best, sibling = _low(path), len(self.lines), 0, None
         for s in sections[1:]:
             common = 0
             while common < min(len(low), len(s["path"])) and _low(s["path"])[common] == low[common]:
                 common += 1
             if common and common >= best and not s["array"]:
-                best, at = common, self._section_tail(s)
-        # indented as the tables of its depth are (Traefik's docs indent sub-tables)
+                best, at = common, self._table_end(s)
+                sibling = s if len(s["path"]) == len(path) else sibling
+        # indented as its sibling is, else as the tables of its depth are (Traefik's docs indent sub-tables)
         indented = any(self.lines[s["header"]][:1] in (" ", "\t") for s in sections[1:])
         indent = "  " * (len(path) - 1) if indented else ""
+        if sibling is not None and len(path) > 1:
+            indent = re.match(r"[ \t]*", self.lines[sibling["header"]]).group(0)
         kpad = "  " if any(k["indent"] for k in keys) else ""
         lines = [""] if at and self.lines[at - 1].strip() else []
         lines.append("%s[%s]" % (indent, ".".join(key_text(p) for p in path)))

@@ -44,8 +44,17 @@ API_TIMEOUT = 5
 # carry inFlightReq's 429s (code="429").
 METRICS_ENTRYPOINT = "homelab-edge-metrics"
 METRICS = {"entryPoint": METRICS_ENTRYPOINT, "addEntryPointsLabels": True, "addRoutersLabels": True}
+# Ping of a Traefik that shares the host's network namespace (network_mode: host): an entrypoint of its
+# own on the host's loopback, on the first of these ports nothing listens on (never Traefik's default
+# :8080, which would be the host's own 8080).
+PING_ENTRYPOINT = "homelab-edge-ping"
+PING_PORTS = tuple(range(9098, 9090, -1)) + tuple(range(9180, 9200))
 # Entrypoints of the role's own: never the user's, never limited or trusted.
-OWN_ENTRYPOINTS = (API_ENTRYPOINT, METRICS_ENTRYPOINT, "traefik")
+OWN_ENTRYPOINTS = (API_ENTRYPOINT, METRICS_ENTRYPOINT, PING_ENTRYPOINT, "traefik")
+# The middlewares of the user's that limit what the role limits (lower-cased type -> Traefik's spelling).
+LIMITERS = {"inflightreq": "inFlightReq", "ratelimit": "rateLimit"}
+# What the runtime refuses in the host's network namespace (moby: "sysctl ... not allowed in host network namespace").
+HOST_REFUSED_SYSCTLS = ("net.",)
 # Where Traefik looks for its static config file, in its own order (v2.11 and
 # v3.6 alike: pkg/cli/loader_file.go, paerser's file finder): an explicit
 # --configFile first (when it exists), then each base path with each extension;
@@ -385,7 +394,8 @@ def container_facts(inspect, version_output, existing_files, given_version=None)
             "version": version, "major": major, "version_source": found["source"], "args": args,
             "source": static_source(args, existing_files, env, workdir), "workdir": workdir,
             "mounts": inspect.get("Mounts") or [], "compose": compose_labels(inspect),
-            "healthcheck": health[0] != "NONE", "labels": config.get("Labels") or {}}
+            "healthcheck": health[0] != "NONE", "labels": config.get("Labels") or {},
+            "network_mode": (inspect.get("HostConfig") or {}).get("NetworkMode") or "default"}
 
 
 def static_format(path):
@@ -442,11 +452,17 @@ def names_implicit(addresses):
     return any(e.lower() == IMPLICIT_ENTRYPOINT for e in addresses)
 
 
-def check_metrics_port(port, addresses):
+def check_metrics_port(port, addresses, opts=None):
     """Refuse a metrics port one of the user's entrypoints ({name: address}) listens on, or one of
     the other listeners Traefik will have: the role's API entrypoint, and Traefik's default entrypoint
-    `traefik` (:8080, opened for ping and the dashboard where no entrypoint of that name is the user's)."""
+    `traefik` (:8080, opened for ping and the dashboard where no entrypoint of that name is the user's);
+    in the host's network namespace, any port something on the host listens on."""
+    opts = opts or {}
     taken = sorted(e for e, address in addresses.items() if e != METRICS_ENTRYPOINT and port_of(address) == int(port))
+    if opts.get("host_network") and METRICS_ENTRYPOINT not in addresses and int(port) in (opts.get("listening") or ()):
+        raise TraefikConfigError("metrics port %d is taken on the host, whose network namespace Traefik shares "
+                                 "(network_mode: host): choose another (traefik_inflight_metrics_port); nothing was "
+                                 "changed" % int(port))
     if int(port) == API_PORT and API_ENTRYPOINT not in taken:
         taken.append(API_ENTRYPOINT + " (the role's API)")
     if int(port) == port_of(IMPLICIT_ADDRESS) and not names_implicit(addresses):
@@ -487,19 +503,43 @@ def trusted_added(static, flags, wanted, added_before=None):
 def own_entrypoints(addresses, opts, adds_ping):
     """Where the module's own listeners go, clear of the user's entrypoints
     ({name: address}): {"ping": the entrypoint ping gets (None: Traefik's
-    default)}. The API entrypoint's port taken by one of theirs, or ping's
-    default entrypoint (Traefik creates `traefik` on :8080 where none has that
-    name) on a port of theirs with no API entrypoint to put it on, is refused
-    naming the clash; nothing is written before."""
-    users = dict((e, a) for e, a in addresses.items() if e not in (API_ENTRYPOINT, METRICS_ENTRYPOINT))
+    default), "ping_address": the address of one the module adds}. The API
+    entrypoint's port taken by one of theirs (or, in the host's network
+    namespace, by anything on the host), or ping's default entrypoint
+    (Traefik creates `traefik` on :8080 where none has that name) on a port of
+    theirs with no API entrypoint to put it on, is refused naming the clash;
+    nothing is written before. In the host's network namespace
+    (opts["host_network"]) ping gets an entrypoint of its own on the first free
+    loopback port of PING_PORTS (opts["listening"]: the host's listening ports)."""
+    users = dict((e, a) for e, a in addresses.items() if e not in (API_ENTRYPOINT, METRICS_ENTRYPOINT, PING_ENTRYPOINT))
     verify = opts.get("verify_api", True)
+    host = bool(opts.get("host_network"))
+    listening = set(opts.get("listening") or ())
     if verify and API_ENTRYPOINT not in addresses:
         taken = sorted(e for e, a in users.items() if port_of(a) == API_PORT)
         if taken:
             raise TraefikConfigError("the role's API entrypoint %s listens on 127.0.0.1:%d, the port of your entrypoint "
                                      "%s: move yours to another port, or set traefik_inflight_verify: false; nothing "
                                      "was changed" % (API_ENTRYPOINT, API_PORT, ", ".join(taken)))
-    out = {"ping": None}
+        if host and API_PORT in listening:
+            raise TraefikConfigError(
+                "Traefik shares the host's network namespace (network_mode: host), where something listens on port "
+                "%d already: the role's API entrypoint %s needs 127.0.0.1:%d. Free that port on the host, or set "
+                "traefik_inflight_verify: false; nothing was changed" % (API_PORT, API_ENTRYPOINT, API_PORT))
+    out = {"ping": None, "ping_address": None}
+    if adds_ping and host:
+        taken = listening | set(port_of(a) for a in addresses.values()) | set([API_PORT, port_of(IMPLICIT_ADDRESS)])
+        if opts.get("metrics_port"):
+            taken.add(int(opts["metrics_port"]))
+        port = free_loopback_port(taken)
+        if port is None:
+            raise TraefikConfigError(
+                "Traefik shares the host's network namespace (network_mode: host): ping (the health check's) needs "
+                "a loopback port of its own there, and none of %d-%d and %d-%d is free on the host; free one, or add "
+                "ping with an entryPoint of yours to Traefik's static config; nothing was changed"
+                % (min(PING_PORTS[:8]), max(PING_PORTS[:8]), min(PING_PORTS[8:]), max(PING_PORTS[8:])))
+        out["ping"], out["ping_address"] = PING_ENTRYPOINT, "127.0.0.1:%d" % port
+        return out
     if adds_ping and not names_implicit(users):
         clash = sorted(e for e, a in users.items() if port_of(a) == port_of(IMPLICIT_ADDRESS))
         if clash and not verify:
@@ -513,18 +553,126 @@ def own_entrypoints(addresses, opts, adds_ping):
     return out
 
 
-def static_changes(static, opts, warnings=None):
+def http_entrypoints(requested, routing, warnings):
+    """The requested entrypoints an in-flight limit counts requests on: one
+    that serves only TCP routers of the user's (TLS passthrough, a database)
+    is left out with a warning that names it; when that leaves none, the
+    change is refused."""
+    out, tcp_only = [], []
+    for ep in requested:
+        http, tcp = entrypoint_routers(routing, ep)
+        if tcp and not http and (routing or {}).get("complete", True):
+            tcp_only.append("%s (%s)" % (ep, ", ".join(tcp)))
+        else:
+            out.append(ep)
+    if tcp_only and not out:
+        raise TraefikConfigError(
+            "entrypoint(s) %s serve only TCP routers: an in-flight limit counts HTTP requests and would do nothing "
+            "there. Name the entrypoints of your HTTP routers in traefik_inflight_entrypoints; nothing was changed"
+            % "; ".join(tcp_only))
+    for words in tcp_only:
+        warnings.append("entrypoint %s serves only TCP routers: an in-flight limit counts HTTP requests and does "
+                        "nothing there, so it is left off that entrypoint" % words)
+    return out
+
+
+def ping_report(ping_entrypoint, addresses, own, before):
+    """Where ping listens and whose it is: {entrypoint, address, by}."""
+    ep = ping_entrypoint or IMPLICIT_ENTRYPOINT
+    name = next((e for e in addresses if e.lower() == ep.lower()), None)
+    defaults = {IMPLICIT_ENTRYPOINT: IMPLICIT_ADDRESS, API_ENTRYPOINT: "127.0.0.1:%d" % API_PORT}
+    address = addresses.get(name) if name else (own.get("ping_address") or defaults.get(ep))
+    mine = before.get("ping") == ep or ep in (API_ENTRYPOINT, PING_ENTRYPOINT)
+    return {"entrypoint": ep, "address": address, "by": "homelab.edge" if mine else "you"}
+
+
+def _limit_entrypoint(ep, name, mws, ref, opts, kept):
+    """The user's inFlightReq or rateLimit on an entrypoint of theirs, and the
+    role's: (the entrypoint's new middleware list or None for no change,
+    whether the role's limit runs there)."""
+    routing = opts.get("routing") or {}
+    limiters = routing.get("limiters") or {}
+    theirs = [(m,) + limiter_of(m, limiters) for m in mws if m != ref and limiter_of(m, limiters)]
+    inflight = [t for t in theirs if t[2]["type"] == "inFlightReq"]
+    setting = "entryPoints.%s.http.middlewares" % name
+    for m, n, lim in theirs:
+        if lim["type"] == "rateLimit":
+            kept.append(user_value(setting, n, ref, True, "%s runs on every router of %s beside the role's limit"
+                                   % (limiter_text(n, lim), name)))
+    for router, n, lim in router_limiters(routing, ep):
+        kept.append(user_value("router %s" % router, n, ref, True, "%s runs on that router %s" % (
+            limiter_text(n, lim), "as well: the lower of the two bounds holds there" if lim["type"] == "inFlightReq"
+            else "beside the role's limit")))
+    if inflight and not opts.get("override_user_values"):
+        theirs_text = ", ".join(limiter_text(n, lim) for m, n, lim in inflight)
+        kept.append(user_value(setting, [t[1] for t in inflight], ref, True, "%s limits every router of %s; the "
+                               "role's limit is not added there" % (theirs_text, name)))
+        return None, False
+    if inflight:
+        kept.append(user_value(setting, [t[1] for t in inflight], ref, False, "%s limits every router of %s" % (
+            ref, name)))
+        return [m for m in mws if m not in [t[0] for t in inflight] and m != ref] + [ref], True
+    return (None if ref in mws else list(mws) + [ref]), True
+
+
+def _streams_value(setting, have, streams, opts, kept, written):
+    """The role's http2.maxConcurrentStreams beside the user's: the value to
+    write (None: none to write)."""
+    before = opts.get("written_before") or {}
+    mine = setting in before and str(before[setting]) == str(have)
+    if have is None or mine:
+        written[setting] = int(streams)
+        return int(streams) if str(have) != str(int(streams)) else None
+    if str(have) == str(int(streams)):
+        return None
+    if opts.get("override_user_values"):
+        written[setting] = int(streams)
+        kept.append(user_value(setting, have, int(streams), False,
+                               "%d requests at once per HTTP/2 connection" % int(streams)))
+        return int(streams)
+    kept.append(user_value(setting, have, int(streams), True, "%s requests at once per HTTP/2 connection (yours)"
+                           % have))
+    return None
+
+
+def _trusted_value(name, have, trusted, opts, kept):
+    """An entrypoint's PROXY protocol trust beside the user's: (the new list
+    or None for no change, whether to remove it whole)."""
+    before = opts.get("trusted_added_before") or []
+    setting = "entryPoints.%s.proxyProtocol.trustedIPs" % name
+    theirs = [t for t in have if t not in before and t not in trusted]
+    if theirs and opts.get("override_user_values"):
+        kept.append(user_value(setting, theirs, trusted, False, "PROXY protocol trusted from %s" % (
+            _said(trusted) if trusted else "nobody (off)")))
+        return (list(trusted), False) if trusted else (None, True)
+    merged, added, dropped = trusted_merge(have, trusted, before)
+    if theirs:
+        kept.append(user_value(setting, theirs, trusted, True, "PROXY protocol trusted from %s" % _said(merged)))
+    if merged == have:
+        return None, False
+    if not merged:
+        return None, True
+    return merged, False
+
+
+def static_changes(static, opts, warnings=None, report=None):
     """The edits a static config needs, as data: a list of (op, path,
     value), op one of text_edit's append, ensure, set, delete and replace
     (its sixth, flags, is for a compose command list: see flag_changes).
     Settings the user's Traefik (opts["version"]) lacks are left out, each
-    with a line in `warnings`.
+    with a line in `warnings`. A value of the user's where the role would set
+    its own is kept (opts["override_user_values"]: replaced), each listed in
+    report["user_values"]; report["entrypoints"] are the entrypoints that get
+    the role's limit, report["ping"] where ping listens, report["written"] the
+    values that are the role's (for the record).
 
     Raises TraefikConfigError for input that cannot work (an entrypoint that
     does not exist or is UDP, a file provider the role cannot reach, a
     listener of the role's on a port of the user's)."""
     static = static or {}
     warnings = [] if warnings is None else warnings
+    report = {} if report is None else report
+    kept, written = report.setdefault("user_values", []), report.setdefault("written", {})
     version = opts.get("version") or "3"
     gate(version, "entrypoint_middlewares")
     eps = lookup(static, ["entryPoints"]) or {}
@@ -542,20 +690,30 @@ def static_changes(static, opts, warnings=None):
     if opts.get("verify_api", True) and ci(eps, API_ENTRYPOINT) is not None and \
             (lookup(eps, [API_ENTRYPOINT, "address"]) != "127.0.0.1:%d" % API_PORT):
         raise TraefikConfigError("an entrypoint named %s exists with another address: rename yours" % API_ENTRYPOINT)
-    adds_ping = lookup(static, ["ping"]) is None
+    http = http_entrypoints(opts["entrypoints"], opts.get("routing"), warnings)
+    ping = lookup(static, ["ping"])
+    adds_ping = ping is None
     own = own_entrypoints(addresses, opts, adds_ping)
     ref = "%s@file" % opts["name"]
     changes = []
     streams = opts.get("http2_max_streams")
     if streams and not allowed(version, "http2_max_streams", warnings):
         streams = 0
-    for ep in opts["entrypoints"]:
+    report["entrypoints"] = []
+    for ep in http:
         name = ci(eps, ep)
         mws = lookup(eps, [name, "http", "middlewares"]) or []
-        if ref not in mws:
-            changes.append(("append", ["entryPoints", name, "http", "middlewares"], ref))
-        if streams and lookup(eps, [name, "http2", "maxConcurrentStreams"]) != int(streams):
-            changes.append(("set", ["entryPoints", name, "http2", "maxConcurrentStreams"], int(streams)))
+        new, limited = _limit_entrypoint(ep, name, mws, ref, opts, kept)
+        if new is not None:
+            changes.append(("set", ["entryPoints", name, "http", "middlewares"], new) if ref in mws or
+                           len(new) != len(mws) + 1 else ("append", ["entryPoints", name, "http", "middlewares"], ref))
+        if limited:
+            report["entrypoints"].append(ep)
+        if streams:
+            value = _streams_value("entryPoints.%s.http2.maxConcurrentStreams" % name,
+                                   lookup(eps, [name, "http2", "maxConcurrentStreams"]), streams, opts, kept, written)
+            if value is not None:
+                changes.append(("set", ["entryPoints", name, "http2", "maxConcurrentStreams"], value))
     trusted = opts.get("proxy_protocol_trusted_ips")
     if trusted is not None:
         # every TCP entrypoint the proxy in front may forward to (all of the user's): one without the
@@ -563,14 +721,16 @@ def static_changes(static, opts, warnings=None):
         for name in sorted(e for e in eps if e not in OWN_ENTRYPOINTS and not is_udp(addresses.get(e))):
             have = lookup(eps, [name, "proxyProtocol", "trustedIPs"])
             have = list(have) if isinstance(have, list) else []
-            merged, added, dropped = trusted_merge(have, trusted, opts.get("trusted_added_before"))
             path = ["entryPoints", name, "proxyProtocol", "trustedIPs"]
-            if trusted and dropped:
-                changes.append(("set", path, merged))
-            elif trusted:  # one item each: the user's list keeps its comments and quoting
-                changes += [("append", path, t) for t in added]
-            elif lookup(eps, [name, "proxyProtocol"]) is not None:
-                changes.append(("delete", ["entryPoints", name, "proxyProtocol"], None))
+            new, off = _trusted_value(name, have, trusted, opts, kept)
+            others = [k for k in (lookup(eps, [name, "proxyProtocol"]) or {}) if str(k).lower() != "trustedips"]
+            if off and have:
+                # the user's other PROXY protocol settings (insecure: true) stay
+                changes.append(("delete", path if others else ["entryPoints", name, "proxyProtocol"], None))
+            elif new is not None and new[:len(have)] == have:  # one item each: their list keeps its comments
+                changes += [("append", path, t) for t in new[len(have):]]
+            elif new is not None:
+                changes.append(("set", path, new))
     provider = opts["provider"]
     if provider["kind"] == "filename":
         changes.append(("replace", ["providers", "file", "filename"], ("directory", provider["dir"])))
@@ -578,14 +738,21 @@ def static_changes(static, opts, warnings=None):
         changes.append(("ensure", ["providers", "file"], {"directory": provider["dir"], "watch": True}))
     if adds_ping:
         changes.append(("ensure", ["ping"], {"entryPoint": own["ping"]} if own["ping"] else {}))
+        if own["ping"] == PING_ENTRYPOINT and ci(eps, PING_ENTRYPOINT) is None:
+            changes.append(("ensure", ["entryPoints", PING_ENTRYPOINT], {"address": own["ping_address"]}))
+        report["ping"] = ping_report(own["ping"], addresses, own, {"ping": own["ping"] or IMPLICIT_ENTRYPOINT})
+        written["ping"] = report["ping"]["entrypoint"]
+    else:
+        _users_ping(lookup(ping if isinstance(ping, dict) else {}, ["entryPoint"]), addresses, own, opts, report)
     if opts.get("verify_api", True):
         if lookup(static, ["api"]) is None:
             changes.append(("ensure", ["api"], {}))
         if ci(eps, API_ENTRYPOINT) is None:
             changes.append(("ensure", ["entryPoints", API_ENTRYPOINT], {"address": "127.0.0.1:%d" % API_PORT}))
+        host_api_warning(opts, ci(eps, API_ENTRYPOINT) is None, warnings)
     port = opts.get("metrics_port")
     if port and lookup(static, ["metrics"]) is None:  # the user's own metrics are kept as they are
-        check_metrics_port(port, addresses)
+        check_metrics_port(port, addresses, opts)
         metrics = dict(METRICS)
         if not allowed(version, "metrics_routers_labels", warnings):
             del metrics["addRoutersLabels"]
@@ -595,12 +762,36 @@ def static_changes(static, opts, warnings=None):
     return changes
 
 
+def host_api_warning(opts, adds_api, warnings):
+    """On the host's network the role's API entrypoint is on the host's own loopback: say so."""
+    if opts.get("host_network") and opts.get("verify_api", True) and adds_api:
+        warnings.append("Traefik shares the host's network namespace (network_mode: host), so the role's API entrypoint "
+                        "%s listens on the host's own 127.0.0.1:%d, where local users of the host can read Traefik's "
+                        "API; traefik_inflight_verify: false leaves it out" % (API_ENTRYPOINT, API_PORT))
+
+
+def _users_ping(entrypoint, addresses, own, opts, report):
+    """Ping as the config has it already: the role's (its record, its entrypoints) or the user's, kept."""
+    report["ping"] = ping_report(entrypoint, addresses, own, opts.get("written_before") or {})
+    if report["ping"]["by"] == "you":
+        report["user_values"].append(user_value(
+            "ping", "entryPoint %s" % report["ping"]["entrypoint"], "ping on an entrypoint of the role's", True,
+            "the health check asks your ping on %s (%s%s)" % (
+                report["ping"]["entrypoint"], report["ping"]["address"] or "its address",
+                ", the host's own port: network_mode host" if opts.get("host_network") else "")))
+    else:
+        report["written"]["ping"] = report["ping"]["entrypoint"]
+
+
 # ---------------------------------------------------------------- flags
 
-def flag_changes(flags, opts, warnings=None):
+def flag_changes(flags, opts, warnings=None, report=None):
     """The same change for a Traefik configured with command-line flags:
-    (flags to add or replace {name: value}, flags to remove [name])."""
+    (flags to add or replace {name: value}, flags to remove [name]); the
+    user's values kept and reported as static_changes does."""
     warnings = [] if warnings is None else warnings
+    report = {} if report is None else report
+    kept, written = report.setdefault("user_values", []), report.setdefault("written", {})
     version = opts.get("version") or "3"
     gate(version, "entrypoint_middlewares")
     ref = "%s@file" % opts["name"]
@@ -618,23 +809,32 @@ def flag_changes(flags, opts, warnings=None):
         if is_udp(addresses.get(ep.lower())):
             raise TraefikConfigError("entrypoint %s listens on UDP: an in-flight limit is for HTTP; name the HTTP "
                                      "entrypoints in traefik_inflight_entrypoints" % ep)
+    report["entrypoints"] = []
+    for ep in http_entrypoints(opts["entrypoints"], opts.get("routing"), warnings):
         key = "entrypoints.%s.http.middlewares" % ep.lower()
         have = [m for m in flags.get(key, "").split(",") if m]
-        if ref not in have:
-            add[key] = ",".join(have + [ref])
+        new, limited = _limit_entrypoint(ep, ep, have, ref, opts, kept)
+        if new is not None:
+            add[key] = ",".join(new)
+        if limited:
+            report["entrypoints"].append(ep)
         skey = "entrypoints.%s.http2.maxconcurrentstreams" % ep.lower()
-        if streams and flags.get(skey) != str(int(streams)):
-            add[skey] = str(int(streams))
+        if streams:
+            value = _streams_value("entryPoints.%s.http2.maxConcurrentStreams" % ep, flags.get(skey), streams, opts,
+                                   kept, written)
+            if value is not None:
+                add[skey] = str(value)
 
     trusted = opts.get("proxy_protocol_trusted_ips")
-    for ep in sorted(e for e in addresses if e not in OWN_ENTRYPOINTS and not is_udp(addresses[e])):
-        pkey = "entrypoints.%s.proxyprotocol.trustedips" % ep
-        have = [t for t in flags.get(pkey, "").split(",") if t]
-        merged, added, dropped = trusted_merge(have, trusted or [], opts.get("trusted_added_before"))
-        if trusted and merged != have:
-            add[pkey] = ",".join(merged)
-        elif trusted is not None and not trusted and pkey in flags:
-            remove.append(pkey)
+    if trusted is not None:
+        for ep in sorted(e for e in addresses if e not in OWN_ENTRYPOINTS and not is_udp(addresses[e])):
+            pkey = "entrypoints.%s.proxyprotocol.trustedips" % ep
+            have = [t for t in flags.get(pkey, "").split(",") if t]
+            new, off = _trusted_value(ep, have, trusted, opts, kept)
+            if off and pkey in flags:
+                remove.append(pkey)
+            elif new is not None:
+                add[pkey] = ",".join(new)
     provider = opts["provider"]
     if provider["kind"] == "filename":
         remove.append("providers.file.filename")
@@ -647,14 +847,21 @@ def flag_changes(flags, opts, warnings=None):
         add["ping"] = "true"
         if own["ping"]:
             add["ping.entrypoint"] = own["ping"]
+        if own["ping"] == PING_ENTRYPOINT and "entrypoints.%s.address" % PING_ENTRYPOINT not in flags:
+            add["entrypoints.%s.address" % PING_ENTRYPOINT] = own["ping_address"]
+        report["ping"] = ping_report(own["ping"], addresses, own, {"ping": own["ping"] or IMPLICIT_ENTRYPOINT})
+        written["ping"] = report["ping"]["entrypoint"]
+    else:
+        _users_ping(flags.get("ping.entrypoint"), addresses, own, opts, report)
     if opts.get("verify_api", True):
         if not any(k == "api" or k.startswith("api.") for k in flags):
             add["api"] = "true"
         if "entrypoints.%s.address" % API_ENTRYPOINT not in flags:
             add["entrypoints.%s.address" % API_ENTRYPOINT] = "127.0.0.1:%d" % API_PORT
+        host_api_warning(opts, "entrypoints.%s.address" % API_ENTRYPOINT not in flags, warnings)
     port = opts.get("metrics_port")
     if port and not any(k == "metrics" or k.startswith("metrics.") for k in flags):
-        check_metrics_port(port, addresses)
+        check_metrics_port(port, addresses, opts)
         add.update({"metrics.prometheus": "true", "metrics.prometheus.entrypoint": METRICS_ENTRYPOINT,
                     "metrics.prometheus.addentrypointslabels": "true",
                     "entrypoints.%s.address" % METRICS_ENTRYPOINT: ":%d" % port})
@@ -760,6 +967,151 @@ def docker_routers(provider, containers):
             if m:
                 names.add("%s@docker" % m.group(1))
     return sorted(names)
+
+
+def _qualified(ref, provider):
+    return ref if "@" in ref else "%s@%s" % (ref, provider)
+
+
+def _words(value):
+    """A list as a file or a label gives it ("a,b", [a, b]) -> [a, b]."""
+    if isinstance(value, list):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [w.strip() for w in str(value or "").split(",") if w.strip()]
+
+
+def _enabled(labels, provider):
+    enable = str(labels.get("traefik.enable", "")).lower()
+    return enable != "false" and (enable == "true" or provider["exposed_by_default"])
+
+
+def user_routing(dynamic_texts, provider=None, containers=()):
+    """The user's routers and limiting middlewares, from their dynamic files
+    {path: text} and the labels of running containers (the Docker provider's
+    `provider` settings, docker_provider()):
+    {"routers": [{name, kind (http or tcp), entrypoints (None: every default
+    entrypoint), middlewares}], "limiters": {name@provider: {type, config}}}.
+    Names carry their provider (@file, @docker), as Traefik's API shows them."""
+    routers, limiters = [], {}
+    for path, text in sorted(dynamic_texts.items()):
+        try:
+            doc = parse_static(text, path)
+        except EditError:
+            continue
+        for kind in ("http", "tcp"):
+            for name, router in sorted((lookup(doc, [kind, "routers"]) or {}).items()):
+                router = router if isinstance(router, dict) else {}
+                eps = lookup(router, ["entryPoints"])
+                routers.append({"name": "%s@file" % name, "kind": kind, "entrypoints": _words(eps) if eps else None,
+                                "middlewares": [_qualified(m, "file") for m in _words(lookup(router, ["middlewares"]))]})
+        for name, mw in sorted((lookup(doc, ["http", "middlewares"]) or {}).items()):
+            for key, config in (mw.items() if isinstance(mw, dict) else []):
+                if str(key).lower() in LIMITERS:
+                    limiters["%s@file" % name] = {"type": LIMITERS[str(key).lower()], "config": config or {}}
+    if provider and not provider.get("constrained"):
+        for labels in containers:
+            if not _enabled(labels, provider):
+                continue
+            found = {}
+            for key, value in sorted(labels.items()):
+                m = re.match(r"^traefik\.(http|tcp)\.routers\.([^.]+)\.(.+)$", key, re.I)
+                if m:
+                    r = found.setdefault((m.group(1).lower(), m.group(2)), {"entrypoints": None, "middlewares": []})
+                    if m.group(3).lower() == "entrypoints":
+                        r["entrypoints"] = _words(value)
+                    elif m.group(3).lower() == "middlewares":
+                        r["middlewares"] = [_qualified(w, "docker") for w in _words(value)]
+                m = re.match(r"^traefik\.http\.middlewares\.([^.]+)\.(inflightreq|ratelimit)\.(.+)$", key, re.I)
+                if m:
+                    mw = limiters.setdefault("%s@docker" % m.group(1),
+                                             {"type": LIMITERS[m.group(2).lower()], "config": {}})
+                    mw["config"][m.group(3).lower()] = value
+            routers += [dict(r, name="%s@docker" % name, kind=kind) for (kind, name), r in sorted(found.items())]
+    # with constraints the Docker provider's routers are Traefik's to work out: what is known here is not all
+    return {"routers": routers, "limiters": limiters, "complete": not (provider and provider.get("constrained"))}
+
+
+def limiter_of(ref, limiters):
+    """The user's limiting middleware a reference names (name@provider, or a
+    bare name as an entrypoint may give it), as (name@provider, limiter) or None."""
+    if ref in limiters:
+        return ref, limiters[ref]
+    if "@" not in ref:
+        found = sorted(n for n in limiters if n.partition("@")[0] == ref)
+        if found:
+            return found[0], limiters[found[0]]
+    return None
+
+
+def limiter_text(name, limiter):
+    """A limiter of the user's in words: what it bounds, per what."""
+    config = dict((str(k).lower(), v) for k, v in (limiter.get("config") or {}).items())
+    if limiter["type"] == "inFlightReq":
+        keys = " ".join(str(k).lower() for k in config) + " " + json.dumps(config, default=str).lower()
+        per = ("client IP" if "ipstrategy" in keys else "request header" if "requestheadername" in keys else
+               "request Host")
+        return "%s (inFlightReq: %s in flight per %s, per router)" % (name, config.get("amount", "?"), per)
+    return "%s (rateLimit: average %s per %s, burst %s; it answers 429 too)" % (
+        name, config.get("average", "?"), config.get("period", "1s"), config.get("burst", 1))
+
+
+def entrypoint_routers(routing, entrypoint):
+    """(HTTP routers, TCP routers) of the user's that listen on `entrypoint`
+    (a router without entryPoints listens on every default one)."""
+    http, tcp = [], []
+    for r in (routing or {}).get("routers") or []:
+        if r["entrypoints"] is None or entrypoint.lower() in [e.lower() for e in r["entrypoints"]]:
+            (http if r["kind"] == "http" else tcp).append(r["name"])
+    return http, tcp
+
+
+def router_limiters(routing, entrypoint):
+    """The user's limiters that routers on `entrypoint` run themselves: [(router, name, limiter)]."""
+    out = []
+    limiters = (routing or {}).get("limiters") or {}
+    for r in (routing or {}).get("routers") or []:
+        if r["kind"] != "http" or not (r["entrypoints"] is None or
+                                       entrypoint.lower() in [e.lower() for e in r["entrypoints"]]):
+            continue
+        for ref in r["middlewares"]:
+            found = limiter_of(ref, limiters)
+            if found:
+                out.append((r["name"],) + found)
+    return out
+
+
+def user_value(setting, yours, ours, kept, effective):
+    """One value of the user's where the role would set its own: kept (or,
+    with override_user_values, replaced), and what holds then."""
+    return {"setting": setting, "yours": yours, "ours": ours, "kept": kept, "effective": effective,
+            "text": "%s: yours (%s) %s; %s" % (
+                setting, _said(yours), "kept, the role's would be %s" % _said(ours) if kept else
+                "replaced by the role's %s (override_user_values)" % _said(ours), effective)}
+
+
+def _said(value):
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "none"
+    return str(value)
+
+
+def listening_ports(proc_net_tcp):
+    """The TCP ports something listens on, from /proc/net/tcp and tcp6 text
+    (state 0A), on any address: 127.0.0.1:<port> cannot be bound beside one."""
+    ports = set()
+    for line in (proc_net_tcp or "").splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A" and ":" in fields[1]:
+            try:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+            except ValueError:
+                continue
+    return ports
+
+
+def free_loopback_port(taken):
+    """The first of PING_PORTS not in `taken`, or None."""
+    return next((p for p in PING_PORTS if p not in taken), None)
 
 
 # ------------------------------------------------------------------ API
@@ -954,8 +1306,9 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
     `dynamic_texts`: the user's dynamic files {path: text}; `containers`:
     the labels of the running containers (for the Docker provider's routers)."""
     provider = where["provider"]
-    opts = dict(opts, provider=provider, version=facts["version"])
-    warnings = []
+    opts = dict(opts, provider=provider, version=facts["version"], host_network=facts.get("network_mode") == "host",
+                routing=user_routing(dynamic_texts, where.get("docker"), containers))
+    warnings, report = [], {}
     routers, middlewares = dynamic_names(dynamic_texts)
     if opts["name"] in middlewares:
         raise TraefikConfigError("a middleware named %s already exists in your dynamic config (%s): choose another "
@@ -980,12 +1333,12 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
     if compose is not None:
         check_service_home(compose, facts["compose"], compose_path)
     if where["mode"] == "file":
-        changes = static_changes(static, opts, warnings)
+        changes = static_changes(static, opts, warnings, report)
         new = edit_static(static_text, changes, where["static"])
         out["static"] = {"path": where["static"], "old": static_text, "new": new}
         out["restart"] = new != static_text
     else:
-        add, remove = flag_changes(flags, opts, warnings)
+        add, remove = flag_changes(flags, opts, warnings, report)
         opts["flags_added"] = add
         if (add or remove) and not facts["compose"]:
             raise TraefikConfigError(
@@ -994,8 +1347,13 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
                 % (facts["name"], flags_text(add, remove)))
         if add or remove:
             compose_changes += compose_command_changes(compose, facts["compose"]["service"], facts["args"], add, remove)
+    out.update(entrypoints=report["entrypoints"], user_values=report["user_values"], ping=report.get("ping"),
+               written=report["written"], network_mode=facts.get("network_mode") or "default")
+    for value in report["user_values"]:
+        if value["kept"] and value["setting"] != "ping":
+            warnings.append("%s (override_user_values: true replaces it)" % value["text"])
     if compose is not None:
-        compose_changes += service_changes(compose, facts, opts)
+        compose_changes += service_changes(compose, facts, opts, warnings)
         new = yaml_text.edit_yaml(compose_text, compose_changes, compose_path) if compose_changes else compose_text
         out["compose"] = {"path": compose_path, "old": compose_text, "new": new, "files": facts["compose"]["files"],
                           "env_files": facts["compose"].get("env_files") or [],
@@ -1029,10 +1387,13 @@ def check_service_home(compose, project, path):
                                            else "", service))
 
 
-def service_changes(compose, facts, opts):
+def service_changes(compose, facts, opts, warnings=None):
     """The compose service of Traefik: the autoheal label and a health check
     that asks Traefik itself (ping), and the drain sysctls of its own
-    network namespace, where missing."""
+    network namespace, where missing. A Traefik in the host's network
+    namespace gets no net.* sysctls (the runtime refuses them there; the
+    host's are the tcp_drain role's): `warnings` says so."""
+    warnings = [] if warnings is None else warnings
     service = facts["compose"]["service"]
     svc = lookup(compose, ["services", service]) or {}
     changes = []
@@ -1065,7 +1426,15 @@ def service_changes(compose, facts, opts):
             argv += [a for a in facts["args"] + new_flags
                      if a.lower().startswith(("--ping", "--entrypoints.%s." % ping_ep.lower()))]
         changes.append(("set", ["services", service, "healthcheck"], dict(test=argv, **hc)))
-    for key, value in sorted((opts.get("sysctls") or {}).items()):
+    sysctls = dict(opts.get("sysctls") or {})
+    refused = sorted(k for k in sysctls if str(k).startswith(HOST_REFUSED_SYSCTLS))
+    if facts.get("network_mode") == "host" and refused:
+        warnings.append("%s shares the host's network namespace (network_mode: host), where the container runtime "
+                        "refuses net.* sysctls: the role sets none of %s in the compose file. There they are the "
+                        "host's own settings, which are the tcp_drain role's job" % (facts["name"], ", ".join(refused)))
+        for key in refused:
+            del sysctls[key]
+    for key, value in sorted(sysctls.items()):
         have = svc.get("sysctls")
         if isinstance(have, list):
             raise TraefikConfigError("the compose service %s lists its sysctls as a list; write them as a mapping" % service)

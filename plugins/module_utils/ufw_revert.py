@@ -236,6 +236,8 @@ def _q(text):
 def restore_fn():
     """sh: restore TOOL - our part of TOOL's ruleset back from $dir/TOOL.scoped, checked against
     $dir/TOOL.expected (exit 0 only when equal). The revert script and ufw_connlimit's last resort share it."""
+    values = dict(builtin="|".join(BUILTIN), own=OWN, docker_jump=DOCKER_JUMP, docker_chain=DOCKER_JUMP.split()[-1],
+                  own_lines=own_lines_cmd('"$t"'), policy_fn=policy_fn())
     return """restore() {
   t=$1
   [ -s "$dir/$t.scoped" ] || return 0
@@ -267,9 +269,7 @@ def restore_fn():
   %(own_lines)s | grep -v '^-P ' >"$dir/$t.after"
   grep -v '^-P ' "$dir/$t.expected" | cmp -s - "$dir/$t.after"
 }
-%(policy_fn)s""" % {"builtin": "|".join(BUILTIN), "own": OWN, "docker_jump": DOCKER_JUMP,
-                     "docker_chain": DOCKER_JUMP.split()[-1], "own_lines": own_lines_cmd('"$t"'),
-                     "policy_fn": policy_fn()}
+%(policy_fn)s""" % values
 
 
 # What sets ufw's policies on the built-in chains: whether ufw runs, and its default policy for each chain.

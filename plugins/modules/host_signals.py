@@ -82,7 +82,9 @@ unhealthy:
   returned: always
   type: list
 autoheal:
-  description: running, restarts, restart_failures, can_restart and why.
+  description: >-
+    running, restarts, restart_failures, by_container (restarts of each), loops (each container restarted 3 times or
+    more in the window, with the likely cause), can_restart and why.
   returned: when O(autoheal) is set
   type: dict
 traefik:
@@ -101,6 +103,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.homelab.edge.plugins.module_utils import autoheal as ah
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import signals
 from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
@@ -171,14 +174,30 @@ def containers_part(h, names):
     return out
 
 
-def autoheal_part(h, name, window):
+def restart_loops(done, docs):
+    """The containers autoheal restarted LOOP_RESTARTS times or more in the window, each with the likely cause."""
+    by_name = dict((d.get("Name", "").lstrip("/"), d) for d in docs or [])
+    out = []
+    for name, n in sorted(done.get("by_container", {}).items()):
+        if n < ah.LOOP_RESTARTS:
+            continue
+        doc = by_name.get(name) or {}
+        log = ((doc.get("State") or {}).get("Health") or {}).get("Log") or []
+        test = ((doc.get("Config") or {}).get("Healthcheck") or {}).get("Test")
+        out.append({"name": name, "restarts": n,
+                    "cause": ah.loop_cause(test, (log[-1].get("Output") or "") if log else "")})
+    return out
+
+
+def autoheal_part(h, name, window, docs=None):
     found = h.inspect([name])
     if not found or not found[0]["State"].get("Running"):
         return {"running": False, "can_restart": False, "why": "autoheal is not running" if found else "no container %s" % name}
     env = dict(e.split("=", 1) for e in found[0]["Config"].get("Env") or [] if "=" in e)
     done = signals.autoheal_log(h.logs(name, window))
     sock = env.get("DOCKER_SOCK", "/var/run/docker.sock")
-    out = dict(done, running=True, socket=sock, can_restart=True, why="on the Docker socket")
+    out = dict(done, running=True, socket=sock, can_restart=True, why="on the Docker socket",
+               loops=restart_loops(done, docs))
     if sock.startswith("tcp://"):
         proxy = sock[len("tcp://"):].split(":")[0]
         p = h.inspect([proxy]) or h.inspect(["%s-%s" % (name, proxy)])  # the service name, or the role's container name
@@ -249,7 +268,7 @@ def main():
     result = dict(changed=False, host=host_part(h, p, before_stat), containers=containers_part(h, p["containers"]),
                   unhealthy=signals.unhealthy(docs, time.time()))
     if p["autoheal"]:
-        result["autoheal"] = autoheal_part(h, p["autoheal"], p["window"])
+        result["autoheal"] = autoheal_part(h, p["autoheal"], p["window"], docs)
     if p["traefik"]:
         result["traefik"] = traefik_part(h, p["traefik"], p["window"])
     if p["ports"]:

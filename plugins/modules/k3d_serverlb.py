@@ -14,8 +14,10 @@ short_description: Keep k3d's nginx load balancer from running out of connection
 version_added: "0.1.0"
 description:
   - Finds k3d load balancers through the Docker API (label C(k3d.role=loadbalancer)) and patches
-    the confd template inside each running container so that UDP servers end a session at the
-    first reply (C(proxy_responses 1)), time out after O(udp_timeout) seconds, and share a
+    the confd template inside each running container so that every UDP server gets the profile of
+    its port (O(udp_ports)) - C(dns) ports end a session at the first reply (C(proxy_responses 1))
+    and time out after O(udp_timeout) seconds; C(stream) ports (WireGuard, QUIC, game servers) keep
+    every datagram and time out after O(udp_stream_timeout) - and all UDP servers share a
     session budget (stream C(limit_conn)) that leaves the rest of the worker's connections to
     TCP (HTTPS, the Kubernetes API). TCP servers keep k3d's C(defaultProxyTimeout).
   - The template also keeps C(worker_connections) at no less than O(worker_connections), whatever
@@ -49,9 +51,28 @@ options:
     type: list
     elements: str
     default: []
+  udp_ports:
+    description:
+      - 'The UDP profile of each port, port -> C(dns) or C(stream), for example C({53: dns, 1053: dns, 51820: stream}).'
+      - C(dns) - a session ends at the first reply (C(proxy_responses 1)) or after O(udp_timeout) seconds of silence -
+        for DNS and other protocols with one reply per request.
+      - C(stream) - no reply limit (no C(proxy_responses)); a session ends after O(udp_stream_timeout) seconds of
+        silence - for WireGuard, QUIC (HTTP/3), game servers, syslog or SNMP with a reply stream. With C(dns) on such a
+        port, everything the server sends after its first reply is dropped.
+      - Port 53 is C(dns) unless named here. A UDP port of a load balancer that is not named gets C(stream), with a
+        warning that names it. Both profiles count against the UDP session budget (O(udp_share)).
+      - The result shows each UDP port with its profile (RV(load_balancers[].udp_profiles)).
+    type: dict
+    default: {"53": dns}
+  udp_stream_timeout:
+    description:
+      - Seconds of silence after which a session on a C(stream) UDP port ends (up to 86400).
+      - C(0) keeps k3d's own timeout (C(settings.defaultProxyTimeout), 600 s unless set), as TCP has it.
+    type: int
+    default: 0
   udp_timeout:
     description:
-      - Seconds of silence after which a UDP session ends (C(proxy_timeout) on UDP servers only).
+      - Seconds of silence after which a session on a C(dns) UDP port ends (C(proxy_timeout) on those servers only).
       - A DNS client gives up after a few seconds (glibc's resolver after 5), so a reply later than
         that has no reader; a shorter hold frees connections faster when the DNS server hangs.
     type: int
@@ -142,6 +163,11 @@ EXAMPLES = r"""
 - name: Fix every k3d load balancer on this host
   homelab.edge.k3d_serverlb:
 
+- name: DNS on 53 and 1053, WireGuard on 51820 keeps every datagram
+  homelab.edge.k3d_serverlb:
+    udp_ports: {53: dns, 1053: dns, 51820: stream}
+    udp_stream_timeout: 180
+
 - name: Only the core cluster, longer UDP hold, report without changing (check mode)
   homelab.edge.k3d_serverlb:
     clusters: [core]
@@ -175,9 +201,22 @@ load_balancers:
     worker_rlimit_nofile: {description: Rendered worker_rlimit_nofile (null when unset)., type: int, sample: 16384}
     open_file_limit: {description: Open files an nginx worker really gets., type: int, sample: 16384}
     udp_servers: {description: UDP server blocks., type: int, sample: 2}
-    udp_servers_patched: {description: UDP server blocks with proxy_responses 1., type: int, sample: 2}
+    udp_servers_patched: {description: UDP server blocks with proxy_responses 1 (the C(dns) ones once fixed)., type: int, sample: 2}
     udp_ports: {description: Ports of the UDP servers., type: list, elements: str, sample: ["53", "1053"]}
-    udp_timeout: {description: Longest UDP proxy_timeout in seconds., type: float, sample: 5}
+    udp_profiles:
+      description:
+        - Each UDP server with its profile - C(port), C(profile) (C(dns) or C(stream), from O(udp_ports)), C(declared)
+          (false - not named, stream by default), C(live) (what nginx runs - C(dns) when a reply ends the session),
+          C(proxy_timeout) (seconds) and C(text) (the same in words).
+      type: list
+      elements: dict
+      sample: [{port: "51820", profile: stream, declared: true, live: stream, proxy_timeout: 600,
+                text: "51820/udp stream: sessions stay open (every datagram delivered) until 600 s of silence"}]
+    udp_profiles_text: {description: The profiles in words (status shows it)., type: str}
+    udp_dns_unfixed: {description: C(dns) ports whose sessions nginx does not end at the first reply., type: list, elements: str}
+    udp_stream_cut: {description: C(stream) ports where nginx ends a session at the first reply (tunnels lose datagrams)., type: list, elements: str}
+    udp_ports_undeclared: {description: UDP ports not named in O(udp_ports) (stream by default; a warning names them)., type: list, elements: str}
+    udp_timeout: {description: Longest proxy_timeout of the C(dns) UDP ports in seconds (null without any)., type: float, sample: 5}
     udp_session_budget: {description: UDP sessions allowed at once (null when none)., type: int, sample: 1024}
     exhaustion_rate:
       description: New UDP sessions per second that fill every connection if no reply comes
@@ -192,7 +231,7 @@ load_balancers:
       sample: capped
     state_text: {description: The state in words (status and diagnose use the same)., type: str, sample: fixed with a cap (1024 open files)}
     open_file_cap: {description: The open-file limit nginx could not raise (null when none)., type: int, sample: 1024}
-    warnings: {description: Capacity warnings., type: list, elements: str}
+    warnings: {description: "Capacity warnings, and the UDP ports without a declared profile.", type: list, elements: str}
 failed_load_balancers:
   description: Names of the load balancers that failed.
   returned: always

@@ -33,6 +33,18 @@ description:
     every router that was there before, every router of the user's dynamic files and of container labels, is there
     and enabled and runs the middleware with the new amount. When not, everything is put back as it was, Traefik is
     restarted or re-created on the old files, and the task fails saying why.
+  - A value of the user's where the module would set its own is kept and reported (RV(user_values), and a warning
+    where it differs) - an C(http2.maxConcurrentStreams), ping, PROXY protocol trusted addresses, an inFlightReq
+    of theirs on a limited entrypoint (the module's limit is then not added there) - unless
+    O(override_user_values) is set; a replaced value shows in C(--diff). The user's inFlightReq or rateLimit on
+    routers (their dynamic files, container labels) and rateLimit on entrypoints are never changed; they are
+    reported with what holds beside the module's limit.
+  - An entrypoint that serves only TCP routers of the user's (TLS passthrough, a database) does not get the limit
+    (it counts HTTP requests); a warning names it. When every entrypoint named is such, the task fails.
+  - A Traefik in the host's network namespace (C(network_mode=host)) gets ping on an entrypoint of the module's on a
+    free loopback port (RV(ping); never the host's 8080), and no C(net.*) compose sysctls (the runtime refuses them
+    there; the host's own are the job of the C(tcp_drain) role). Its API entrypoint is then on the host's own loopback
+    (127.0.0.1:9099, refused when taken there); a warning says so.
   - inFlightReq is one limiter per router. A client's real bound is O(amount) x the routers on the limited
     entrypoints; the module returns it (RV(client_bound)) and warns when it exceeds O(client_bound_max).
   - Each change is recorded in O(state_dir) - the user's original of every file it wrote, what it wrote, the
@@ -108,9 +120,10 @@ options:
   proxy_protocol_trusted_ips:
     description:
       - PROXY protocol on every TCP entrypoint of the user's, trusted from these addresses (the VPS's tunnel
-        address). Addresses the user's config trusts already are kept; ones the module added on an earlier run
-        and no longer listed are removed (its record in O(state_dir) says which). Unset leaves the entrypoints
-        as they are; an empty list removes the PROXY protocol settings.
+        address). Addresses the user's config trusts already are kept (with O(override_user_values), replaced by
+        these); ones the module added on an earlier run and no longer listed are removed (its record in
+        O(state_dir) says which). Unset leaves the entrypoints as they are; an empty list removes what the module
+        added (and, with O(override_user_values), the user's PROXY protocol trust too).
     type: list
     elements: str
   autoheal_label:
@@ -123,9 +136,20 @@ options:
         --ping)), with these timings (C(interval), C(timeout), C(retries), C(start_period)). Unset - none.
     type: dict
   sysctls:
-    description: Namespaced sysctls a compose-managed Traefik gets where missing (its own network namespace).
+    description:
+      - Namespaced sysctls a compose-managed Traefik gets where missing (its own network namespace).
+      - A Traefik with C(network_mode=host) gets no C(net.*) ones (the runtime refuses them in the host's namespace;
+        a warning says so).
     type: dict
     default: {}
+  override_user_values:
+    description:
+      - Replace the user's own values where the module would set its own (C(http2.maxConcurrentStreams), PROXY
+        protocol trusted addresses, an inFlightReq of theirs on a limited entrypoint) instead of keeping them. Each
+        is listed in RV(user_values) either way, and the replacement shows in C(--diff).
+      - The user's ping and their middlewares on routers are kept either way.
+    type: bool
+    default: false
   verify:
     description: After a change, ask Traefik's API (the module adds an entrypoint on 127.0.0.1 and a router to
       C(api@internal) on it) and roll back when a router is gone or disabled or does not run the middleware.
@@ -263,6 +287,32 @@ client_bound:
   type: dict
   sample: {"routers": 2, "names": ["auth@file", "site@file"], "amount": 400, "bound": 800, "max": 800, "within": true,
            "text": "800 in flight per client: 400 per router x 2 routers (auth@file, site@file)"}
+entrypoints:
+  description: The entrypoints that get the module's limit - those named, less the ones that serve only TCP routers
+    and the ones where the user's own inFlightReq is kept.
+  returned: state is present
+  type: list
+  elements: str
+user_values:
+  description:
+    - Values of the user's where the module would set its own - C(setting), C(yours), C(ours), C(kept) (false when
+      O(override_user_values) replaced it), C(effective) (what holds, in words) and C(text) (all of it in words).
+  returned: state is present
+  type: list
+  elements: dict
+  sample: [{"setting": "entryPoints.websecure.http2.maxConcurrentStreams", "yours": "100", "ours": 32, "kept": true,
+            "effective": "100 requests at once per HTTP/2 connection (yours)",
+            "text": "entryPoints.websecure.http2.maxConcurrentStreams: yours (100) kept, the role's would be 32; 100
+                     requests at once per HTTP/2 connection (yours)"}]
+ping:
+  description: Where ping (the health check's) listens - C(entrypoint), C(address), C(by) (C(you) or C(homelab.edge)).
+  returned: state is present
+  type: dict
+  sample: {"entrypoint": "homelab-edge-ping", "address": "127.0.0.1:9098", "by": "homelab.edge"}
+network_mode:
+  description: The container's network mode (C(host) - Traefik shares the host's network namespace).
+  returned: state is present
+  type: str
 problems:
   description: What Traefik's API shows amiss (after a change, before the rollback; otherwise as read now).
   returned: always
@@ -351,7 +401,7 @@ def options(p):
             "dynamic_dir": p["dynamic_dir"], "verify_api": p["verify"],
             "proxy_protocol_trusted_ips": p["proxy_protocol_trusted_ips"], "autoheal_label": p["autoheal_label"],
             "healthcheck": p["healthcheck"], "sysctls": p["sysctls"], "http2_max_streams": p["http2_max_streams"],
-            "metrics_port": p["metrics_port"]}
+            "metrics_port": p["metrics_port"], "override_user_values": p["override_user_values"]}
 
 
 def read_dynamic(provider, own):
@@ -393,6 +443,14 @@ def read_and_plan(module, docker, opts):
         raise EditError("%s reads %s, which is %s on the host: it is not there"
                         % (container, facts["source"]["path"], static_path))
     where = traefik.locate(facts, static_text, opts)
+    if facts["network_mode"] == "host":
+        # Traefik shares the host's network namespace: what listens there already (its /proc/net is the host's)
+        rc, out, err = docker.exec_("sh", "-c", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true")
+        if rc != 0 or "local_address" not in out:
+            raise EditError("%s shares the host's network namespace (network_mode: host), and the ports the host "
+                            "listens on could not be read in it (cat /proc/net/tcp: %s): the role's ping and API "
+                            "need free ones there; nothing was changed" % (container, (err or out).strip() or "no output"))
+        opts = dict(opts, listening=sorted(traefik.listening_ports(out)))
     compose_text = None
     if facts["compose"]:
         if not facts["compose"]["files"] or host.read_text(facts["compose"]["files"][0]) is None:
@@ -551,6 +609,7 @@ ARGUMENT_SPEC = dict(
     verify=dict(type="bool", default=True),
     verify_timeout=dict(type="int", default=60),
     backup=dict(type="bool", default=False),
+    override_user_values=dict(type="bool", default=False),
     traefik_version=dict(type="str"),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     state_dir=dict(type="path", default=STATE_DIR),
@@ -568,8 +627,8 @@ def read(module, docker):
             raise EditError("entrypoints is empty: name at least one entrypoint to limit")
         if p["http2_max_streams"] < 0:
             raise EditError("http2_max_streams must be >= 0 (0 leaves Traefik's own), got %d" % p["http2_max_streams"])
-        opts = dict(options(p), trusted_added_before=(host.read_record(record_path(module)) or {}).get(
-            "extra", {}).get("trusted_added"))
+        extra = (host.read_record(record_path(module)) or {}).get("extra", {})
+        opts = dict(options(p), trusted_added_before=extra.get("trusted_added"), written_before=extra.get("written"))
         facts, plan = read_and_plan(module, docker, opts)
         plan["inflight"] = inflight
         if plan["compose"] and plan["recreate"]:
@@ -593,7 +652,9 @@ def planned(module, docker, facts, plan):
                   format=traefik.static_format(plan["static"]["path"]) if plan["static"] else None,
                   compose=(plan["compose"] or {}).get("path"), middleware=plan["middleware"]["path"],
                   middleware_ref=plan["middleware_ref"], provider=provider, restart=plan["restart"],
-                  recreate=plan["recreate"], files=[c[0] for c in changes], client_bound={}, problems=[])
+                  recreate=plan["recreate"], files=[c[0] for c in changes], client_bound={}, problems=[],
+                  entrypoints=plan["entrypoints"], user_values=plan["user_values"], ping=plan["ping"],
+                  network_mode=plan["network_mode"])
     if module._diff:
         result["diff"] = diff(plan, changes)
     before = docker.api() if module.params["verify"] else None
@@ -645,6 +706,8 @@ def remember(module, plan, changes, made):
     """What was written over the user's files, for state=absent."""
     extra = {"restart": True} if plan["restart"] or plan["recreate"] else {}
     extra["trusted_added"] = plan["trusted_added"]  # a later run drops the ones no longer wanted
+    extra["written"] = plan["written"]  # values of the role's, not the user's, on a later run
+    extra["user_values"] = plan["user_values"]  # what of the user's was kept (or replaced), as last planned
     if plan["recreate"]:
         extra["compose"] = dict((k, plan["compose"][k]) for k in COMPOSE_KEYS)
     host.write_record(module, record_path(module),

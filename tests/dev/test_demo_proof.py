@@ -2,6 +2,7 @@
 "before" shows the failure it names and every row of "after" the fix. Each
 row is broken in turn, before and after, and the verdict must turn."""
 import copy
+import json
 import os
 import sys
 
@@ -17,9 +18,12 @@ FLOOR = proof.K3D["k3d_serverlb_worker_connections"]
 
 def load(rate, planned, answered, **kw):
     """A DNS load as probes.dns_load reports it (with the rate the demo adds)."""
+    send_s = round((planned - 1) / float(rate), 2) if planned else 0.0
     return dict({"rate": rate, "planned": planned, "sent": planned, "answered": answered, "send_errors": 0,
-                 "failed": planned - answered, "send_s": round(planned / float(rate), 2), "lateness_p50_s": 0.001,
-                 "lateness_p99_s": 0.004, "lateness_max_s": 0.02}, **kw)
+                 "failed": planned - answered, "send_s": send_s, "lateness_p50_s": 0.001,
+                 "lateness_p99_s": 0.004, "lateness_max_s": 0.02,
+                 # dns_load's wall time: the sending, then the replies (the timeout, where some never come)
+                 "seconds": round(send_s + (proof.probes.REPLY_TIMEOUT_S if answered < planned else 0.05), 2)}, **kw)
 
 
 HUNG = load(1500, 15000, 0)
@@ -196,3 +200,137 @@ def test_every_row_that_needs_a_part_names_one_the_lab_knows():
     claimed = set((p, m) for p, m, label, b, a in proof.CLAIMS)
     assert set(proof.NEEDS) <= claimed
     assert set(proof.NEEDS.values()) <= set(upstream_images.NEEDED_BY)
+
+
+# ------------------------------------------------------------ issue 51: inputs that contradict themselves
+NAN, INF = float("nan"), float("inf")
+AFTER_DNS_S = PLAN["seconds"]
+
+
+@pytest.mark.parametrize("phase, part, measure, value", [
+    # more probes than the prober makes: 2 targets a round, a round every 0.5 s over a 30 s load is 124 at most
+    ("after", "k3d", "tcp_during_dns", {"ok": 240, "failed": 0}),
+    ("before", "k3d", "tcp_during_dns", {"ok": 18, "failed": 540}),
+    ("after", "k3d", "hung_dns", {"rate": 1500, "alerts": 0, "tcp": {"ok": 400, "failed": 0}, "dns": HUNG}),
+    # answered + failed is not sent
+    ("after", "k3d", "dns", dict(PLAN, failed=9000)),
+    ("before", "k3d", "dns", dict(load(100, 2000, 534), failed=0)),
+    # 9,000 queries at 300 q/s sent in 0.3 s: the last is due at 30 s
+    ("after", "k3d", "dns", dict(PLAN, send_s=0.3, seconds=0.35)),
+    # a wall time the load could not have taken: shorter than its sending, longer than dns_load runs
+    ("after", "k3d", "dns", dict(PLAN, seconds=10.0)),
+    ("after", "k3d", "dns", dict(PLAN, seconds=3600.0)),
+    # a hung DNS server that answered every query
+    ("after", "k3d", "hung_dns", {"rate": 1500, "alerts": 0, "tcp": {"ok": 40, "failed": 0},
+                                  "dns": load(1500, 15000, 15000)}),
+    ("before", "k3d", "hung_dns", {"rate": 1500, "alerts": 900, "tcp": {"ok": 3, "failed": 40},
+                                   "dns": load(1500, 15000, 15000)}),
+    # p99 lateness 4 ms, the worst 25 s
+    ("after", "k3d", "dns", dict(PLAN, lateness_max_s=25.0)),
+    # NaN, negative or infinite values
+    ("after", "k3d", "dns", dict(PLAN, lateness_p99_s=NAN)),
+    ("after", "k3d", "dns", dict(PLAN, lateness_p99_s=-1.0)),
+    ("after", "k3d", "dns", dict(PLAN, lateness_max_s=INF)),
+    ("after", "k3d", "dns", dict(PLAN, lateness_p50_s=-0.001)),
+    ("after", "k3d", "dns", dict(PLAN, send_s=NAN)),
+    ("after", "k3d", "dns", dict(PLAN, send_s=-0.5)),
+    ("before", "k3d", "worker_connections", -1),
+    ("before", "k3d", "worker_open_files", [-1]),
+    ("before", "nas", "drain", {"net.ipv4.tcp_abort_on_overflow": -1, "net.ipv4.tcp_fin_timeout": NAN}),
+    # the generator's own verdict, and the kernel's drops
+    ("after", "k3d", "dns", dict(PLAN, valid=False)),
+    ("after", "k3d", "dns", dict(PLAN, snd_buf_errors=500)),
+    ("after", "k3d", "hung_dns", {"rate": 1500, "alerts": 0, "tcp": {"ok": 40, "failed": 0},
+                                  "dns": dict(HUNG, valid=False)}),
+    # healed faster than the health check can call Traefik unhealthy
+    ("after", "nas", "served_again_s", 0.0),
+    ("after", "nas", "served_again_s", proof.HEAL_MIN_S - 0.5),
+    # a second client of the wrong type, or more answers than it asked
+    ("after", "edge", "second_client", {200: 200}),
+    ("after", "edge", "second_client", [200] * 7),
+    # more client addresses, or more answers, than the demo's clients and connections make
+    ("after", "edge", "client_addresses", 1000),
+    ("before", "edge", "answered_200", 1000),
+])
+def test_inputs_that_contradict_themselves_are_not_proved(phase, part, measure, value):
+    """Issue 51's audit: each of these printed "proved"; every count is bounded by what the run could produce,
+    every number is finite and not negative, the generator's own verdict applies."""
+    bad = copy.deepcopy(GOOD)
+    bad[part][phase][measure] = value
+    assert not proof.proved(bad)
+
+
+def test_the_bounds_are_the_demos_own():
+    """The prober's interval is probes.Prober's, the clients lab/edge.py's, the least heal time the lab's health
+    check's (retries x interval apart)."""
+    import probes
+    assert proof.PROBE_INTERVAL_S == probes.Prober([]).interval == 0.5
+    assert proof.WAN_CLIENTS == 2 == GOOD["edge"]["after"]["client_addresses"]
+    assert proof.SECOND_CLIENT_REQUESTS == len(GOOD["edge"]["after"]["second_client"])
+    assert 0 < proof.HEAL_MIN_S < GOOD["nas"]["after"]["served_again_s"] <= proof.HEAL_BOUND_S
+    # the good results sit inside every bound, at its edge too
+    edge = copy.deepcopy(GOOD)
+    edge["nas"]["after"]["served_again_s"] = float(proof.HEAL_MIN_S)
+    edge["k3d"]["after"]["tcp_during_dns"] = {"ok": 2 * (int(AFTER_DNS_S / 0.5) + 2), "failed": 0}
+    assert proof.proved(edge)
+
+
+# ------------------------------------------------------------ provenance: this checkout, this machine
+HERE = {"commit": "a" * 40, "commit_time": 1765000000, "local_changes": False, "machine": "m1", "host": "lab",
+        "kernel": "6.1.0-40-amd64", "engine": "29.1.2", "time": 1765100000.0, "time_utc": "..."}
+
+
+def record(results=GOOD, not_run=None, **prov):
+    rows = proof.verdicts(results, not_run or {})
+    return {"results": copy.deepcopy(results), "verdicts": rows, "not_run": not_run or {},
+            "counts": proof.counts(rows), "provenance": dict(dict(HERE, time=HERE["time"] - 600), **prov)}
+
+
+def test_a_record_of_this_checkout_and_machine_is_proved():
+    assert proof.judge(record(), HERE) == ("proved", [])
+    assert proof.judge(record(), dict(HERE, engine=None))[0] == "proved"  # the engine compared only where known
+
+
+@pytest.mark.parametrize("doc, says", [
+    (record(commit="b" * 40), "this checkout is at"),                       # another checkout's result
+    (record(machine="m2"), "not this one"),                                 # another machine's
+    (record(kernel="5.10.0-30-amd64"), "kernel"),
+    (record(engine="20.10.24"), "engine"),
+    (record(time=HERE["time"] + 86400), "not a time before now"),           # from the future
+    (record(time=HERE["commit_time"] - 86400), "before its commit"),       # older than the code it names
+    (record(time=NAN), "not a time before now"),
+    (dict(record(), provenance=None), "no provenance"),                    # today's demo.json
+    (record(commit=None), "no commit"),
+    (dict(record(), counts={"proved": 99, "not run": 0, "failed": 0}), "counts"),  # not its results'
+    (record(results=dict(GOOD, k3d=dict(GOOD["k3d"], after=dict(GOOD["k3d"]["after"], alerts=3)))), "k3d alerts"),
+    ({"verdicts": [], "counts": {"proved": 18}}, "no results"),
+])
+def test_a_record_that_is_not_this_runs_is_not_proved(doc, says):
+    verdict, why = proof.judge(doc, HERE)
+    assert verdict == "not proved" and says in "; ".join(why), why
+
+
+def test_the_check_prints_not_proved_for_a_record_of_another_checkout(tmp_path, capsys):
+    here = proof.provenance()
+    if not here["commit"]:
+        pytest.skip("not a git checkout (a copy, as tests/mutations.py makes): no commit to compare")
+    assert here["machine"] and here["kernel"]
+    doc = record(**dict((k, here[k]) for k in ("commit", "machine", "kernel")))
+    doc["provenance"]["time"] = max(here["commit_time"] or 0, here["time"] - 60)
+    path = tmp_path / "demo.json"
+    path.write_text(json.dumps(doc))
+    assert proof.main([str(path)]) == 0 and capsys.readouterr().out.strip() == "proved"
+    doc["provenance"]["commit"] = "0" * 40
+    path.write_text(json.dumps(doc))
+    assert proof.main([str(path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("not proved: ") and "0000000000" in out
+    path.write_text(json.dumps(dict(doc, provenance=None, results={"k3d": {"after": {"dns": dict(PLAN, send_s=NAN)}}})))
+    assert proof.main([str(path)]) == 1 and capsys.readouterr().out.startswith("not proved")
+    assert proof.main([str(tmp_path / "missing.json")]) == 1 and "cannot read" in capsys.readouterr().out
+
+
+def test_a_record_with_rows_not_run_says_so():
+    doc = record(without_the_wedge(GOOD), NO_AUTOHEAL)
+    verdict, why = proof.judge(doc, HERE)
+    assert verdict == "proved, but not everything ran" and "2 rows not run" in why[0]

@@ -42,10 +42,39 @@ def test_nobody_answering_is_a_valid_run_with_nothing_answered():
     (1000, 1000, 10.0, 10, 1, 0.002, False),     # a query the kernel refused never left
     (1000, 1000, 10.0, 10, 1000, 0.002, False),  # every send refused: "sent" counts tries, not queries out
     (1000, 1000, 10.0, 10, 0, 0.5, False),       # a stall and a burst: on time overall, not the planned load
+    (1000, 1000, 10.0, 10, 0, 0.2, False),       # 1 % late by 0.2 s: under the worst bound, over the p99 one
     (1000, 1000, 10.0, 10, 0, None, False),      # no lateness recorded: nothing shows it kept its schedule
 ])
 def test_validity(planned, sent, send_s, seconds, errors, late, valid):
-    assert dnsgen.validity(planned, sent, send_s, seconds, errors, late)[0] is valid
+    worst = None if late is None else max(late, 0.02)
+    assert dnsgen.validity(planned, sent, send_s, seconds, errors, late, worst)[0] is valid
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"lateness_p99_s": NAN}, "lateness_p99_s"),                  # NaN > 0.1 is False: it passed
+    ({"lateness_p99_s": -1.0}, "lateness_p99_s"),
+    ({"lateness_max_s": INF}, "lateness_max_s"),
+    ({"send_s": NAN}, "send_s"),                                  # NaN > 11.0 is False: it passed
+    ({"send_s": -3.0}, "send_s"),
+    ({"sent": -5}, "sent"),
+    ({"send_errors": NAN}, "send_errors"),
+    ({"seconds": INF}, "seconds"),
+    ({"lateness_max_s": None}, "lateness_max_s"),                 # missing: nothing shows the worst stall
+    ({"lateness_max_s": 25.0}, "worst lateness 25.0 s"),          # p99 4 ms, and one stall of 25 s
+    ({"lateness_max_s": 0.001}, "under its 99th percentile"),     # a worst under its own p99: made up
+    ({"planned": 30000, "sent": 30000, "lateness_max_s": 0.3}, "held back 900 queries"),  # 3,000 q/s, a 0.3 s stall
+    ({"sent": 1000, "send_s": 0.3}, "faster than 100.0 q/s allows"),  # 1,000 at 100 q/s in 0.3 s
+])
+def test_each_figure_and_rule_of_a_python_run(change, says):
+    run = dict(planned=1000, sent=1000, send_s=10.0, seconds=10, send_errors=0, lateness_p99_s=0.004,
+               lateness_max_s=0.02)
+    assert dnsgen.validity(**run) == (True, "")
+    run.update(change)
+    valid, why = dnsgen.validity(**run)
+    assert not valid and says in why, why
 
 
 def test_a_run_whose_every_send_fails_is_invalid():

@@ -124,3 +124,38 @@ def test_the_open_loop_prober_keeps_its_schedule_when_nothing_answers():
     got = pr.stop()
     dead.close()
     assert 9 <= got["planned"] <= 12 and got["ok"] == 0 and got["failed"] == got["planned"], got
+
+
+# ------------------------------------------------------------ issue 51: every figure, probes planned, shared CPUs
+def test_a_step_whose_figures_are_no_figures_does_not_hold():
+    """NaN >= 0.05 is False: a NaN p99 held; negative and boolean counts did too."""
+    for bad in (good(latency_p99_s=float("nan")), good(latency_p99_s=-0.01), good(latency_p99_s=float("inf")),
+                good(answered=float("nan")), good(sent=True, answered=True), good(answered=10001),
+                good(alerts=-1), good(alerts=False)):
+        assert ladder.holds(bad)[0] is False, bad
+
+
+def test_probes_are_judged_against_the_probes_planned():
+    """A prober starved of CPU ran half its rounds, all answered: not 100 %, 50 % of the plan."""
+    held, why = ladder.holds(good(probes={"planned": 80, "ok": 40, "failed": 0, "busy": 0}))
+    assert held is False and "probes ok 40 of 80 planned" in why
+    held, why = ladder.holds(good(probes={"planned": 40, "ok": 40, "failed": 5, "busy": 0}))
+    assert held is False and "over the 40 planned" in why  # more probes back than planned: counted twice
+    assert ladder.holds(good(probes={"ok": 40, "failed": 0}))[0] is False  # nothing planned recorded
+
+
+def test_a_cpu_run_out_by_two_components_together_is_named():
+    """Repetition 2's failure: the load balancer and the DNS server on one core, 82 % busy together over the step
+    and neither near it alone, read "neither"; with the CPUs each may use as sets, the shared core is named."""
+    shared = {"load balancer": {0}, "DNS server": {0}, "generator": {1}}
+    step = {"alerts": 0, "wall_s": 5, "cpu_s": {"load balancer": 2.6, "DNS server": 2.1, "generator": 1.0}}
+    assert ladder.bound_by(step, shared) == "CPU (load balancer + DNS server together)"
+    assert ladder.bound_by(dict(step, cpu_s={"load balancer": 2.0, "DNS server": 2.0, "generator": 4.9}),
+                           shared) == "CPU (generator)"
+    assert ladder.bound_by(dict(step, cpu_s={"load balancer": 2.0, "DNS server": 2.0}), shared).startswith("neither")
+    # a component on one of the shared CPUs runs on the pair's too
+    pair = {"load balancer": {0, 1}, "DNS server": {0, 1}, "TLS endpoints": {1}}
+    three = {"alerts": 0, "wall_s": 5, "cpu_s": {"load balancer": 4.0, "DNS server": 3.0, "TLS endpoints": 2.5}}
+    assert ladder.bound_by(three, pair) == "CPU (load balancer + DNS server + TLS endpoints together)"
+    # counts alone say nothing of sharing: as before
+    assert ladder.bound_by(step, {"load balancer": 1, "DNS server": 1, "generator": 1}).startswith("neither")

@@ -6,7 +6,9 @@ v3 or v2) starts on it in a container of its own with no network but its
 loopback, mounted as the new compose file (or docker run) says. Its own API
 then shows the middleware loaded as written and on the limited entrypoints
 (it started: no listener of the role's took a port of theirs), and the
-health check the role adds finds ping. Needs the lab's images (make test builds them first)."""
+health check the role adds finds ping. Issue 53's shapes too: a user's own maxConcurrentStreams and ping
+kept, and Traefik in a network namespace shared as a host's (network_mode: host, a port there taken):
+ping on a free loopback port, never 8080. Needs the lab's images (make test builds them first)."""
 import json
 import os
 import subprocess
@@ -32,6 +34,99 @@ CASES = [
     ("41-make-my-server-toml-working-dir", "toml", 2),
     ("31-authelia-lite-quoted-cli-http3-port", "flags", None),   # quoted flags, an http3 entrypoint
 ]
+
+
+def without_ping(case):
+    """Case 45's sample without its [ping] (a user who never turned ping on): ping is then the role's to place."""
+    path = os.path.join(case, "traefik.toml")
+    with open(path) as f:
+        text = f.read()
+    start = text.index("# Enable ping\n[ping]\n")
+    end = text.index("####", start)
+    with open(path, "w") as f:
+        f.write(text[:start] + text[end:])
+
+
+# Issue 53, on the real Traefik: (case, a change to the copy first, what must hold)
+USERS = [
+    # Coolify's flags: its maxConcurrentStreams=50 kept, its ping on http kept and answering its own health check
+    ("44-coolify-proxy-cli-max-streams", None, {"streams": {"https": 50}, "ping": ":80"}),
+    # network_mode host, in a namespace where 9098 is taken (as a host's would be): the TOML's new
+    # [providers.file] after [providers.docker]'s commented-out options; the user's [ping] on :8080 kept
+    ("45-lukasnellen-host-network-v2-sample-toml", None, {"host": [9098], "ping": ":8080"}),
+    # the same without [ping]: the role's ping on the first free loopback port (9097), nothing on 8080
+    ("45-lukasnellen-host-network-v2-sample-toml", without_ping, {"host": [9098], "ping": "127.0.0.1:9097"}),
+]
+
+
+def holder(image, ports):
+    """A network namespace standing for a host's, with `ports` held by something else (busybox nc)."""
+    name = "homelab-edge-traefik-host-%s" % uuid.uuid4().hex[:8]
+    listen = " ".join("busybox nc -l -p %d & " % p for p in ports)
+    docker("run", "-d", "--network", "none", "--name", name, "--entrypoint", "sh", image, "-c",
+           "%s exec sleep 600" % listen)
+    for dummy in range(40):
+        got = docker("exec", name, "sh", "-c", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true", check=False)
+        if set(ports) <= traefik.listening_ports(got.stdout):
+            return name, traefik.listening_ports(got.stdout)
+        time.sleep(0.25)
+    raise AssertionError("the ports %s were not held in %s" % (ports, name))
+
+
+@pytest.mark.parametrize("name, prepare, want", USERS, ids=["coolify-streams-kept", "host-toml-users-ping",
+                                                            "host-toml-roles-ping"])
+def test_the_real_traefik_runs_with_the_users_values_and_on_the_hosts_network(name, prepare, want, tmp_path):
+    image = IMAGES[3]
+    netns, listening = holder(image, want["host"]) if "host" in want else (None, set())
+    container = "homelab-edge-traefik-live-%s" % uuid.uuid4().hex[:8]
+    try:
+        extra = {"listening": sorted(listening),
+                 "sysctls": {"net.ipv4.tcp_fin_timeout": 15, "net.ipv4.tcp_abort_on_overflow": 1}}
+        facts, plan, opts = guides.run_case(name, tmp_path, extra, prepare=prepare)
+        assert plan["ping"]["address"] == want["ping"], plan["ping"]
+        if netns:
+            assert plan["network_mode"] == "host" and "sysctls" not in plan["compose"]["new"]
+        write_out(facts, plan)
+        inspect, dummy = guides.from_compose(str(tmp_path / name))
+        volumes = []
+        for m in inspect["Mounts"]:
+            if m["Type"] == "bind" and os.path.exists(m["Source"]) and "docker.sock" not in m["Source"]:
+                volumes += ["-v", "%s:%s:ro" % (os.path.realpath(m["Source"]), m["Destination"])]
+        network = "container:%s" % netns if netns else "none"
+        docker("run", "-d", "--network", network, "--name", container, *volumes, image,
+               *traefik.traefik_args(inspect))
+        answer, t0 = None, time.time()
+        while time.time() - t0 < 20:
+            got = docker("exec", container, "wget", "-q", "-O", "-", "http://127.0.0.1:9099/api/entrypoints",
+                         check=False)
+            if got.returncode == 0:
+                answer = json.loads(got.stdout)
+                break
+            if docker("inspect", "-f", "{{.State.Running}}", container, check=False).stdout.strip() != "true":
+                break
+            time.sleep(0.5)
+        logs = docker("logs", container, check=False)
+        assert answer is not None, "Traefik did not answer on the role's API: %s" % (logs.stdout + logs.stderr)[-3000:]
+        eps = dict((e["name"], e) for e in answer)
+        for ep in plan["entrypoints"]:
+            assert "inflight-limit@file" in ((eps[ep].get("http") or {}).get("middlewares") or []), eps[ep]
+        for ep, streams in want.get("streams", {}).items():
+            assert (eps[ep].get("http2") or {}).get("maxConcurrentStreams") == streams, eps[ep]
+        if want["ping"].startswith("127.0.0.1:"):
+            assert eps[traefik.PING_ENTRYPOINT]["address"] == want["ping"]
+            held = docker("exec", container, "sh", "-c", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true").stdout
+            assert 8080 not in traefik.listening_ports(held), "something listens on 8080: Traefik's default entrypoint"
+        # the health check (the user's own, or the one the role adds) finds ping
+        svc = traefik.lookup(guides.yaml.safe_load(open(plan["compose"]["path"]).read()),
+                             ["services", facts["compose"]["service"]])
+        test = svc["healthcheck"]["test"]
+        argv = ["sh", "-c", test] if isinstance(test, str) else test[1:]
+        said = docker("exec", container, *argv, check=False)
+        assert said.returncode == 0 and "OK" in said.stdout, said.stdout + said.stderr
+    finally:
+        docker("rm", "-f", container, check=False)
+        if netns:
+            docker("rm", "-f", netns, check=False)
 
 
 def docker(*argv, check=True):

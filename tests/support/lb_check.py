@@ -24,9 +24,12 @@ def shortfalls(container, want):
     if s["worker_rlimit_nofile"] != want["worker_rlimit_nofile"]:
         problems.append("worker_rlimit_nofile %s" % s["worker_rlimit_nofile"])
     budget = wc * want["udp_share"] // 200
+    dns = dns_ports(want)
+    stream_timeout = "%ds" % want["udp_stream_timeout"] if want.get("udp_stream_timeout") else "600"
     for port, u in sorted(s["udp"].items()):
-        if (u["proxy_responses"], u["proxy_timeout"], u["limit_conn"]) != ("1", "%ds" % want["udp_timeout"], budget):
-            problems.append("udp %s: %s" % (port, u))
+        expected = ("1", "%ds" % want["udp_timeout"], budget) if str(port) in dns else (None, stream_timeout, budget)
+        if (u["proxy_responses"], u["proxy_timeout"], u["limit_conn"]) != expected:
+            problems.append("udp %s (%s): %s" % (port, "dns" if str(port) in dns else "stream", u))
     for port, t in sorted(s["tcp"].items()):
         if t["proxy_responses"] is not None or t["limit_conn"] is not None or t["proxy_timeout"] != "600":
             problems.append("tcp %s: %s" % (port, t))
@@ -34,6 +37,12 @@ def shortfalls(container, want):
     if limits != [want["worker_rlimit_nofile"]]:
         problems.append("workers' open-file limits %s" % limits)
     return problems
+
+
+def dns_ports(want):
+    """The UDP ports of the dns profile under want["udp_ports"] (53 unless named otherwise), as strings."""
+    named = dict((str(k).strip(), v) for k, v in (want.get("udp_ports") or {}).items())
+    return set(p for p, v in dict({"53": "dns"}, **named).items() if v == "dns")
 
 
 def without_budget(template):

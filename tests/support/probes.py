@@ -35,7 +35,10 @@ def _open_file_room():
 
 
 MAX_PENDING = _open_file_room()
-SEND_OVERRUN = 1.10  # dns_load stops sending at the planned time x this (+ 0.5 s)
+SEND_OVERRUN = 1.10  # dns_load stops sending at the planned time x this (+ SEND_SLACK_S)
+SEND_SLACK_S = 0.5
+REPLY_TIMEOUT_S = 2.0  # dns_load's default wait for each reply
+PROBE_INTERVAL_S = 0.5  # Prober's default: a round of probes, then this long before the next
 
 
 def dns_query_packet(qid, name=QNAME):
@@ -52,7 +55,7 @@ def dns_answered(reply, qid):
     return rid == qid and flags & 0x8000 and flags & 0x000F == 0 and ancount > 0
 
 
-def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
+def dns_load(host, ports, rate, count, timeout=REPLY_TIMEOUT_S, limit_s=None, stop=None):
     """Send `count` queries at `rate`/s, each from a fresh UDP socket (a new
     source port, so a new nginx session), alternating over `ports`, on an
     absolute schedule: query i is due at start + i/rate, the clock read
@@ -72,7 +75,7 @@ def dns_load(host, ports, rate, count, timeout=2.0, limit_s=None, stop=None):
     sent = answered = failed = errors = 0
     late = []  # seconds each send went out after its due time
     start = last_send = time.monotonic()
-    stop_sending = start + (limit_s if limit_s else SEND_OVERRUN * count / float(rate) + 0.5)
+    stop_sending = start + (limit_s if limit_s else SEND_OVERRUN * count / float(rate) + SEND_SLACK_S)
     while True:
         now = time.monotonic()
         if stop is not None and stop.is_set():
@@ -164,7 +167,7 @@ class Prober(threading.Thread):
     """Probe HTTPS endpoints every `interval` seconds in the background,
     at most `max_probes` rounds; counts successes and failures."""
 
-    def __init__(self, targets, interval=0.5, max_probes=400):
+    def __init__(self, targets, interval=PROBE_INTERVAL_S, max_probes=400):
         super(Prober, self).__init__(daemon=True)
         self.targets = targets  # [(host, port)]
         self.interval = interval

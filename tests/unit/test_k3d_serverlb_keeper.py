@@ -114,3 +114,34 @@ def test_an_event_without_a_container_is_skipped_not_a_reconnect(keeper, monkeyp
 ])
 def test_event_of(event, want):
     assert lb_container.event_of(event) == want
+
+
+def test_the_keeper_applies_the_profiles_the_role_wrote(keeper, monkeypatch):
+    """The role writes udp_ports into the keeper's JSON (keys become strings there): a load balancer k3d
+    re-creates gets the same profiles as the module's run - DNS ports end at a reply, the tunnel keeps its
+    datagrams."""
+    import json
+    cfg = json.loads(json.dumps(dict(lb.DEFAULTS, udp_ports={53: "dns", 1053: "dns", 51820: "stream"},
+                                     udp_stream_timeout=180)))
+    k = keeper.Keeper(cfg)
+    handled = []
+    monkeypatch.setattr(lb, "handle", lambda container, name, explicit, want, **kw: handled.append(want) or {
+        "failed": False, "state_text": "fixed", "changed": False, "reasons": []})
+    assert k.fix(types.SimpleNamespace(name="k3d-a-serverlb"))
+    want, = handled
+    assert want["udp_ports"] == {"53": "dns", "1053": "dns", "51820": "stream"} and want["udp_stream_timeout"] == 180
+    template = lb_template.patch_template(
+        open(os.path.join(os.path.dirname(__file__), "fixtures", "k3d_nginx.tmpl")).read(), want)
+    assert '{{- if (eq $port "1053" "53") }}' in template and "proxy_timeout 180s;" in template
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"udp_ports": {"51820": "tunnel"}}, "port 51820 has profile 'tunnel'"),
+    ({"udp_ports": None, "drop": "udp_ports"}, "lacks udp_ports"),
+    ({"udp_stream_timeout": None, "drop": "udp_stream_timeout"}, "lacks udp_stream_timeout"),
+])
+def test_the_keeper_refuses_a_configuration_without_good_profiles(keeper, change, words):
+    cfg = dict(lb.DEFAULTS, **dict((k, v) for k, v in change.items() if k != "drop"))
+    cfg.pop(change.get("drop", "-"), None)
+    with pytest.raises(SystemExit, match=words):
+        keeper.Keeper(cfg)

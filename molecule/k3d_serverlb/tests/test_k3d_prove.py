@@ -26,6 +26,7 @@ INVENTORY = """all:
           ansible_connection: local
           ansible_python_interpreter: %s
           k3d_serverlb_clusters: [%s]
+          k3d_serverlb_udp_ports: {53: dns, 1053: dns}
 """
 
 

@@ -29,7 +29,8 @@ import probes  # noqa: E402
 CLUSTER, BASE = "mol", 30000
 STOCK, STOCK_BASE = "molstock", 30100
 HOST = "127.0.0.1"
-WANT = dict(lb.DEFAULTS)
+# the profiles molecule.yml gives the role (and so the keeper): DNS on 53 and 1053
+WANT = dict(lb.DEFAULTS, udp_ports=k3d.UDP_PROFILES)
 KEEPER = os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py")
 KEEPER_CONFIG = "/etc/homelab-edge/k3d-serverlb-mol.json"
 INSTALLED_KEEPER = "/usr/local/lib/homelab-edge/k3d-serverlb-keeper.py"
@@ -139,7 +140,7 @@ def test_budget_side_by_side_with_the_dns_server_hung(client):
     it HTTPS and 6443 fail; with it they succeed every time, no alerts, and
     DNS answers again within 15 s of the server resuming."""
     stock = load_balancer(client, STOCK)
-    res = adhoc.run_module("k3d_serverlb", {"names": [stock.name]})
+    res = adhoc.run_module("k3d_serverlb", {"names": [stock.name], "udp_ports": k3d.UDP_PROFILES})
     assert not res.get("failed"), res.get("msg")
     lb_container.replace_file(stock, lb_container.TEMPLATE_PATH, lb_check.without_budget(lb_check.read(stock, lb_container.TEMPLATE_PATH)))
     lb_container.render(stock, 30)
@@ -255,7 +256,8 @@ def status_table():
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         f.write("all:\n  children:\n    k3d_hosts:\n      hosts:\n        k3d-host:\n"
                 "          ansible_connection: local\n          ansible_python_interpreter: %s\n"
-                "          k3d_serverlb_clusters: [mol, mol2]\n" % sys.executable)
+                "          k3d_serverlb_clusters: [mol, mol2]\n"
+                "          k3d_serverlb_udp_ports: {53: dns, 1053: dns}\n" % sys.executable)
     out = subprocess.run(["ansible-playbook", "-i", f.name, os.path.join(ROOT, "playbooks", "status.yml")],
                          capture_output=True, text=True, check=False, timeout=300)
     os.unlink(f.name)
@@ -270,7 +272,7 @@ def test_check_and_status_say_not_fixed_when_k3d_left_a_load_balancer_short(clie
     k3d.port_add("mol2", "127.0.0.1:%d:853/udp@loadbalancer" % (BASE + 285))
     k3d.wait_serving(client, "mol2")
     assert lb_check.shortfalls(load_balancer(client, "mol2"), WANT)  # stock again
-    res = adhoc.run_module("k3d_serverlb", {"clusters": ["mol", "mol2"]}, check=True)
+    res = adhoc.run_module("k3d_serverlb", {"clusters": ["mol", "mol2"], "udp_ports": k3d.UDP_PROFILES}, check=True)
     by_name = dict((r["name"], r) for r in res["load_balancers"])
     assert by_name[k3d.lb_name("mol2")]["changed"] and not by_name[k3d.lb_name(CLUSTER)]["changed"]
     lines = status_table()

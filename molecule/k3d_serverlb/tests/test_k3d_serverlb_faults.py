@@ -93,7 +93,8 @@ def test_rejected_render_is_rolled_back_and_others_still_fixed(client, lbc):
     last good config, and the other cluster's load balancer is still handled."""
     before = files(lbc)
     client.containers.get(k3d.server_name(FAULT)).remove(force=True)
-    res = adhoc.run_module("k3d_serverlb", {"clusters": [FAULT, "mol"], "render_timeout": 20})
+    res = adhoc.run_module("k3d_serverlb", {"clusters": [FAULT, "mol"], "render_timeout": 20,
+                                            "udp_ports": k3d.UDP_PROFILES})
     assert res.get("failed")
     assert res["failed_load_balancers"] == [lbc.name]
     msg = res["msg"]

@@ -40,8 +40,12 @@ def client():
     return docker.from_env()
 
 
+# the lab's DNS ports, as molecule.yml declares them
+LAB = dict(lb.DEFAULTS, udp_ports=k3d.UDP_PROFILES)
+
+
 def capped_want():
-    return lb_capacity.capped_want(dict(lb.DEFAULTS), CAP)[0]
+    return lb_capacity.capped_want(dict(LAB), CAP)[0]
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +72,7 @@ def exceed_warnings(container, since):
 
 def test_capped_load_balancer_gets_the_dns_fix_and_says_fixed_with_a_cap(client, capped):
     t0 = time.time()
-    res = adhoc.run_module("k3d_serverlb", {"clusters": [CAPPED]})
+    res = adhoc.run_module("k3d_serverlb", {"clusters": [CAPPED], "udp_ports": k3d.UDP_PROFILES})
     assert not res.get("failed"), res.get("msg")
     entry = res["load_balancers"][0]
     assert res["changed"] and entry["state"] == "capped"
@@ -81,9 +85,9 @@ def test_capped_load_balancer_gets_the_dns_fix_and_says_fixed_with_a_cap(client,
     assert all(u["proxy_responses"] == "1" and u["limit_conn"] == s["worker_connections"] * 50 // 200
                for u in s["udp"].values())
     assert exceed_warnings(c, t0) == []
-    again = adhoc.run_module("k3d_serverlb", {"clusters": [CAPPED]})
+    again = adhoc.run_module("k3d_serverlb", {"clusters": [CAPPED], "udp_ports": k3d.UDP_PROFILES})
     assert not again["changed"] and again["load_balancers"][0]["state"] == "capped"
-    strict = adhoc.run_module("k3d_serverlb", {"clusters": [CAPPED], "require_full_fix": True})
+    strict = adhoc.run_module("k3d_serverlb", {"clusters": [CAPPED], "require_full_fix": True, "udp_ports": k3d.UDP_PROFILES})
     assert strict.get("failed") and "require_full_fix" in strict["msg"]
 
 
@@ -113,19 +117,20 @@ def test_without_the_capped_path_the_capped_load_balancer_keeps_the_600_s_hold(c
     lb_capacity.capped_want = lambda want, hard: (want, None)
     try:
         with pytest.raises(lb_container.ApplyError, match="open-file limit 1024"):
-            lb.apply(c, dict(lb.DEFAULTS), render_timeout=10)
+            lb.apply(c, dict(LAB), render_timeout=10)
     finally:
         lb_capacity.capped_want = original
     udp = lb_check.nginx_conf.summary(lb_check.read(c, lb_container.NGINX_CONF))["udp"]
     assert udp and all(u["proxy_timeout"] == "600" and u["proxy_responses"] is None for u in udp.values())
-    assert lb.handle(c, c.name, True, dict(lb.DEFAULTS))["state"] == "capped"  # and with it: fixed again
+    assert lb.handle(c, c.name, True, dict(LAB))["state"] == "capped"  # and with it: fixed again
 
 
 def test_status_and_diagnose_say_fixed_with_a_cap(capped):
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
         f.write("all:\n  children:\n    k3d_hosts:\n      hosts:\n        k3d-host:\n"
                 "          ansible_connection: local\n          ansible_python_interpreter: %s\n"
-                "          k3d_serverlb_clusters: [%s]\n" % (sys.executable, CAPPED))
+                "          k3d_serverlb_clusters: [%s]\n"
+                "          k3d_serverlb_udp_ports: {53: dns, 1053: dns}\n" % (sys.executable, CAPPED))
     try:
         status = subprocess.run(["ansible-playbook", "-i", f.name, os.path.join(ROOT, "playbooks", "status.yml")],
                                 capture_output=True, text=True, check=False, timeout=300)
@@ -146,14 +151,14 @@ def test_status_and_diagnose_say_fixed_with_a_cap(capped):
 
 
 def test_busybox_userland_apply_check_and_signals(client, busybox):
-    res = adhoc.run_module("k3d_serverlb", {"clusters": [BUSYBOX]})
+    res = adhoc.run_module("k3d_serverlb", {"clusters": [BUSYBOX], "udp_ports": k3d.UDP_PROFILES})
     assert not res.get("failed"), res.get("msg")
     assert res["changed"] and res["load_balancers"][0]["state"] == "fixed"
     c = client.containers.get(k3d.lb_name(BUSYBOX))
-    assert lb_check.shortfalls(c, dict(lb.DEFAULTS)) == []
-    check = adhoc.run_module("k3d_serverlb", {"clusters": [BUSYBOX]}, check=True)
+    assert lb_check.shortfalls(c, dict(LAB)) == []
+    check = adhoc.run_module("k3d_serverlb", {"clusters": [BUSYBOX], "udp_ports": k3d.UDP_PROFILES}, check=True)
     assert not check["changed"] and check["load_balancers"][0]["state"] == "fixed"
-    info = adhoc.run_module("k3d_serverlb_info", {"clusters": [BUSYBOX]})
+    info = adhoc.run_module("k3d_serverlb_info", {"clusters": [BUSYBOX], "udp_ports": k3d.UDP_PROFILES})
     entry = info["load_balancers"][0]
     assert entry["state"] == "fixed" and entry["drift"] == [] and entry["open_files"]
     dns, https, alerts = base.under_load(c, BUSYBOX_BASE, rate=300, count=3000)
@@ -163,7 +168,7 @@ def test_busybox_userland_apply_check_and_signals(client, busybox):
 def test_busybox_userland_keeper_fixes_a_recreated_load_balancer(client, busybox):
     cfg_path = os.path.join(tempfile.mkdtemp(), "keeper-molbb.json")
     with open(cfg_path, "w") as f:
-        json.dump(dict(lb.DEFAULTS, clusters=[BUSYBOX], names=[], render_timeout=30), f)
+        json.dump(dict(LAB, clusters=[BUSYBOX], names=[], render_timeout=30), f)
     lib = os.path.dirname(cfg_path)
     library = glob.glob(os.path.join(ROOT, "plugins", "module_utils", "k3d_serverlb*.py"))
     for src in [KEEPER, os.path.join(ROOT, "plugins", "module_utils", "nginx_stream.py")] + library:
@@ -177,7 +182,7 @@ def test_busybox_userland_keeper_fixes_a_recreated_load_balancer(client, busybox
             try:
                 c = client.containers.get(k3d.lb_name(BUSYBOX))
                 fixed = c.exec_run(["readlink", "/bin/sh"]).output.decode().strip() == "/bin/busybox" and \
-                    not lb_check.shortfalls(c, dict(lb.DEFAULTS))
+                    not lb_check.shortfalls(c, dict(LAB))
             except (docker.errors.NotFound, docker.errors.APIError, AssertionError, ValueError, KeyError):
                 pass
             time.sleep(1)

@@ -40,6 +40,7 @@ def run_role(state, tmp):
         f.write("all:\n  hosts:\n    k3d-host:\n      ansible_connection: local\n"
                 "      ansible_python_interpreter: %s\n      k3d_serverlb_clusters: [%s]\n"
                 "      k3d_serverlb_keeper_config: %s\n      k3d_serverlb_state: %s\n"
+                "      k3d_serverlb_udp_ports: {53: dns, 1053: dns}\n"
                 % (sys.executable, ", ".join(CLUSTERS), base.KEEPER_CONFIG, state))
     with open(play, "w") as f:
         f.write(PLAY)

@@ -96,8 +96,10 @@ class Keeper(object):
             entry = lb.handle(container, container.name, bool(self.names), self.want,
                               render_timeout=self.render_timeout)
             if not entry["failed"]:
-                log("%s: %s%s" % (container.name, entry["state_text"],
-                                  (" now: " + "; ".join(entry["reasons"])) if entry["changed"] else " already"))
+                log("%s: %s%s%s" % (container.name, entry["state_text"],
+                                    (" now: " + "; ".join(entry["reasons"])) if entry["changed"] else " already",
+                                    ("; UDP profiles: " + entry["udp_profiles_text"]) if entry.get("udp_profiles_text")
+                                    else ""))
                 for warning in entry.get("warnings", []):
                     log(warning)
                 return True

@@ -4,7 +4,8 @@
 //
 // Query i is due at start + i/rate and goes out from a socket of its own (a
 // fresh source port: a new nginx session), alternating over the ports. It
-// records how late each query went out and how long each answer took, its
+// records how late each query went out and how long after its scheduled time
+// each answer came (a query not answered counts at its timeout), its
 // own CPU time and the kernel's UDP and conntrack drop counters before and
 // after, and says whether the run is a measurement of the target or of
 // itself (tests/support/dnsgen.py judges the same figures the same way).
@@ -57,6 +58,7 @@ type Output struct {
 	LatenessP50S   *float64         `json:"lateness_p50_s"`
 	LatenessP99S   *float64         `json:"lateness_p99_s"`
 	LatenessMaxS   *float64         `json:"lateness_max_s"`
+	LatencyFrom    string           `json:"latency_from"`
 	LatencyP50S    *float64         `json:"latency_p50_s"`
 	LatencyP99S    *float64         `json:"latency_p99_s"`
 	LatencyMaxS    *float64         `json:"latency_max_s"`
@@ -173,14 +175,17 @@ func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
 	out.SendS, out.WallS = round6(float64(r.lastSendNs)/1e9), round6(float64(r.endNs)/1e9)
 	late, lat := spread(r.lateness), spread(r.latency)
 	out.LatenessP50S, out.LatenessP99S, out.LatenessMaxS = late.P50, late.P99, late.Max
+	out.LatencyFrom = "each query's scheduled time; a query not answered counts at its timeout"
 	out.LatencyP50S, out.LatencyP99S, out.LatencyMaxS = lat.P50, lat.P99, lat.Max
 	out.UserS, out.SystemS = round6(cpu1[0]-cpu0[0]), round6(cpu1[1]-cpu0[1])
 }
 
 func verdict(out *Output) (bool, string) {
 	why := validity(Verdict{Planned: out.Planned, Sent: out.Sent, SendErrors: out.SendErrors,
-		LatenessP99S: out.LatenessP99S, UserS: out.UserS, SystemS: out.SystemS, WallS: out.WallS,
-		SndbufErrors: out.SndbufErrors, InsertFailed: out.InsertFailed, CounterErrors: out.Errors})
+		Answered: out.Answered, Unanswered: out.Unanswered, Pool: out.Pool, SendErrno: out.SendErrno,
+		Rate: out.Rate, Seconds: out.Seconds, Timeout: out.Timeout, SendS: out.SendS,
+		LatenessP99S: out.LatenessP99S, LatenessMaxS: out.LatenessMaxS, UserS: out.UserS, SystemS: out.SystemS,
+		WallS: out.WallS, SndbufErrors: out.SndbufErrors, InsertFailed: out.InsertFailed, CounterErrors: out.Errors})
 	return len(why) == 0, strings.Join(why, "; ")
 }
 

@@ -18,6 +18,7 @@ package main
 // and reads answers up to 200 us late.)
 
 import (
+	"math"
 	"syscall"
 	"time"
 	"unsafe"
@@ -182,6 +183,7 @@ func (r *Run) loop() {
 		}
 	}
 	r.endNs = now()
+	r.expire(oldest, next, math.MaxInt64-timeout, timeout) // out at the hard bound: unanswered, at the timeout
 }
 
 // send sends query q (due at `due`, the clock read `t`) from the free socket
@@ -207,6 +209,7 @@ func (r *Run) send(q int, t, due int64) {
 
 func (r *Run) sendError(q int, why string) {
 	r.state[q] = qSendError
+	r.unanswered(q, r.lastSendNs)
 	r.sendErrors++
 	r.errnos[why]++
 }
@@ -231,12 +234,23 @@ func (r *Run) receive(k int32, buf []byte, now func() int64) {
 	if answered(buf[:n], id) {
 		r.state[q] = qAnswered
 		r.answered++
-		r.latency = append(r.latency, t-r.sendAt[q])
+		r.latency = append(r.latency, t-dueNs(int(q), r.cfg.Rate))
 	} else {
 		r.state[q] = qWrong
 		r.wrong++
+		r.unanswered(int(q), r.sendAt[q])
 	}
 	r.release(k)
+}
+
+// unanswered records a query that got no answer (timed out, a reply that is
+// none, never sent) at its timeout: its latency, from its scheduled time, is
+// when it was given up. Latency is from the schedule, not from the send, so a
+// sender that fell behind cannot hide the wait (coordinated omission), and
+// the queries the target left unanswered weigh in the percentiles rather than
+// drop out of them.
+func (r *Run) unanswered(q int, sentNs int64) {
+	r.latency = append(r.latency, sentNs+int64(r.cfg.Timeout*1e9)-dueNs(q, r.cfg.Rate))
 }
 
 func (r *Run) release(k int32) {
@@ -256,6 +270,7 @@ func (r *Run) expire(oldest, next int, t, timeout int64) int {
 			break
 		}
 		r.state[oldest] = qTimedOut
+		r.unanswered(oldest, r.sendAt[oldest])
 		r.release(r.sockOf[oldest])
 	}
 	return oldest

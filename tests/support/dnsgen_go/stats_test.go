@@ -76,7 +76,8 @@ func f(v float64) *float64 { return &v }
 func n(v int64) *int64     { return &v }
 
 func good() Verdict {
-	return Verdict{Planned: 1000, Sent: 1000, LatenessP99S: f(0.0002), UserS: 0.5, SystemS: 1.5, WallS: 5,
+	return Verdict{Planned: 1000, Sent: 1000, Answered: 1000, Pool: 4096, Rate: 200, Seconds: 5, Timeout: 2,
+		SendS: 4.995, LatenessP99S: f(0.0002), LatenessMaxS: f(0.0009), UserS: 0.5, SystemS: 1.5, WallS: 7,
 		SndbufErrors: n(0), InsertFailed: n(0)}
 }
 
@@ -89,16 +90,35 @@ func TestValidity(t *testing.T) {
 	if why := validity(noConntrack); len(why) != 0 {
 		t.Errorf("no conntrack here is no insert failure: %v", why)
 	}
+	// the target left queries unanswered, holding every socket for the timeout: its failure, not the generator's
+	dried := good()
+	dried.Rate, dried.Seconds, dried.SendS, dried.Planned, dried.Sent = 16000, 5, 4.99995, 80000, 80000
+	dried.Pool, dried.Timeout, dried.LatenessMaxS = 4096, 2, f(0.0009)
+	dried.SendErrors, dried.SendErrno, dried.Unanswered, dried.Answered = 20000, map[string]int{"pool_exhausted": 20000}, 30000, 30000
+	dried.UserS, dried.SystemS = 1, 2
+	if why := validity(dried); len(why) != 0 {
+		t.Errorf("a pool dried by the target's unanswered queries is no generator failure: %v", why)
+	}
 	for name, c := range map[string]struct {
 		change func(*Verdict)
 		says   string
 	}{
-		"send errors":         {func(v *Verdict) { v.SendErrors = 1 }, "send errors"},
-		"p99 lateness 2 ms":   {func(v *Verdict) { v.LatenessP99S = f(0.002) }, "lateness"},
-		"p99 lateness 1 ms":   {func(v *Verdict) { v.LatenessP99S = f(0.001) }, "lateness"},
-		"no lateness":         {func(v *Verdict) { v.LatenessP99S = nil }, "lateness"},
-		"CPU 80 %":            {func(v *Verdict) { v.UserS, v.SystemS = 1, 3 }, "CPU"},
-		"no wall time":        {func(v *Verdict) { v.WallS = 0 }, "CPU"},
+		"send errors":       {func(v *Verdict) { v.SendErrors = 1 }, "send errors"},
+		"p99 lateness 2 ms": {func(v *Verdict) { v.LatenessP99S = f(0.002) }, "lateness"},
+		"p99 lateness 1 ms": {func(v *Verdict) { v.LatenessP99S = f(0.001) }, "lateness"},
+		"no lateness":       {func(v *Verdict) { v.LatenessP99S = nil }, "lateness"},
+		"CPU 80 %":          {func(v *Verdict) { v.UserS, v.SystemS = 1, 3 }, "CPU"},
+		"no sending time":   {func(v *Verdict) { v.SendS, v.Sent, v.Planned, v.Rate, v.Seconds = 0, 1, 1, 1, 1 }, "CPU"},
+		// 3.6 s of CPU is 51 % of the wall time with a 2 s reply tail, but 72 % of the sending
+		"CPU 72 % of sending": {func(v *Verdict) { v.UserS, v.SystemS = 1, 2.6 }, "CPU"},
+		"worst lateness 25 s": {func(v *Verdict) { v.LatenessMaxS = f(25) }, "worst lateness"},
+		"no worst lateness":   {func(v *Verdict) { v.LatenessMaxS = nil }, "worst lateness"},
+		"a burst of 80":       {func(v *Verdict) { v.Rate, v.LatenessMaxS = 16000, f(0.005) }, "burst"},
+		"sent too fast":       {func(v *Verdict) { v.SendS, v.UserS, v.SystemS = 0.3, 0.01, 0.1 }, "faster than"},
+		"sending overran":     {func(v *Verdict) { v.SendS = 5.6 }, "sending took"},
+		"a pool too small": {func(v *Verdict) {
+			v.SendErrors, v.SendErrno, v.Unanswered, v.Pool = 5, map[string]int{"pool_exhausted": 5}, 10, 10
+		}, "send errors"},
 		"SndbufErrors 1":      {func(v *Verdict) { v.SndbufErrors = n(1) }, "UdpSndbufErrors"},
 		"SndbufErrors unread": {func(v *Verdict) { v.SndbufErrors = nil }, "UdpSndbufErrors"},
 		"insert_failed 1":     {func(v *Verdict) { v.InsertFailed = n(1) }, "insert_failed"},

@@ -247,3 +247,67 @@ def test_an_engine_that_does_not_answer_is_a_finding_and_the_other_hosts_are_sti
     engine = [f for f in found if f["code"] == "k3d_engine_unreadable"]
     assert len(engine) == 1 and engine[0]["host"] == "k3d-1" and "connection refused" in engine[0]["evidence"]
     assert [f for f in found if f["host"] == "vps"]  # the VPS is still diagnosed
+
+
+def _profiles_lb(**kw):
+    """A fixed load balancer as k3d_serverlb_info reports it with the UDP profiles: DNS on 53, a tunnel on 51820."""
+    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
+    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_config as lb_config
+    servers = "".join(
+        "  server {\n    listen %s udp;\n%s    proxy_timeout %s;\n    limit_conn homelab_edge_udp 1024;\n  }\n"
+        % (port, "    proxy_responses 1;\n" if responses else "", timeout) for port, responses, timeout in kw["udp"])
+    conf = ("worker_rlimit_nofile 16384;\nevents {\n  worker_connections 4096;\n}\nstream {\n%s"
+            "  server {\n    listen 443;\n    proxy_timeout 600;\n  }\n}\n" % servers)
+    e = lb_config.report("k3d-a-serverlb", "a", lb_config.parse_live(conf), 16384,
+                         dict(lb.DEFAULTS, udp_ports=kw.get("udp_ports", {53: "dns", 51820: "stream"})))
+    e.update(running=True, not_enough_total=0, not_enough={}, drift=kw.get("drift", []), dns_upstreams=[])
+    return e
+
+
+def test_udp_profiles_as_declared_are_no_finding_and_a_tunnel_port_does_not_count_as_dns_held():
+    e = _profiles_lb(udp=[(53, True, "5s"), (51820, False, "600")])
+    assert dg.k3d("h", [e], 300) == []
+
+
+def test_a_tunnel_port_cut_at_the_first_reply_is_a_finding_in_plain_words():
+    e = _profiles_lb(udp=[(53, True, "5s"), (51820, True, "5s")],
+                     drift=["UDP 51820 (stream): proxy_responses 1 ends a session at its first replies"])
+    found = dg.k3d("h", [e], 300)
+    assert [f["code"] for f in found] == ["k3d_udp_stream_cut"]
+    assert "51820/udp stream: a session ends at its first reply" in found[0]["evidence"]
+    assert "WireGuard" in found[0]["cause"] and "k3d_serverlb_udp_ports" in found[0]["fix"]
+
+
+def test_a_port_without_a_declared_profile_is_named_with_how_to_declare_it():
+    e = _profiles_lb(udp=[(53, True, "5s"), (1053, False, "600")], udp_ports={53: "dns"})
+    found = dg.k3d("h", [e], 300)
+    assert [f["code"] for f in found] == ["k3d_udp_port_undeclared"]
+    assert found[0]["finding"] == "k3d-a-serverlb has UDP 1053 without a declared profile"
+    assert "1053/udp stream: sessions stay open" in found[0]["evidence"] and "{PORT: dns}" in found[0]["fix"]
+
+
+@pytest.mark.parametrize("boot, found", [
+    ({"net.ipv4.tcp_fin_timeout": {"boot": 15, "live": 15, "status": "same", "from": "/etc/sysctl.d/60-x.conf:4"}}, []),
+    # no file sets it: the live values are drain_slow's (after a reboot), not a second finding
+    ({"net.ipv4.tcp_fin_timeout": {"boot": None, "live": 15, "status": "not-set", "from": None}}, []),
+    ({"net.ipv4.tcp_fin_timeout": {"boot": 30, "live": 15, "status": "differs",
+                                   "from": "/etc/sysctl.d/99-sysctl.conf:19"}},
+     ["net.ipv4.tcp_fin_timeout=15 live, 30 at boot (/etc/sysctl.d/99-sysctl.conf:19)"]),
+    ({"net.netfilter.nf_conntrack_tcp_timeout_time_wait": {"boot": 30, "live": 30, "status": "module-late",
+                                                           "from": "/etc/sysctl.d/60-x.conf:5"}},
+     ["net.netfilter.nf_conntrack_tcp_timeout_time_wait=30 live, 30 at boot (/etc/sysctl.d/60-x.conf:5)"]),
+])
+def test_a_drain_value_the_next_boot_undoes_is_a_finding(boot, found):
+    hosts = vps()
+    hosts["vps"]["drain_boot"] = boot
+    got = [f for f in dg.diagnose(hosts, 20) if f["code"] == "drain_boot_differs"]
+    assert [f["evidence"] for f in got] == found
+
+
+def test_a_restart_loop_is_named_with_its_likely_cause():
+    loop = [{"name": "traefik", "restarts": 5, "cause": "its health check gets 404 from /ping: ..."}]
+    found = dg.diagnose(nas(autoheal={"can_restart": True, "loops": loop, "restart_failures": 2}), 300)
+    assert names(found) == ["traefik is in a restart loop"]
+    assert found[0]["code"] == "nas_restart_loop" and found[0]["cause"].startswith("its health check gets 404")
+    assert "2 restarts refused" in found[0]["evidence"]
+    assert names(dg.diagnose(nas(autoheal={"can_restart": True, "loops": []}), 300)) == []

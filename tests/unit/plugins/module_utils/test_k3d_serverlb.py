@@ -14,7 +14,9 @@ from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_t
 from ...conftest import fixture
 
 K3D = fixture("k3d_nginx.tmpl")
+# the seed's two DNS ports (CoreDNS on 53, another cluster's on 1053), as the fixtures have them
 WANT = dict(lb.DEFAULTS)
+WANT["udp_ports"] = {53: "dns", 1053: "dns"}
 STOCK = fixture("nginx_T_stock.txt")
 FIXED = fixture("nginx_T_fixed.txt")
 
@@ -38,8 +40,8 @@ def test_patch_adds_floor_udp_policy_rlimit_and_zone():
     assert re.search(r'\{\{- else \}\}\n\s+proxy_timeout \{\{ getv "/settings/defaultProxyTimeout" "600" \}\};\n', out)
     assert "worker_processes auto;\nworker_rlimit_nofile 16384;\nevents {" in out
     assert "stream {\n  limit_conn_zone $protocol zone=homelab_edge_udp:1m;\n" in out
-    # nothing else changed: 10 lines of UDP policy for 1, 5 of floor for 1, rlimit and zone
-    assert len(out.splitlines()) == len(K3D.splitlines()) + 9 + 4 + 2
+    # nothing else changed: 14 lines of UDP policy for 1, 5 of floor for 1, rlimit and zone
+    assert len(out.splitlines()) == len(K3D.splitlines()) + 13 + 4 + 2
 
 
 def test_patch_is_idempotent():
@@ -170,7 +172,7 @@ def test_parse_live_fixed():
     more = FIXED.replace("worker_connections 4096;", "worker_connections 8192;").replace(
         "limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp 2048;")
     assert not lb_config.shortfalls(lb_config.parse_live(more), WANT)
-    r = lb_config.report("lb", "core", facts, open_file_limit=16384)
+    r = lb_config.report("lb", "core", facts, open_file_limit=16384, want=WANT)
     assert r["udp_session_budget"] == 1024 == lb_capacity.udp_budget(4096, 50)
     assert r["udp_servers_patched"] == 2 and r["udp_ports"] == ["1053", "53"]
     assert r["exhaustion_rate"] == 409.6
@@ -199,7 +201,7 @@ def test_report_takes_the_smallest_budget():
 def test_report_takes_the_longest_udp_timeout():
     """The slowest UDP server decides how fast sessions fill the connections: one left at 10 minutes."""
     uneven = FIXED.replace("proxy_timeout 5s;", "proxy_timeout 600s;", 1)
-    r = lb_config.report("lb", "c", lb_config.parse_live(uneven), 16384)
+    r = lb_config.report("lb", "c", lb_config.parse_live(uneven), 16384, WANT)
     assert r["udp_timeout"] == 600 and r["exhaustion_rate"] == lb_capacity.exhaustion_rate(4096, 600)
 
 

@@ -45,4 +45,11 @@ def test_unhealthy_since_the_first_failure_after_the_last_success():
 def test_autoheal_log():
     log = ("01-12-2026 08:00:01 Container /traefik (abc) found to be unhealthy - Restarting container now with 10s timeout\n"
            "01-12-2026 08:00:02 Restarting container abc failed\n")
-    assert signals.autoheal_log(log) == {"restarts": 1, "restart_failures": 1}
+    assert signals.autoheal_log(log) == {"restarts": 1, "restart_failures": 1, "by_container": {"traefik": 1}}
+    # willfarrell/autoheal's lines (docker-entrypoint), three passes on one container and one on another
+    loop = "".join("%s Container /%s (%s) found to be unhealthy - Restarting container now with 10s timeout\n"
+                   % (t, n, i) for t, n, i in [("08:00:01", "edge-traefik-1", "1a2b3c4d5e6f"),
+                                               ("08:02:31", "edge-traefik-1", "1a2b3c4d5e6f"),
+                                               ("08:03:00", "grafana", "99aa"),
+                                               ("08:05:01", "edge-traefik-1", "1a2b3c4d5e6f")])
+    assert signals.autoheal_log(loop)["by_container"] == {"edge-traefik-1": 3, "grafana": 1}

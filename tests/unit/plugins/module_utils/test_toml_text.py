@@ -2,6 +2,7 @@
 theirs kept, the result parses to the intended data, a second run changes
 nothing; what cannot be edited by lines is refused with nothing written."""
 import difflib
+import os
 import tomllib
 
 import pytest
@@ -117,6 +118,45 @@ def test_proxy_protocol_is_removed_again_with_its_table():
     text = STYLES[1][1]
     opts = dict(OPTS, provider=DIRECTORY)
     on = toml_text.edit_toml(text, changes_for(text, opts), "traefik.toml")
-    off_opts = dict(opts, proxy_protocol_trusted_ips=[])
+    off_opts = dict(opts, proxy_protocol_trusted_ips=[], trusted_added_before=["10.8.0.1/32"])
     off = toml_text.edit_toml(on, changes_for(on, off_opts), "traefik.toml")
     assert "proxyProtocol" not in off and "trustedIPs" not in off
+
+
+# ---- a new table goes after the whole of the table before it, its commented-out options included (issue 53)
+
+GUIDES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures", "traefik_guides")
+
+
+def guide(case, name="traefik.toml"):
+    with open(os.path.join(GUIDES, case, name), encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+FILE_PROVIDER = ("ensure", ["providers", "file"], {"directory": "/etc/traefik/dynamic", "watch": True})
+# (what, text, the change, the line the new table must come after, a commented option that must stay its table's)
+TABLE_ENDS = [
+    ("Traefik's v2.0 sample: [providers.docker] and its commented-out options end the file",
+     guide("20-traefik-docs-v2.0-install-sample-toml"), FILE_PROVIDER, "  # exposedByDefault = false\n",
+     ("  # exposedByDefault = false", ["providers", "docker", "exposedByDefault"], False)),
+    ("make-my-server's TOML: no commented options, the table goes after the last key",
+     guide("41-make-my-server-toml-working-dir"), ("ensure", ["providers", "consulCatalog"], {"prefix": "t"}),
+     'filename = "traefik_dynamic.toml"\n', None),
+    ("a comment that leads into the next table stays with it", "[providers.docker]\n  watch = true\n  # network = \"web\"\n"
+     "\n# my API\n[api]\n  dashboard = true\n", FILE_PROVIDER, '  # network = "web"\n',
+     ('  # network = "web"', ["providers", "docker", "network"], "web")),
+]
+
+
+@pytest.mark.parametrize("what, text, change, after, option", TABLE_ENDS, ids=[t[0] for t in TABLE_ENDS])
+def test_a_new_table_goes_after_the_whole_table_before_it(what, text, change, after, option):
+    new = toml_text.edit_toml(text, [change], "traefik.toml")
+    header = "[%s]" % ".".join(change[1])
+    assert new.index(after) < new.index(header), new
+    assert tomllib.loads(new) == apply_changes(tomllib.loads(text), [change])
+    if "# my API" in text:
+        assert new.index(header) < new.index("# my API\n[api]")
+    if option:
+        line, path, value = option
+        uncommented = new.replace(line, line.replace("# ", "", 1))
+        assert traefik.lookup(tomllib.loads(uncommented), path) == value

@@ -118,11 +118,11 @@ def mounts_of(volumes, base, rebase=()):
     return out
 
 
-def container(name, image, args, env, labels, mounts, workdir=""):
+def container(name, image, args, env, labels, mounts, workdir="", network_mode="default"):
     """What `docker inspect` shows of a running container."""
     return {"Name": "/" + name, "Config": {"Image": image, "Cmd": args, "Env": env, "Labels": labels,
                                            "WorkingDir": workdir},
-            "State": {"Running": True}, "Mounts": mounts}
+            "State": {"Running": True}, "Mounts": mounts, "HostConfig": {"NetworkMode": network_mode}}
 
 
 def docker_run(case):
@@ -229,7 +229,7 @@ def from_compose(case):
         labels["com.docker.swarm.service.name"] = "%s_%s" % (os.path.basename(case), name)
     inspect = container(str(svc.get("container_name") or name), str(svc.get("image", "traefik")), environment and [] or [],
                         environment, labels, mounts_of(svc.get("volumes"), case, host_paths(case)),
-                        svc.get("working_dir") or "")
+                        svc.get("working_dir") or "", str(svc.get("network_mode") or "default"))
     inspect["Config"]["Cmd"] = shlex.split(command) if isinstance(command, str) else list(command or [])
     return inspect, compose
 
@@ -247,10 +247,14 @@ def limited_entrypoints(facts, static_text, where):
     return https or tcp[:1] or ["websecure"]
 
 
-def run_case(name, tmp_path):
-    """The module's pipeline on a copy of the case. Returns (facts, plan, opts) or raises EditError."""
+def run_case(name, tmp_path, extra=None, containers=(), prepare=None):
+    """The module's pipeline on a copy of the case (`extra`: options over the role's defaults;
+    `containers`: the labels of other running containers; `prepare`: a change to the copy first).
+    Returns (facts, plan, opts) or raises EditError."""
     case = str(tmp_path / name)
     shutil.copytree(os.path.join(GUIDES, name), case)
+    if prepare:
+        prepare(case)
     if os.path.exists(os.path.join(case, "docker-run.sh")):
         inspect, compose = docker_run(case)
     elif os.path.exists(os.path.join(case, "traefik.container")):
@@ -275,8 +279,9 @@ def run_case(name, tmp_path):
             "entrypoints": [], "dynamic_dir": "", "verify_api": True, "proxy_protocol_trusted_ips": None,
             "autoheal_label": "autoheal", "healthcheck": {"interval": "30s", "timeout": "5s", "retries": 3},
             "sysctls": {}, "http2_max_streams": 32, "metrics_port": 0}
+    opts.update(extra or {})
     located = traefik.locate(facts, static_text, dict(opts, entrypoints=["websecure"]))
-    opts["entrypoints"] = limited_entrypoints(facts, static_text, located)
+    opts["entrypoints"] = (extra or {}).get("entrypoints") or limited_entrypoints(facts, static_text, located)
     compose_text = read(facts["compose"]["files"][0]) if facts["compose"] else None
     dynamic = {}
     directory = located["provider"]["dir_host"]
@@ -286,6 +291,7 @@ def run_case(name, tmp_path):
                 dynamic[os.path.join(directory, f)] = read(os.path.join(directory, f))
     labels = [((s or {}).get("labels") or {}) for s in ((compose or {}).get("services") or {}).values()]
     labels = [dict((x.split("=", 1) + [""])[:2] for x in lb) if isinstance(lb, list) else lb for lb in labels]
+    labels += list(containers)
     return facts, traefik.plan(facts, located, static_text, compose_text, dynamic, opts, labels), opts
 
 
@@ -371,6 +377,8 @@ EXPECT = {
     "41-make-my-server-toml-working-dir": "changed",
     "42-onramp-env-defaults-cli-metrics": "changed",
     "43-docker-run-toml-working-dir": ALONE,
+    "44-coolify-proxy-cli-max-streams": "changed",
+    "45-lukasnellen-host-network-v2-sample-toml": "changed",
 }
 
 
@@ -392,3 +400,80 @@ def test_enough_real_configs_are_collected():
     for name in cases():
         source = os.path.join(GUIDES, name, "SOURCE.txt")
         assert os.path.exists(source) and "http" in read(source), "%s names no source" % name
+
+
+# ---- issue 53: the user's own values, Traefik on the host's network, TCP-only entrypoints, on real configs
+
+def labels_of(case, name):
+    """The labels of every service of a compose file of a case (other containers running beside Traefik)."""
+    doc = yaml.safe_load(read(os.path.join(GUIDES, case, name)))
+    return [dict((x.split("=", 1) + [""])[:2] for x in (svc.get("labels") or [])) for svc in doc["services"].values()]
+
+
+COOLIFY = "44-coolify-proxy-cli-max-streams"
+HOST_TOML = "45-lukasnellen-host-network-v2-sample-toml"
+MAKE_MY_SERVER = "40-make-my-server-v3-ping-tcp-entrypoints"
+STREAMS_HTTPS = "entryPoints.https.http2.maxConcurrentStreams"
+# case, options over the role's defaults, other containers' labels (file in the case), what must hold
+REAL = [
+    ("Coolify's maxConcurrentStreams=50 is kept and reported, and its ping on http", COOLIFY, {}, None,
+     {"kept": {STREAMS_HTTPS: "50", "ping": "entryPoint http"}, "compose_has": "maxConcurrentStreams=50'",
+      "compose_lacks": "maxConcurrentStreams=32", "ping_by": "you", "warns": "yours (50) kept"}),
+    ("override_user_values replaces Coolify's 50 with 32", COOLIFY, {"override_user_values": True}, None,
+     {"replaced": {STREAMS_HTTPS: "50"}, "compose_has": "maxConcurrentStreams=32'",
+      "compose_lacks": "https.http2.maxConcurrentStreams=50"}),
+    ("make-my-server's ping on websecure is kept", MAKE_MY_SERVER, {}, None,
+     {"kept": {"ping": "entryPoint websecure"}, "ping_by": "you"}),
+    ("its postgres entrypoint serves only TCP routers: warned and left out", MAKE_MY_SERVER,
+     {"entrypoints": ["websecure", "postgres"]}, "data-labels.yml",
+     {"limited": ["websecure"], "warns": "entrypoint postgres (postgres@docker) serves only TCP routers",
+      "static_lacks_on": "postgres"}),
+    ("only TCP entrypoints: refused naming them", MAKE_MY_SERVER, {"entrypoints": ["postgres", "redis"]},
+     "data-labels.yml", {"refused": "postgres (postgres@docker); redis (redis@docker) serve only TCP routers"}),
+    ("network_mode host: no net.* sysctls, the host's are tcp_drain's", HOST_TOML,
+     {"sysctls": {"net.ipv4.tcp_fin_timeout": 15, "net.ipv4.tcp_abort_on_overflow": 1}, "listening": [22, 80, 443]},
+     None, {"network_mode": "host", "compose_lacks": "sysctls", "warns": "the tcp_drain role's job",
+            "kept": {"ping": "entryPoint traefik"}, "ping_by": "you", "provider_after": "  # exposedByDefault = false\n"}),
+]
+
+
+@pytest.mark.parametrize("what, case, extra, others, want", REAL, ids=[r[0] for r in REAL])
+def test_real_configs_keep_the_users_values_and_say_so(what, case, extra, others, want, tmp_path):
+    containers = labels_of(case, others) if others else ()
+    if "refused" in want:
+        with pytest.raises(EditError) as e:
+            run_case(case, tmp_path, extra, containers)
+        assert want["refused"] in str(e.value) and "nothing was changed" in str(e.value)
+        return
+    facts, plan, opts = run_case(case, tmp_path, extra, containers)
+    values = dict((v["setting"], v) for v in plan["user_values"])
+    for setting, yours in want.get("kept", {}).items():
+        assert values[setting]["kept"] is True and str(values[setting]["yours"]) == yours, values
+    for setting, yours in want.get("replaced", {}).items():
+        assert values[setting]["kept"] is False and str(values[setting]["yours"]) == yours, values
+        assert plan["written"][setting] == 32
+    compose = plan["compose"]["new"] if plan["compose"] else ""
+    if "compose_has" in want:
+        assert want["compose_has"] in compose
+    if "compose_lacks" in want:
+        assert want["compose_lacks"] not in compose
+    if "ping_by" in want:
+        assert plan["ping"]["by"] == want["ping_by"]
+    if "warns" in want:
+        assert any(want["warns"] in w for w in plan["warnings"]), plan["warnings"]
+    if "limited" in want:
+        assert plan["entrypoints"] == want["limited"]
+    if "static_lacks_on" in want:
+        doc = traefik.parse_static(plan["static"]["new"], plan["static"]["path"])
+        assert traefik.lookup(doc, ["entryPoints", want["static_lacks_on"], "http"]) is None
+    if "network_mode" in want:
+        assert plan["network_mode"] == want["network_mode"]
+    if "provider_after" in want:
+        new = plan["static"]["new"]
+        assert new.index(want["provider_after"]) < new.index("[providers.file]")
+        # a commented-out option of the docker provider, uncommented later, is still the docker provider's
+        uncommented = new.replace("  # exposedByDefault = false", "  exposedByDefault = false")
+        doc = traefik.parse_static(uncommented, plan["static"]["path"])
+        assert traefik.lookup(doc, ["providers", "docker", "exposedByDefault"]) is False
+        assert traefik.lookup(doc, ["providers", "file"]) == {"directory": "/etc/traefik/dynamic", "watch": True}
+    check_changed(facts, plan, dict(opts, entrypoints=plan["entrypoints"]))

@@ -132,7 +132,7 @@ def test_proxy_protocol_is_trusted_from_the_tunnel_only_and_removed_again():
     assert yaml.safe_load(new)["entryPoints"]["websecure"]["proxyProtocol"] == {"trustedIPs": ["10.8.0.1/32"]}
     directory = {"kind": "directory", "dir": "/etc/traefik/dynamic"}
     off = yaml_text.edit_yaml(new, traefik.static_changes(yaml.safe_load(new), dict(
-        OPTS, provider=directory, proxy_protocol_trusted_ips=[])))
+        OPTS, provider=directory, proxy_protocol_trusted_ips=[], trusted_added_before=["10.8.0.1/32"])))
     assert "proxyProtocol" not in off
     unchanged = traefik.static_changes(yaml.safe_load(new), dict(OPTS, provider=directory, proxy_protocol_trusted_ips=None))
     assert unchanged == []
@@ -794,7 +794,8 @@ def test_a_flag_removed_first_on_a_line_of_a_folded_command_keeps_the_line_inden
     args = ["--entrypoints.web.proxyprotocol.trustedips=10.0.0.1", "--entrypoints.web.address=:80",
             "--entrypoints.websecure.address=:443"]
     add, remove = traefik.flag_changes(traefik.parse_flags(args), dict(OPTS, provider=DIRECTORY,
-                                                                       proxy_protocol_trusted_ips=[]))
+                                                                       proxy_protocol_trusted_ips=[],
+                                                                       trusted_added_before=["10.0.0.1"]))
     assert remove == ["entrypoints.web.proxyprotocol.trustedips"]
     new = yaml_text.edit_yaml(text, traefik.compose_command_changes(yaml.safe_load(text), "traefik", args, add, remove))
     assert "    command: >-\n      --entrypoints.web.address=:80\n      --entrypoints.websecure.address=:443\n" in new
@@ -832,3 +833,215 @@ def test_trusted_ips_keep_the_users_comments_and_drop_only_what_the_role_added_b
                                        dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.9.0.1/32"],
                                             trusted_added_before=["10.8.0.1/32"]))
     assert add["entrypoints.websecure.proxyprotocol.trustedips"] == "10.0.0.9,10.9.0.1/32"
+
+
+# ---- issue 53: the user's own values are kept (or replaced only on request), Traefik on the host's network
+
+HOST_YAML = "entryPoints:\n  web:\n    address: \":80\"\n  websecure:\n    address: \":443\"\n"
+HOST_FLAGS = {"entrypoints.web.address": ":80", "entrypoints.websecure.address": ":443"}
+PROC_NET_TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 0100007F:238A 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0
+   2: 0100007F:238B 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 3 1 0 100 0 0 10 0
+"""
+
+
+def test_the_hosts_listening_ports_are_read_from_proc_net_tcp():
+    # 0x1F90 = 8080 on every address, 0x238A = 9098 on loopback; 0x238B is an established connection
+    assert traefik.listening_ports(PROC_NET_TCP) == {8080, 9098}
+    assert traefik.listening_ports("") == set()
+
+
+# (what, listening ports of the host, extra options, the ping address or the refusal's words)
+HOST_PING = [
+    ("the first free loopback port", [], {}, "127.0.0.1:9098"),
+    ("past the ports something on the host holds", [8080, 9098, 9097], {}, "127.0.0.1:9096"),
+    ("past the metrics port", [9098], {"metrics_port": 9097}, "127.0.0.1:9096"),
+    ("every candidate taken", list(traefik.PING_PORTS), {}, "none of 9091-9098 and 9180-9199 is free"),
+    ("the API port taken on the host", [9099], {}, "something listens on port 9099 already"),
+    ("the metrics port taken on the host", [9101], {"metrics_port": 9101}, "metrics port 9101 is taken on the host"),
+]
+
+
+@pytest.mark.parametrize("what, listening, extra, want", HOST_PING, ids=[h[0] for h in HOST_PING])
+def test_on_the_hosts_network_ping_gets_a_free_loopback_port_never_8080(what, listening, extra, want):
+    opts = dict(OPTS, provider=DIRECTORY, host_network=True, listening=listening, **extra)
+    if not want.startswith("127."):
+        for run in (lambda: traefik.static_changes(yaml.safe_load(HOST_YAML), opts),
+                    lambda: traefik.flag_changes(HOST_FLAGS, opts)):
+            with pytest.raises(traefik.TraefikConfigError, match=re.escape(want)) as e:
+                run()
+            assert "nothing was changed" in str(e.value)
+        return
+    report = {}
+    changes = traefik.static_changes(yaml.safe_load(HOST_YAML), opts, [], report)
+    assert ("ensure", ["ping"], {"entryPoint": traefik.PING_ENTRYPOINT}) in changes
+    assert ("ensure", ["entryPoints", traefik.PING_ENTRYPOINT], {"address": want}) in changes
+    assert report["ping"] == {"entrypoint": traefik.PING_ENTRYPOINT, "address": want, "by": "homelab.edge"}
+    add, remove = traefik.flag_changes(HOST_FLAGS, opts)
+    assert add["ping.entrypoint"] == traefik.PING_ENTRYPOINT and add["entrypoints.homelab-edge-ping.address"] == want
+    # applied, a second run changes nothing and calls that ping the role's
+    new = yaml_text.edit_yaml(HOST_YAML, changes)
+    again = {}
+    assert traefik.static_changes(yaml.safe_load(new), dict(opts, listening=listening + [int(want[-4:])]), [],
+                                  again) == []
+    assert again["ping"]["by"] == "homelab.edge" and again["user_values"] == []
+
+
+def test_off_the_hosts_network_ping_stays_where_it_was():
+    report = {}
+    changes = traefik.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY), [], report)
+    assert ("ensure", ["ping"], {}) in changes and report["ping"]["address"] == ":8080"
+
+
+def test_the_health_check_of_a_host_network_traefik_asks_ping_where_the_role_put_it():
+    opts = dict(OPTS, provider=DIRECTORY, host_network=True, listening=[],
+                healthcheck={"interval": "30s", "timeout": "5s", "retries": 3})
+    add, remove = traefik.flag_changes(HOST_FLAGS, opts)
+    args = ["--entrypoints.web.address=:80", "--entrypoints.websecure.address=:443"]
+    compose = {"files": ["/srv/compose.yml"], "service": "traefik", "working_dir": "/srv"}
+    f = dict(facts(args, compose=compose), network_mode="host")
+    changes = traefik.service_changes(yaml.safe_load(COMPOSE), f, dict(opts, flags_added=add))
+    test = [c for c in changes if c[1][-1] == "healthcheck"][0][2]["test"]
+    assert "--ping.entrypoint=homelab-edge-ping" in test and "--entrypoints.homelab-edge-ping.address=127.0.0.1:9098" in test
+
+
+@pytest.mark.parametrize("mode, sysctls, kept_keys", [
+    ("host", {"net.ipv4.tcp_fin_timeout": 15}, []),
+    ("default", {"net.ipv4.tcp_fin_timeout": 15}, ["net.ipv4.tcp_fin_timeout"]),
+])
+def test_no_net_sysctls_in_the_hosts_namespace(mode, sysctls, kept_keys):
+    compose = {"files": ["/srv/compose.yml"], "service": "traefik", "working_dir": "/srv"}
+    f = dict(facts(["--entrypoints.websecure.address=:443"], compose=compose), network_mode=mode)
+    warnings = []
+    changes = traefik.service_changes(yaml.safe_load(COMPOSE), f, {"sysctls": sysctls}, warnings)
+    assert [c[1][-1] for c in changes if "sysctls" in c[1]] == kept_keys
+    assert bool(warnings) == (mode == "host")
+    assert all("tcp_drain" in w and "net.ipv4.tcp_fin_timeout" in w for w in warnings)
+
+
+LIMITERS = {
+    "/d/mine.yml": "http:\n  middlewares:\n    my-limit:\n      inFlightReq:\n        amount: 100\n"
+                   "    my-rate:\n      rateLimit:\n        average: 50\n        burst: 100\n"
+                   "  routers:\n    app:\n      rule: Host(`a`)\n      entryPoints: [websecure]\n"
+                   "      middlewares: [my-rate]\n      service: app\n",
+}
+ON_EP = "entryPoints:\n  websecure:\n    address: \":443\"\n    http:\n      middlewares:\n        - my-limit@file\n"
+
+
+def routing(containers=()):
+    return traefik.user_routing(LIMITERS, {"exposed_by_default": False, "constrained": False}, containers)
+
+
+# (what, static, options, middlewares on websecure after, limited entrypoints, user values: setting -> kept)
+USERS_LIMITERS = [
+    ("their inFlightReq on the entrypoint is kept and ours not added", ON_EP, {}, ["my-limit@file"], [],
+     {"entryPoints.websecure.http.middlewares": True, "router app@file": True}),
+    ("override_user_values puts ours in its place", ON_EP, {"override_user_values": True},
+     ["inflight-limit@file"], ["websecure"], {"entryPoints.websecure.http.middlewares": False, "router app@file": True}),
+    ("their rateLimit on a router stays beside ours", HOST_YAML, {}, ["inflight-limit@file"], ["websecure"],
+     {"router app@file": True}),
+]
+
+
+@pytest.mark.parametrize("what, text, extra, mws, limited, values", USERS_LIMITERS, ids=[u[0] for u in USERS_LIMITERS])
+def test_the_users_limiters_are_kept_and_reported(what, text, extra, mws, limited, values):
+    opts = dict(OPTS, provider=DIRECTORY, routing=routing(), **extra)
+    report = {}
+    new = yaml_text.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), opts, [], report))
+    assert yaml.safe_load(new)["entryPoints"]["websecure"].get("http", {}).get("middlewares") == mws
+    assert report["entrypoints"] == limited
+    got = dict((v["setting"], v["kept"]) for v in report["user_values"] if v["setting"] != "ping")
+    assert got == values
+    # the same on flags
+    flags = dict(HOST_FLAGS, **({"entrypoints.websecure.http.middlewares": "my-limit@file"} if "my-limit" in text else {}))
+    add, remove = traefik.flag_changes(flags, opts, [], {})
+    assert add.get("entrypoints.websecure.http.middlewares", flags.get("entrypoints.websecure.http.middlewares")) == \
+        ",".join(mws)
+
+
+def test_limiters_in_labels_are_read_and_described():
+    labels = {"traefik.enable": "true", "traefik.http.routers.web.entrypoints": "websecure",
+              "traefik.http.routers.web.middlewares": "lim", "traefik.http.middlewares.lim.inflightreq.amount": "10",
+              "traefik.http.middlewares.lim.inflightreq.sourcecriterion.ipstrategy.depth": "1",
+              "traefik.tcp.routers.db.entrypoints": "pg"}
+    r = routing([labels])
+    assert r["limiters"]["lim@docker"] == {"type": "inFlightReq", "config": {
+        "amount": "10", "sourcecriterion.ipstrategy.depth": "1"}}
+    assert traefik.limiter_text("lim@docker", r["limiters"]["lim@docker"]) == \
+        "lim@docker (inFlightReq: 10 in flight per client IP, per router)"
+    assert "average 50 per 1s, burst 100" in traefik.limiter_text("my-rate@file", r["limiters"]["my-rate@file"])
+    assert traefik.entrypoint_routers(r, "pg") == ([], ["db@docker"])
+    assert [x[0] for x in traefik.router_limiters(r, "websecure")] == ["app@file", "web@docker"]
+    # a container the Docker provider does not expose is no router of Traefik's
+    assert traefik.user_routing({}, {"exposed_by_default": False, "constrained": False},
+                                [dict(labels, **{"traefik.enable": "false"})])["routers"] == []
+
+
+STREAMS = "entryPoints.websecure.http2.maxConcurrentStreams"
+WITH_STREAMS = HOST_YAML + "    http2:\n      maxConcurrentStreams: 100\n"
+
+
+# (what, options, the value after, whose it is in the report: None - no report, True kept, False replaced)
+USERS_STREAMS = [
+    ("theirs is kept", {}, 100, True),
+    ("override_user_values replaces it", {"override_user_values": True}, 32, False),
+    ("one the role wrote before is the role's to change", {"written_before": {STREAMS: 100}}, 32, None),
+    ("equal to the role's: nothing to say", {"http2_max_streams": 100}, 100, None),
+]
+
+
+@pytest.mark.parametrize("what, extra, after, kept", USERS_STREAMS, ids=[u[0] for u in USERS_STREAMS])
+def test_the_users_http2_streams_are_kept_unless_asked(what, extra, after, kept):
+    opts = dict(OPTS, provider=DIRECTORY, http2_max_streams=32)
+    opts.update(extra)
+    report, warnings = {}, []
+    new = yaml_text.edit_yaml(WITH_STREAMS, traefik.static_changes(yaml.safe_load(WITH_STREAMS), opts, warnings, report))
+    assert yaml.safe_load(new)["entryPoints"]["websecure"]["http2"]["maxConcurrentStreams"] == after
+    values = [v for v in report["user_values"] if v["setting"] == STREAMS]
+    assert [v["kept"] for v in values] == ([] if kept is None else [kept])
+    flags = dict(HOST_FLAGS, **{"entrypoints.websecure.http2.maxconcurrentstreams": "100"})
+    add, remove = traefik.flag_changes(flags, opts, [], {})
+    assert add.get("entrypoints.websecure.http2.maxconcurrentstreams", "100") == str(after)
+
+
+def test_the_users_trusted_addresses_stay_when_the_roles_go_and_go_only_on_request():
+    text = ("entryPoints:\n  websecure:\n    address: \":443\"\n    proxyProtocol:\n      insecure: false\n"
+            "      trustedIPs:\n        - 192.168.1.1   # office VPN\n        - 10.8.0.1/32\n")
+    base = dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=[], trusted_added_before=["10.8.0.1/32"])
+    report = {}
+    off = yaml_text.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), base, [], report))
+    assert yaml.safe_load(off)["entryPoints"]["websecure"]["proxyProtocol"] == {"insecure": False,
+                                                                                "trustedIPs": ["192.168.1.1"]}
+    assert [(v["yours"], v["kept"]) for v in report["user_values"] if "trusted" in v["setting"]] == [(["192.168.1.1"], True)]
+    report = {}
+    gone = yaml_text.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), dict(base, override_user_values=True),
+                                                            [], report))
+    assert yaml.safe_load(gone)["entryPoints"]["websecure"]["proxyProtocol"] == {"insecure": False}
+    replaced = yaml_text.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), dict(
+        base, proxy_protocol_trusted_ips=["10.9.0.1/32"], override_user_values=True)))
+    assert yaml.safe_load(replaced)["entryPoints"]["websecure"]["proxyProtocol"]["trustedIPs"] == ["10.9.0.1/32"]
+
+
+def test_a_tcp_router_beside_a_constrained_docker_provider_does_not_make_an_entrypoint_tcp_only():
+    tcp = {"/d/tcp.yml": "tcp:\n  routers:\n    pass:\n      rule: HostSNI(`*`)\n      entryPoints: [websecure]\n"
+                         "      service: s\n      tls:\n        passthrough: true\n"}
+    known = traefik.user_routing(tcp, {"exposed_by_default": True, "constrained": False}, [])
+    with pytest.raises(traefik.TraefikConfigError, match="websecure \\(pass@file\\) serve only TCP routers"):
+        traefik.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY, routing=known))
+    # with constraints the Docker provider's HTTP routers are not known here: the limit stays
+    unknown = traefik.user_routing(tcp, {"exposed_by_default": True, "constrained": True}, [])
+    report = {}
+    traefik.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY, routing=unknown), [], report)
+    assert report["entrypoints"] == ["websecure"]
+
+
+def test_on_the_hosts_network_the_roles_api_on_the_hosts_loopback_is_said():
+    warnings = []
+    traefik.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY, host_network=True, listening=[]),
+                           warnings)
+    assert any("the host's own 127.0.0.1:9099" in w for w in warnings)
+    warnings = []
+    traefik.flag_changes(HOST_FLAGS, dict(OPTS, provider=DIRECTORY, host_network=True, listening=[], verify_api=False),
+                         warnings)
+    assert not any("9099" in w for w in warnings)

@@ -1,7 +1,11 @@
 """traefik_inflight's reading of the container: a container that is not
 there and an engine that does not answer are told apart, the engine's own
 words carried (an unreachable engine read as "No running container named
-traefik" before)."""
+traefik" before). A Traefik on the host's network: the host's listening ports read in it,
+ping placed past them, no net.* sysctls; unreadable ports refused."""
+import os
+import shutil
+
 import pytest
 
 from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
@@ -38,3 +42,76 @@ def test_an_engine_that_does_not_answer_says_so_in_its_own_words(err):
 def test_a_running_container_is_read():
     docker = ti.Docker(Module((0, '[{"Name": "/traefik"}]', "")), "traefik")
     assert docker.inspect("traefik") == {"Name": "/traefik"}
+
+
+# ---- issue 53: a Traefik on the host's network, read as the module reads it (the real guide case 45)
+
+HOST_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures", "traefik_guides",
+                         "45-lukasnellen-host-network-v2-sample-toml")
+PROC_NET_TCP = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+                "   0: 0100007F:238A 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n")
+
+
+class Params(object):
+    def __init__(self, params):
+        self.params = params
+
+
+class HostDocker(object):
+    """The docker CLI as a host-network Traefik started by compose from case 45 shows it."""
+
+    def __init__(self, project, proc_net_tcp):
+        self.project, self.proc = project, proc_net_tcp
+
+    def inspect(self, what):
+        return {"Name": "/traefik", "State": {"Running": True}, "HostConfig": {"NetworkMode": "host"},
+                "Config": {"Image": "traefik", "Cmd": [], "Env": [], "WorkingDir": "",
+                           "Labels": {"com.docker.compose.project": "t", "com.docker.compose.service": "traefik",
+                                      "com.docker.compose.project.working_dir": self.project,
+                                      "com.docker.compose.project.config_files":
+                                          os.path.join(self.project, "docker-compose.yml")}},
+                "Mounts": [{"Type": "bind", "Source": os.path.join(self.project, "traefik.toml"),
+                            "Destination": "/etc/traefik/traefik.toml", "RW": True}]}
+
+    def exec_(self, *argv):
+        if argv[0] == "traefik":
+            return 0, "Version:      3.6.12\n", ""
+        if "/proc/net/tcp" in " ".join(argv):
+            return 0, self.proc, ""
+        return 0, "/etc/traefik/traefik.toml\n", ""  # which static config candidates exist
+
+    def run(self, argv):
+        return 0, "1.44\n", ""
+
+    def running_labels(self):
+        return []
+
+
+def host_opts():
+    p = dict((k, v.get("default")) for k, v in ti.ARGUMENT_SPEC.items())
+    p.update(container="traefik", sysctls={"net.ipv4.tcp_fin_timeout": 15})
+    return Params(p), ti.options(p)
+
+
+def test_a_host_network_traefik_gets_ping_past_the_hosts_taken_ports_and_no_net_sysctls(tmp_path):
+    project = str(tmp_path / "t")
+    shutil.copytree(HOST_CASE, project)
+    text = open(os.path.join(project, "traefik.toml")).read()
+    start = text.index("# Enable ping\n[ping]\n")
+    with open(os.path.join(project, "traefik.toml"), "w") as f:
+        f.write(text[:start] + text[text.index("####", start):])  # no [ping] of the user's: the role places it
+    module, opts = host_opts()
+    facts, plan = ti.read_and_plan(module, HostDocker(project, PROC_NET_TCP), opts)
+    assert facts["network_mode"] == "host" and plan["network_mode"] == "host"
+    assert plan["ping"] == {"entrypoint": "homelab-edge-ping", "address": "127.0.0.1:9097", "by": "homelab.edge"}
+    assert 'address = "127.0.0.1:9097"' in plan["static"]["new"] and "sysctls" not in plan["compose"]["new"]
+    assert any("tcp_drain role's job" in w for w in plan["warnings"])
+
+
+def test_a_host_network_traefik_whose_hosts_ports_cannot_be_read_is_refused(tmp_path):
+    project = str(tmp_path / "t")
+    shutil.copytree(HOST_CASE, project)
+    module, opts = host_opts()
+    with pytest.raises(EditError) as e:
+        ti.read_and_plan(module, HostDocker(project, ""), opts)
+    assert "could not be read" in str(e.value) and "nothing was changed" in str(e.value)
