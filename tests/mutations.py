@@ -403,8 +403,8 @@ MUTATIONS = {
         UNIT + "test_traefik_inflight.py::test_no_net_sysctls_in_the_hosts_namespace"),
     "traefik_inflight: the limit put on an entrypoint that serves only TCP routers": (
         "plugins/module_utils/traefik_inflight.py",
-        "        if tcp and not http:",
-        "        if tcp and not http and False:",
+        '        if tcp and not http and (routing or {}).get("complete", True):',
+        '        if tcp and not http and (routing or {}).get("complete", True) and False:',
         UNIT + "test_traefik_guides.py::test_real_configs_keep_the_users_values_and_say_so"),
     "toml: a new table between a table and its commented-out options": (
         "plugins/module_utils/toml_text.py",
