@@ -530,12 +530,13 @@ exit 0
 """ % {"state": _q(state_dir), "ufw_init": " ".join(_q(x) for x in ufw_init)}
 
 
-def no_boot_path_problem():
-    """Why a revert cannot be armed on a host with neither systemd nor ufw's own start."""
+def no_boot_path_problem(refused=True):
+    """Why a revert cannot be armed on a host with neither systemd nor ufw's own start (refused: the arm's
+    refusal; otherwise what a plan found)."""
     return ("this host runs no systemd and has no ufw-init (%s), so nothing would revert an unconfirmed change at "
             "the next boot: a restart inside the window would keep it. Install ufw first (the role does, before it "
-            "arms), or make the change where systemd runs; no revert was armed and nothing was changed"
-            % " or ".join(UFW_INIT))
+            "arms), or make the change where systemd runs%s"
+            % (" or ".join(UFW_INIT), "; no revert was armed and nothing was changed" if refused else ""))
 
 
 def kills_user_processes(texts):

@@ -342,7 +342,10 @@ class Reverts(object):
                              "firewall as it is with state=confirmed id=%s" % (r["id"], r["id"])))
         was_enabled = ua.enabled(read("/etc/ufw/ufw.conf"))
         boot_path = self.boot_path()
-        if boot_path is None:
+        if boot_path is None and self.module.check_mode:
+            # a plan before ufw is installed (the role checks first, then installs, then arms): the real arm decides
+            self.module.warn("as the host is now, " + ur.no_boot_path_problem(refused=False))
+        elif boot_path is None:
             self.fail(ur.no_boot_path_problem())
         if boot_path == "ufw-init":
             for name, stage in ur.HOOKS:

@@ -553,3 +553,9 @@ def test_ufw_reloads_from_the_files_only_where_the_scoped_restore_failed(tmp_pat
     calls = (tmp_path / "calls").read_text().splitlines()
     assert ("ufw reload" in calls) is falls_back, calls
     assert (d / "revert_rc").read_text().strip() == ("0" if restored else "2")
+
+
+def test_no_boot_path_is_a_refusal_when_arming_and_a_finding_when_planning():
+    refusal, finding = ur.no_boot_path_problem(), ur.no_boot_path_problem(refused=False)
+    assert refusal.endswith("no revert was armed and nothing was changed") and refusal.startswith(finding)
+    assert "nothing was changed" not in finding and "Install ufw first" in finding
