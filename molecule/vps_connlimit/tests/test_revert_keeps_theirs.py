@@ -12,14 +12,13 @@
 import os
 import shlex
 import sys
-import time
-
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path[:0] = [os.path.join(ROOT, "plugins", "module_utils"), os.path.join(ROOT, "tests", "support")]
 import adhoc  # noqa: E402
 import ufw_revert as ur  # noqa: E402
+from test_revert_beside_others import until  # noqa: E402  (one bounded wait for the scenario's tests)
 
 VPS = testinfra.get_host("docker://vps-lab")
 FRESH = testinfra.get_host("docker://vps-fresh")
@@ -32,15 +31,6 @@ JAIL = ("[DEFAULT]\nbanaction = ufw\nbackend = systemd\n"
 PROFILE = "/etc/ufw/applications.d/homelab-edge-window-test"
 UDP_STANDIN = ("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.bind(('0.0.0.0', 51820))\n"
                "while True:\n    d, a = s.recvfrom(2048)\n    s.sendto(b'wg-standin ' + d, a)\n")
-
-
-def until(what, seconds):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if what():
-            return True
-        time.sleep(1)
-    return what()
 
 
 def new_connection(host, port):
