@@ -152,20 +152,20 @@ def is_stock_after_init(text, name=AFTER_INIT):
     return body == [x.replace(AFTER_INIT, name) for x in _STOCK_AFTER_INIT] or not body
 
 
-def apply_init_block(text, block, present=True):
-    """after.init with our one call placed (or removed): after the shebang
-    and the leading comments, before any command of the user's. Everything
-    else stays byte for byte. A missing file (None) becomes a script with
-    only our call."""
+def apply_init_block(text, block, present=True, begin=BEGIN, end=END, name=AFTER_INIT):
+    """One of ufw's init scripts (after.init, before.init: `name`) with a managed block - lines `block`, from the
+    line `begin` to the line `end` - placed (or removed): after the shebang and the leading comments, before any
+    command of the user's. Everything else stays byte for byte. A missing file (None) becomes a script with only
+    the block. The block of ufw_connlimit by default; ufw_revert's boot hook passes its own markers."""
     if text is None:
         return "#!/bin/sh\n" + "\n".join(block) + "\n" if present else None
     nl = "\r\n" if "\r\n" in text else "\n"
     lines = text.split(nl)
-    begins = [i for i, ln in enumerate(lines) if ln.strip() == BEGIN]
-    ends = [i for i, ln in enumerate(lines) if ln.strip() == END]
+    begins = [i for i, ln in enumerate(lines) if ln.strip() == begin]
+    ends = [i for i, ln in enumerate(lines) if ln.strip() == end]
     if len(begins) != len(ends) or len(begins) > 1:
-        raise RulesError("after.init: the managed block's markers are damaged (%d begin, %d end)"
-                         % (len(begins), len(ends)))
+        raise RulesError("%s: the managed block's markers are damaged (%d begin, %d end)"
+                         % (name, len(begins), len(ends)))
     if begins:
         del lines[begins[0]:ends[0] + 1]
     if present:

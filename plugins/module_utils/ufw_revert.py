@@ -37,8 +37,10 @@ import sys
 
 try:
     from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+    from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
 except ImportError:  # read by the lab's tests beside it (no collection there): the files sit side by side
     import ufw_access as ua  # noqa: F811
+    import ufw_connlimit as uc  # noqa: F811
 
 STATE_DIR = "/var/lib/homelab-edge/ufw-revert"
 ROOTS = ("/etc/ufw", "/etc/default/ufw")
@@ -455,40 +457,14 @@ BOOT_SCRIPT = "boot.sh"
 UFW_INIT = ("/usr/lib/ufw/ufw-init", "/lib/ufw/ufw-init")
 
 
-def hook_block(state_dir, stage):
-    """Our lines in ufw's before.init (stage before) or after.init (stage after)."""
+def init_hook(text, state_dir, stage, present=True):
+    """ufw's before.init (stage before) or after.init (stage after) with our block placed before any command of
+    the user's (and their `set -e`), or taken out - the same marked-block edit as ufw_connlimit's call in
+    after.init, with markers of its own (uc.RulesError where ours are damaged)."""
     path = "%s/%s" % (state_dir, BOOT_SCRIPT)
-    return ("%s: revert a firewall change a restart left unconfirmed (nothing when none is armed)\n"
-            '[ "${1:-}" = start ] && [ -f %s ] && /bin/sh %s %s "$PPID" || true\n%s\n'
-            % (HOOK_BEGIN, path, path, stage, HOOK_END))
-
-
-def with_hook(text, block):
-    """An init script's text with our block in it (an earlier one replaced), right after its #! line, so it runs
-    before the script's own lines (and its `set -e`); a missing or empty file becomes a script of its own."""
-    lines = (text or "").splitlines(True)
-    if HOOK_BEGIN in "".join(lines):
-        start = next(i for i, x in enumerate(lines) if x.startswith(HOOK_BEGIN))
-        end = next((i for i, x in enumerate(lines) if i > start and x.startswith(HOOK_END)), start)
-        lines[start:end + 1] = [block]
-        return "".join(lines)
-    if not lines or not lines[0].startswith("#!"):
-        lines.insert(0, "#!/bin/sh\n")
-    lines.insert(1, block)
-    return "".join(lines)
-
-
-def without_hook(text):
-    """An init script's text with our block taken out (the undo)."""
-    out, inside = [], False
-    for line in (text or "").splitlines(True):
-        if line.startswith(HOOK_BEGIN):
-            inside = True
-        elif inside and line.startswith(HOOK_END):
-            inside = False
-        elif not inside:
-            out.append(line)
-    return "".join(out)
+    block = [HOOK_BEGIN, "# a firewall change a restart left unconfirmed is reverted here (nothing when none is armed)",
+             '[ "${1:-}" = start ] && [ -f %s ] && /bin/sh %s %s "$PPID" || true' % (path, path, stage), HOOK_END]
+    return uc.apply_init_block(text, block, present, HOOK_BEGIN, HOOK_END, "%s.init" % stage)
 
 
 def boot_script(state_dir=STATE_DIR, ufw_init=UFW_INIT):

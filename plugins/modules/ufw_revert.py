@@ -347,14 +347,7 @@ class Reverts(object):
             self.module.warn("as the host is now, " + ur.no_boot_path_problem(refused=False))
         elif boot_path is None:
             self.fail(ur.no_boot_path_problem())
-        if boot_path == "ufw-init":
-            for name, stage in ur.HOOKS:
-                path = os.path.join(ur.ROOTS[0], name)
-                text = read(path)
-                if text is not None and not os.access(path, os.X_OK) and not uc.is_stock_after_init(text, name):
-                    self.fail("%s is not executable and holds commands of yours: making it executable to call the "
-                              "revert's boot hook would start running them. Make it executable yourself (or empty "
-                              "it) and run again; no revert was armed and nothing was changed" % path)
+        hooks = self.hooks() if boot_path == "ufw-init" else {}
         if self.module.check_mode:
             self.exit(changed=True, was_enabled=was_enabled, timeout=p["timeout"], boot_path=boot_path)
         self.check_space()
@@ -365,8 +358,8 @@ class Reverts(object):
         rid = "%d-%d" % (now, os.getpid())
         d = self.path(rid)
         os.makedirs(d, 0o700)
-        if boot_path == "ufw-init":  # before the copy of /etc/ufw, so that a revert keeps the hook
-            self.install_hook()
+        if hooks:  # before the copy of /etc/ufw, so that a revert keeps the hook
+            self.install_hook(hooks)
         names = []
         with tarfile.open(self.path(rid, "files.tar"), "w") as tar:
             for root in ur.ROOTS:
@@ -486,16 +479,31 @@ class Reverts(object):
             return "ufw-init"
         return None
 
-    def install_hook(self):
-        """Without systemd: boot.sh in the state directory and our block in ufw's before.init and after.init
-        (executable: ufw runs them only so). Once in place, each arm finds them as they are."""
-        boot = os.path.join(self.dir, ur.BOOT_SCRIPT)
-        if read(boot) != ur.boot_script(self.dir):
-            host.write_text(self.module, boot, ur.boot_script(self.dir), new_mode=0o700)
+    def hooks(self):
+        """Without systemd: ufw's before.init and after.init as they will be with our block, {path: (now, then)},
+        planned before anything is written; refused for a file that is not executable and holds commands of the
+        user's (making it executable would start running them) or whose block's markers are damaged."""
+        out = {}
         for name, stage in ur.HOOKS:
             path = os.path.join(ur.ROOTS[0], name)
-            old = read(path)
-            new = ur.with_hook(old, ur.hook_block(self.dir, stage))
+            text = read(path)
+            if text is not None and not os.access(path, os.X_OK) and not uc.is_stock_after_init(text, name):
+                self.fail("%s is not executable and holds commands of yours: making it executable to call the "
+                          "revert's boot hook would start running them. Make it executable yourself (or empty "
+                          "it) and run again; no revert was armed and nothing was changed" % path)
+            try:
+                out[path] = (text, ur.init_hook(text, self.dir, stage))
+            except uc.RulesError as e:
+                self.fail("%s; no revert was armed and nothing was changed" % e)
+        return out
+
+    def install_hook(self, hooks):
+        """boot.sh in the state directory and the planned init scripts (executable: ufw runs them only so). Once
+        in place, each arm finds them as they are."""
+        boot, text = os.path.join(self.dir, ur.BOOT_SCRIPT), ur.boot_script(self.dir)
+        if read(boot) != text:
+            host.write_text(self.module, boot, text, new_mode=0o700)
+        for path, (old, new) in sorted(hooks.items()):
             if new != old or not os.stat(path).st_mode & 0o100:
                 host.write_text(self.module, path, new, new_mode=0o750, add_mode=0o110)
 

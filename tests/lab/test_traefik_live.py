@@ -95,19 +95,7 @@ def test_the_real_traefik_runs_with_the_users_values_and_on_the_hosts_network(na
         network = "container:%s" % netns if netns else "none"
         docker("run", "-d", "--network", network, "--name", container, *volumes, image,
                *traefik.traefik_args(inspect))
-        answer, t0 = None, time.time()
-        while time.time() - t0 < 20:
-            got = docker("exec", container, "wget", "-q", "-O", "-", "http://127.0.0.1:9099/api/entrypoints",
-                         check=False)
-            if got.returncode == 0:
-                answer = json.loads(got.stdout)
-                break
-            if docker("inspect", "-f", "{{.State.Running}}", container, check=False).stdout.strip() != "true":
-                break
-            time.sleep(0.5)
-        logs = docker("logs", container, check=False)
-        assert answer is not None, "Traefik did not answer on the role's API: %s" % (logs.stdout + logs.stderr)[-3000:]
-        eps = dict((e["name"], e) for e in answer)
+        eps = api_entrypoints(container)
         for ep in plan["entrypoints"]:
             assert "inflight-limit@file" in ((eps[ep].get("http") or {}).get("middlewares") or []), eps[ep]
         for ep, streams in want.get("streams", {}).items():
@@ -131,6 +119,23 @@ def test_the_real_traefik_runs_with_the_users_values_and_on_the_hosts_network(na
 
 def docker(*argv, check=True):
     return subprocess.run(["docker"] + list(argv), capture_output=True, text=True, check=check, timeout=60)
+
+
+def api_entrypoints(container):
+    """Traefik's entrypoints as its API on the role's port answers them, {name: entrypoint} (bounded: 20 s, or
+    until the container stops); fails with Traefik's log when it never answers."""
+    answer, t0 = None, time.time()
+    while time.time() - t0 < 20:
+        got = docker("exec", container, "wget", "-q", "-O", "-", "http://127.0.0.1:9099/api/entrypoints", check=False)
+        if got.returncode == 0:
+            answer = json.loads(got.stdout)
+            break
+        if docker("inspect", "-f", "{{.State.Running}}", container, check=False).stdout.strip() != "true":
+            break
+        time.sleep(0.5)
+    logs = docker("logs", container, check=False)
+    assert answer is not None, "Traefik did not answer on the role's API: %s" % (logs.stdout + logs.stderr)[-3000:]
+    return dict((e["name"], e) for e in answer)
 
 
 def write_out(facts, plan):
@@ -171,19 +176,7 @@ def test_the_real_traefik_runs_what_the_module_wrote(name, kind, major, tmp_path
     image = IMAGES[major or facts["major"]]
     try:
         docker("run", "-d", "--network", "none", "--name", container, *volumes, image, *args)
-        answer, t0 = None, time.time()
-        while time.time() - t0 < 20:
-            got = docker("exec", container, "wget", "-q", "-O", "-", "http://127.0.0.1:9099/api/entrypoints",
-                         check=False)
-            if got.returncode == 0:
-                answer = json.loads(got.stdout)
-                break
-            if docker("inspect", "-f", "{{.State.Running}}", container, check=False).stdout.strip() != "true":
-                break
-            time.sleep(0.5)
-        logs = docker("logs", container, check=False)
-        assert answer is not None, "Traefik did not answer on the role's API: %s" % (logs.stdout + logs.stderr)[-3000:]
-        eps = dict((e["name"], e) for e in answer)
+        eps = api_entrypoints(container)
         for ep in opts["entrypoints"]:
             assert "inflight-limit@file" in ((eps[ep].get("http") or {}).get("middlewares") or []), eps[ep]
         mw = json.loads(docker("exec", container, "wget", "-q", "-O", "-",

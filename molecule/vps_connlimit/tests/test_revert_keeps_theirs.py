@@ -169,9 +169,9 @@ def test_a_restart_without_systemd_inside_the_window_reverts_at_ufws_start_and_w
         try:
             assert ur.HOOK_BEGIN in FRESH.check_output("cat /etc/ufw/before.init")
             if not hook:  # the net removed
-                for name, _ in ur.HOOKS:
-                    text = FRESH.check_output("cat /etc/ufw/%s" % name)
-                    FRESH.check_output("printf %%s %s >/etc/ufw/%s" % (shlex.quote(ur.without_hook(text)), name))
+                for name, stage in ur.HOOKS:
+                    text = ur.init_hook(FRESH.check_output("cat /etc/ufw/%s" % name), ur.STATE_DIR, stage, present=False)
+                    FRESH.check_output("printf %%s %s >/etc/ufw/%s" % (shlex.quote(text), name))
             FRESH.check_output("ufw deny 8089/tcp >/dev/null")
             assert fresh_change_live()
             restart_fresh()

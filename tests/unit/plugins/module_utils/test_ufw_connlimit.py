@@ -366,7 +366,7 @@ def test_the_seeds_line_for_a_docker_port_is_taken_over_too():
 def test_a_stock_before_init_with_the_reverts_block_is_still_stock():
     from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
     before = STOCK_AFTER_INIT.replace("after.init", "before.init")
-    hooked = ur.with_hook(before, ur.hook_block("/var/lib/homelab-edge/ufw-revert", "before"))
+    hooked = ur.init_hook(before, "/var/lib/homelab-edge/ufw-revert", "before")
     assert uc.is_stock_after_init(hooked, "before.init") and not uc.is_stock_after_init(hooked)
     assert not uc.is_stock_after_init(hooked.replace("esac", "iptables -A INPUT -j DROP\nesac"), "before.init")
 

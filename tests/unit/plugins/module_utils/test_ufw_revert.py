@@ -3,6 +3,7 @@ import subprocess
 
 import pytest
 
+from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
 from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
 
 
@@ -452,12 +453,18 @@ def test_the_scratch_restore_declares_the_other_chains_ours_jump_to():
 # ------------------------------------------------------------ a boot path without systemd
 def test_the_hook_goes_in_once_after_the_shebang_and_comes_out_whole():
     stock = "#!/bin/sh\nset -e\ncase \"$1\" in\nstart) ;;\nesac\n"
-    block = ur.hook_block("/var/lib/homelab-edge/ufw-revert", "before")
-    once = ur.with_hook(stock, block)
+    state = "/var/lib/homelab-edge/ufw-revert"
+    once = ur.init_hook(stock, state, "before")
     assert once.startswith("#!/bin/sh\n" + ur.HOOK_BEGIN) and once.index(ur.HOOK_END) < once.index("set -e")
-    assert ur.with_hook(once, block) == once
-    assert ur.without_hook(once) == stock
-    assert ur.with_hook(None, block).startswith("#!/bin/sh\n" + ur.HOOK_BEGIN)
+    assert ur.init_hook(once, state, "before") == once
+    assert ur.init_hook(once, state, "before", present=False) == stock
+    assert ur.init_hook(None, state, "before").startswith("#!/bin/sh\n" + ur.HOOK_BEGIN)
+    # ufw's own before.init: after its leading comments, still before its `set -e`
+    packaged = "#!/bin/sh\n#\n# before.init: if executable, called by ufw-init.\n#\nset -e\n"
+    placed = ur.init_hook(packaged, state, "before")
+    assert placed.index("called by ufw-init") < placed.index(ur.HOOK_BEGIN) < placed.index("set -e")
+    with pytest.raises(uc.RulesError, match="before.init: the managed block's markers are damaged"):
+        ur.init_hook(once.replace(ur.HOOK_END + "\n", ""), state, "before")
     subprocess.run(["sh", "-n", "-c", once], check=True)
 
 
