@@ -55,6 +55,17 @@ def traefik_client_share(log_lines):
     return [top, share, total, traefik.is_blind(total, share)]
 
 
+def traefik_health_test(static, entrypoints, entrypoint="", through="entrypoint", config_file="/etc/traefik/traefik.yml"):
+    """The health check test the traefik_inflight module writes, for a
+    Traefik the role deploys from `static` (its static config as data)."""
+    opts = {"healthcheck": True, "entrypoints": entrypoints, "healthcheck_entrypoint": entrypoint or None,
+            "healthcheck_through": through}
+    target = traefik.health_target(traefik.entrypoint_facts(static, None), {}, opts)
+    return ["CMD-SHELL", target["command"]] if target else ["CMD", "traefik", "healthcheck", "--ping",
+                                                             "--configFile=%s" % config_file]
+
+
 class FilterModule(object):
     def filters(self):
-        return dict((f.__name__, f) for f in (traefik_api_argv, traefik_api_problems, traefik_client_bound, traefik_client_share))
+        return dict((f.__name__, f) for f in (traefik_api_argv, traefik_api_problems, traefik_client_bound, traefik_client_share,
+                                                     traefik_health_test))

@@ -395,6 +395,9 @@ def container_facts(inspect, version_output, existing_files, given_version=None)
             "source": static_source(args, existing_files, env, workdir), "workdir": workdir,
             "mounts": inspect.get("Mounts") or [], "compose": compose_labels(inspect),
             "healthcheck": health[0] != "NONE", "labels": config.get("Labels") or {},
+            "health": {"test": health if health[0] != "NONE" else None,
+                       "status": (state.get("Health") or {}).get("Status"),
+                       "output": ((state.get("Health") or {}).get("Log") or [{}])[-1].get("Output")},
             "network_mode": (inspect.get("HostConfig") or {}).get("NetworkMode") or "default"}
 
 
@@ -1003,6 +1006,7 @@ def user_routing(dynamic_texts, provider=None, containers=()):
                 router = router if isinstance(router, dict) else {}
                 eps = lookup(router, ["entryPoints"])
                 routers.append({"name": "%s@file" % name, "kind": kind, "entrypoints": _words(eps) if eps else None,
+                                "tls": lookup(router, ["tls"]) is not None,
                                 "middlewares": [_qualified(m, "file") for m in _words(lookup(router, ["middlewares"]))]})
         for name, mw in sorted((lookup(doc, ["http", "middlewares"]) or {}).items()):
             for key, config in (mw.items() if isinstance(mw, dict) else []):
@@ -1019,6 +1023,8 @@ def user_routing(dynamic_texts, provider=None, containers=()):
                     r = found.setdefault((m.group(1).lower(), m.group(2)), {"entrypoints": None, "middlewares": []})
                     if m.group(3).lower() == "entrypoints":
                         r["entrypoints"] = _words(value)
+                    elif m.group(3).lower() == "tls" or m.group(3).lower().startswith("tls."):
+                        r["tls"] = r.get("tls") or m.group(3).lower() != "tls" or str(value).lower() == "true"
                     elif m.group(3).lower() == "middlewares":
                         r["middlewares"] = [_qualified(w, "docker") for w in _words(value)]
                 m = re.match(r"^traefik\.http\.middlewares\.([^.]+)\.(inflightreq|ratelimit)\.(.+)$", key, re.I)
@@ -1353,12 +1359,21 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
         if value["kept"] and value["setting"] != "ping":
             warnings.append("%s (override_user_values: true replaces it)" % value["text"])
     if compose is not None:
-        compose_changes += service_changes(compose, facts, opts, warnings)
+        compose_changes += service_changes(compose, facts, opts, warnings, report)
         new = yaml_text.edit_yaml(compose_text, compose_changes, compose_path) if compose_changes else compose_text
         out["compose"] = {"path": compose_path, "old": compose_text, "new": new, "files": facts["compose"]["files"],
                           "env_files": facts["compose"].get("env_files") or [],
                           "project_dir": facts["compose"]["working_dir"], "service": facts["compose"]["service"],
                           "project": facts["compose"]["project"]}
+    else:  # docker run: the health check is the user's to change; it is reviewed all the same
+        test = (facts.get("health") or {}).get("test")
+        report["healthcheck"] = {"by": "you" if test else None, "test": test_text(test) if test else None,
+                                 "through": None, "replaced": False, "problems": review_healthcheck(
+                                     test, report.get("ping"), opts.get("entrypoint_facts") or {},
+                                     facts.get("health"), opts.get("health")) if test else []}
+    out["healthcheck"] = report["healthcheck"]
+    warnings += health_warnings(report, opts.get("health"), bool(opts.get("healthcheck")))
+    if compose is not None:
         out["recreate"] = new != compose_text
     return out
 
@@ -1387,10 +1402,225 @@ def check_service_home(compose, project, path):
                                            else "", service))
 
 
-def service_changes(compose, facts, opts, warnings=None):
-    """The compose service of Traefik: the autoheal label and a health check
-    that asks Traefik itself (ping), and the drain sysctls of its own
-    network namespace, where missing. A Traefik in the host's network
+# ------------------------------------------------------------ health check
+
+# The health check through the user's own entrypoint: one HTTP(S) request from inside Traefik's
+# network namespace to the entrypoint users reach, on a path no router of theirs is likely to have.
+# Any HTTP status means Traefik accepted, shook hands (TLS) and answered there; no answer within
+# the check's timeout (Docker kills the probe) means users get none either. busybox's wget (the
+# official image is Alpine's; -S prints the status line indented, also when the server answers
+# 404) - a status line is what counts, not wget's exit code, which is 1 for a 404.
+HEALTH_PATH = "/homelab-edge-health"
+HEALTH_AGENT = "homelab-edge-health"
+# Words in a health check that name something outside Traefik's container (a host name with a dot,
+# or an IPv4 address that is not loopback): the check then fails when that is down.
+OUTSIDE = re.compile(r"(?<![\w.-])((?:\d{1,3}\.){3}\d{1,3}|(?:[a-z0-9-]+\.)+[a-z]{2,})(?![\w-])", re.I)
+LOCAL = re.compile(r"^(127\.|0\.0\.0\.0$|localhost)", re.I)
+
+
+def entrypoint_facts(static, flags):
+    """{name: {"address": str, "tls": bool}} of the entrypoints in a static
+    config (a parsed file) or in flags ({lower-cased name: value})."""
+    out = {}
+    if static is not None:
+        for name, ep in (lookup(static, ["entryPoints"]) or {}).items():
+            ep = ep if isinstance(ep, dict) else {}
+            tls = lookup(ep, ["http", "tls"])
+            out[name] = {"address": lookup(ep, ["address"]), "tls": tls is not None and tls is not False
+                         and str(tls).lower() != "false"}
+        return out
+    for key, value in (flags or {}).items():
+        parts = key.split(".")
+        if len(parts) >= 3 and parts[0] == "entrypoints":
+            ep = out.setdefault(parts[1], {"address": None, "tls": False})
+            if parts[2:] == ["address"]:
+                ep["address"] = value
+            elif parts[2:4] == ["http", "tls"] and str(value).lower() != "false":
+                ep["tls"] = True
+    return out
+
+
+def health_url(address, tls):
+    """The URL the health check asks on an entrypoint address (':443',
+    '0.0.0.0:443/tcp', '[::]:443', '192.168.1.5:443'): the loopback of
+    Traefik's network namespace where the entrypoint listens on every
+    address, else the address itself."""
+    host, _, port = str(address or "").strip().partition("/")[0].rpartition(":")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = "[%s]" % host
+    return "%s://%s:%s%s" % ("https" if tls else "http", host, port, HEALTH_PATH)
+
+
+def health_command(url):
+    """The shell command of the health check through an entrypoint (exit 0: Traefik answered)."""
+    return "%s 2>&1 | grep -q '^ *HTTP/'" % health_request(url)
+
+
+def health_request(url):
+    """The request alone (its output says what the entrypoint answered)."""
+    return "wget -q -S -O /dev/null -U %s%s %s" % (HEALTH_AGENT, " --no-check-certificate" if url.startswith("https:")
+                                                   else "", url)
+
+
+def health_target(entrypoints, routing, opts):
+    """Where the health check asks: {"entrypoint", "address", "url",
+    "command"} for the entrypoint opts["healthcheck_entrypoint"] (default:
+    the first of opts["entrypoints"] that listens on TCP), HTTPS where the
+    entrypoint or a router of the user's on it uses TLS; None when
+    opts["healthcheck_through"] is "ping" or no health check is wanted. Raises TraefikConfigError for an
+    entrypoint that is not there or has no TCP port."""
+    if not opts.get("healthcheck") or opts.get("healthcheck_through", "entrypoint") != "entrypoint":
+        return None
+    if not opts.get("healthcheck_entrypoint") and not any(port_of((entrypoints.get(ci(entrypoints, e)) or {}).get(
+            "address")) for e in opts.get("entrypoints") or []):
+        return None  # the entrypoints to limit are checked (and refused) where the limit goes
+    wanted = opts.get("healthcheck_entrypoint") or next(
+        (e for e in opts.get("entrypoints") or [] if port_of((entrypoints.get(ci(entrypoints, e)) or {}).get("address"))),
+        None)
+    name = ci(entrypoints, wanted) if wanted else None
+    if name is None or not port_of(entrypoints[name]["address"]):
+        raise TraefikConfigError(
+            "the health check goes through entrypoint %s, which %s: set traefik_inflight_healthcheck_entrypoint to "
+            "an HTTP entrypoint of yours (defined: %s), or traefik_inflight_healthcheck_through: ping; nothing was "
+            "changed" % (wanted or "(none named)", "has no TCP port" if name else "is not in the static config",
+                         ", ".join(sorted(entrypoints)) or "none"))
+    routers = [r for r in (routing or {}).get("routers") or [] if r["kind"] == "http" and r.get("tls")
+               and (r["entrypoints"] is None or name.lower() in [e.lower() for e in r["entrypoints"]])]
+    url = health_url(entrypoints[name]["address"], entrypoints[name]["tls"] or bool(routers))
+    return {"entrypoint": name, "address": entrypoints[name]["address"], "url": url, "command": health_command(url),
+            "request": health_request(url)}
+
+
+def health_plan(facts, where, static_text, dynamic_texts, opts, containers=()):
+    """(entrypoint_facts(), health_target()) of a Traefik as read: before
+    plan(), so that the module can try the request through the entrypoint
+    on the running Traefik first."""
+    static = parse_static(static_text, where["static"]) if where["mode"] == "file" else None
+    eps = entrypoint_facts(static, facts["source"]["flags"] if where["mode"] != "file" else None)
+    return eps, health_target(eps, user_routing(dynamic_texts, where.get("docker"), containers), opts)
+
+
+def test_text(test):
+    """A compose or Docker health check test (a list or a string) as one line."""
+    if isinstance(test, (list, tuple)):
+        words = [str(w) for w in test]
+        if words and words[0] in ("CMD", "CMD-SHELL"):
+            words = words[1:]
+        return " ".join(words)
+    return str(test or "")
+
+
+def is_ping_check(test):
+    return bool(re.search(r"\btraefik\s+healthcheck\b|/ping\b", test_text(test)))
+
+
+def review_healthcheck(test, ping, entrypoints, health=None, target=None):
+    """What would make a health check miss a wedge users see or restart a
+    Traefik that serves: [{"problem", "text"}]. `ping`: ping_report();
+    `entrypoints`: entrypoint_facts(); `health`: {"status", "output"} as
+    Docker last saw it; `target`: health_target() with target["answered"]
+    (the module's own request through the entrypoint just now)."""
+    text, out = test_text(test), []
+    outside = sorted(set(m for m in OUTSIDE.findall(text) if not LOCAL.match(m)))
+    if outside:
+        out.append({"problem": "outside", "text": "it asks %s, outside Traefik: it fails when that is down (an ISP "
+                    "outage restarts a Traefik that serves)" % ", ".join(outside)})
+    if is_ping_check(test):
+        ep = (entrypoints.get(ci(entrypoints, (ping or {}).get("entrypoint") or "")) or {})
+        if ep.get("tls") and re.search(r"\btraefik\s+healthcheck\b|http://", text):
+            out.append({"problem": "never_passes", "text": "it asks ping in plain HTTP on %s, an entrypoint with "
+                        "TLS, where ping answers 404: it never passes, so autoheal restarts Traefik again and again"
+                        % ping["entrypoint"]})
+        else:
+            out.append({"problem": "ping_only", "text": "it asks ping only (%s): a stall of the entrypoint users "
+                        "reach leaves it green" % ((ping or {}).get("entrypoint") or "traefik")})
+    if (health or {}).get("status") == "unhealthy" and (target or {}).get("answered"):
+        out.append({"problem": "fails", "text": "Docker says unhealthy while Traefik answers on %s (the check's last "
+                    "output: %s)" % (target["entrypoint"], (health.get("output") or "none").strip()[:200])})
+    return out
+
+
+def health_changes(svc, facts, opts, report):
+    """The health check of a compose-managed Traefik: the module's (through
+    the user's entrypoint where opts["health"] answered, else ping) where
+    the service has none, has the module's from an earlier run, or
+    opts["healthcheck_replace"]; the user's own kept otherwise and reviewed.
+    report["healthcheck"]: {"by", "test", "through", "problems", "replaced"}."""
+    service = facts["compose"]["service"]
+    hc, target = opts.get("healthcheck"), opts.get("health")
+    have = (svc.get("healthcheck") or {}).get("test")
+    written = (opts.get("written_before") or {}).get("healthcheck")
+    ping = ping_argv(facts, opts)
+    through = ["CMD-SHELL", target["command"]] if target else None
+    # the module's: what it wrote (its record), what it writes (the same words are its own: the role's compose
+    # template writes them for a Traefik it deploys), or the ping check of an earlier version or of a user who
+    # asked for ping
+    ours = bool(have) and (have in (written, through) or (have == ping and (
+        opts.get("written_before") is not None or opts.get("healthcheck_through") == "ping")))
+    # through the entrypoint where the request answered now, or where it is the module's already (a
+    # Traefik stalled while the role runs is the check's to catch, not a reason to weaken it)
+    argv = through if through and (target.get("answered") or (ours and have == through)) else ping
+    problems = [] if not have or ours else review_healthcheck(have, report.get("ping"), opts.get("entrypoint_facts")
+                                                              or {}, facts.get("health"), target)
+    replace = bool(hc) and bool(have) and not ours and bool(opts.get("healthcheck_replace"))
+    if not hc or (have and not ours and not replace):
+        report["healthcheck"] = {"by": "you" if have else None, "test": test_text(have) if have else None,
+                                 "through": None, "problems": problems, "replaced": False}
+        return []
+    report["healthcheck"] = {"by": "homelab.edge", "test": test_text(argv),
+                             "through": target["entrypoint"] if argv[0] == "CMD-SHELL" else "ping",
+                             "problems": problems, "replaced": replace}
+    report.setdefault("written", {})["healthcheck"] = argv
+    current = dict((k, v) for k, v in (svc.get("healthcheck") or {}).items() if k != "test")
+    if have == argv and all(str(current.get(k)) == str(v) for k, v in hc.items()):
+        return []
+    return [("set", ["services", service, "healthcheck"], dict(test=argv, **hc))]
+
+
+def ping_argv(facts, opts):
+    """`traefik healthcheck --ping` with what it needs to find ping (the static config file, or the flags
+    of ping and its entrypoint as they will be)."""
+    argv = ["CMD", "traefik", "healthcheck", "--ping"]
+    if facts["source"]["mode"] == "file":
+        return argv + ["--configFile=%s" % facts["source"]["path"]]
+    new_flags = ["--%s=%s" % kv for kv in sorted((opts.get("flags_added") or {}).items())]
+    ping_ep = (opts.get("flags_added") or {}).get("ping.entrypoint") or \
+        parse_flags(facts["args"]).get("ping.entrypoint") or IMPLICIT_ENTRYPOINT
+    return argv + [a for a in facts["args"] + new_flags
+                   if a.lower().startswith(("--ping", "--entrypoints.%s." % ping_ep.lower()))]
+
+
+def health_warnings(report, target, wanted):
+    """One line per thing the user should know about the health check: the user's own kept with its
+    problems; the module's on ping because the entrypoint did not answer; or the module's through an
+    entrypoint that does not answer now."""
+    out = []
+    hc = report.get("healthcheck") or {}
+    if hc.get("by") == "you" and hc.get("problems"):
+        out.append("your health check (%s) is kept: %s. traefik_inflight_healthcheck_replace: true replaces it with "
+                   "the role's, which asks through your entrypoint" % (hc["test"], "; ".join(
+                       p["text"] for p in hc["problems"])))
+    if not (wanted and target and not target.get("answered") and hc.get("by") == "homelab.edge"):
+        return out
+    if hc.get("through") == "ping":
+        out.append("the health check asks ping, not your entrypoint %s: the request through it (%s) got no HTTP "
+                   "answer now (%s), so a check on it would restart a Traefik that serves. A stall of %s alone is not "
+                   "seen" % (target["entrypoint"], target["url"], target.get("output") or "no output",
+                             target["entrypoint"]))
+    else:
+        out.append("Traefik gave no HTTP answer on %s just now (%s: %s): its health check, which asks there, will "
+                   "fail too while this lasts" % (target["entrypoint"], target["url"], target.get("output") or
+                                                  "no output"))
+    return out
+
+
+def service_changes(compose, facts, opts, warnings=None, report=None):
+    """The compose service of Traefik: the autoheal label, a health check
+    (health_changes; report["healthcheck"] says whose and what it found), and
+    the drain sysctls of its own network namespace, where missing. A Traefik in the host's network
     namespace gets no net.* sysctls (the runtime refuses them there; the
     host's are the tcp_drain role's): `warnings` says so."""
     warnings = [] if warnings is None else warnings
@@ -1413,19 +1643,7 @@ def service_changes(compose, facts, opts, warnings=None):
                 changes.append(("append", ["services", service, "labels"], "%s=true" % label))
         elif str((labels or {}).get(label, "")).lower() != "true":
             changes.append(("set", ["services", service, "labels", label], "true"))
-    hc = opts.get("healthcheck")
-    if hc and not (svc.get("healthcheck") or {}).get("test"):
-        argv = ["CMD", "traefik", "healthcheck", "--ping"]
-        if facts["source"]["mode"] == "file":
-            argv.append("--configFile=%s" % facts["source"]["path"])
-        else:
-            # what ping listens on: its flags and its entrypoint's, as they will be (the added ones too)
-            new_flags = ["--%s=%s" % kv for kv in sorted((opts.get("flags_added") or {}).items())]
-            ping_ep = (opts.get("flags_added") or {}).get("ping.entrypoint") or \
-                parse_flags(facts["args"]).get("ping.entrypoint") or IMPLICIT_ENTRYPOINT
-            argv += [a for a in facts["args"] + new_flags
-                     if a.lower().startswith(("--ping", "--entrypoints.%s." % ping_ep.lower()))]
-        changes.append(("set", ["services", service, "healthcheck"], dict(test=argv, **hc)))
+    changes += health_changes(svc, facts, opts, report if report is not None else {})
     sysctls = dict(opts.get("sysctls") or {})
     refused = sorted(k for k in sysctls if str(k).startswith(HOST_REFUSED_SYSCTLS))
     if facts.get("network_mode") == "host" and refused:
@@ -1448,7 +1666,8 @@ def service_changes(compose, facts, opts, warnings=None):
 def access_records(log_lines):
     """The JSON records among log lines (Traefik's access log on stdout,
     mixed with its own log lines), of the user's entrypoints: the role's own
-    (its API reads, Prometheus's scrapes) are not the users' requests."""
+    (its API reads, Prometheus's scrapes, the health check's requests) are
+    not the users' requests."""
     for line in log_lines:
         line = line.strip()
         if line.startswith("{"):
@@ -1456,7 +1675,7 @@ def access_records(log_lines):
                 record = json.loads(line)
             except ValueError:
                 continue
-            if record.get("entryPointName") not in OWN_ENTRYPOINTS:
+            if record.get("entryPointName") not in OWN_ENTRYPOINTS and record.get("RequestPath") != HEALTH_PATH:
                 yield record
 
 

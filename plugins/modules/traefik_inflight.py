@@ -132,9 +132,42 @@ options:
     default: ""
   healthcheck:
     description:
-      - A compose-managed Traefik without a health check gets one that asks Traefik itself (C(traefik healthcheck
-        --ping)), with these timings (C(interval), C(timeout), C(retries), C(start_period)). Unset - none.
+      - A compose-managed Traefik without a health check gets the module's, with these timings (C(interval),
+        C(timeout), C(retries), C(start_period)). Unset - none (the user's own is still reviewed).
+      - The module's check asks through the user's entrypoint (O(healthcheck_through)) - one HTTP(S) request from
+        inside Traefik's network namespace per interval (busybox C(wget), as in the official image), any HTTP status
+        counting as alive - so a stall of that entrypoint alone (a full backlog, a dead accept loop, out of file
+        descriptors) makes Traefik unhealthy, which C(traefik healthcheck --ping) on Traefik's side entrypoint does
+        not see. The request is tried on the running Traefik first; where it gets no HTTP answer, the check asks
+        ping instead and a warning says why.
+      - The user's own health check is kept and reviewed (RV(healthcheck)); what would make it miss a wedge or
+        restart a Traefik that serves (ping in plain HTTP on a TLS entrypoint, a host outside Traefik, ping only,
+        unhealthy while Traefik answers) is a warning. O(healthcheck_replace) replaces it.
     type: dict
+  healthcheck_through:
+    description:
+      - C(entrypoint) - the module's health check asks through O(healthcheck_entrypoint); C(ping) - it asks
+        C(traefik healthcheck --ping), as before 2.0.0.
+    type: str
+    choices: [entrypoint, ping]
+    default: entrypoint
+    version_added: "2.0.0"
+  healthcheck_entrypoint:
+    description:
+      - The entrypoint the health check asks through. Default - the first of O(entrypoints) with a TCP port.
+      - HTTPS where the entrypoint or a router of the user's on it uses TLS (the certificate is not checked);
+        the request goes to the entrypoint's own address, or to 127.0.0.1 where it listens on every address.
+      - Its cost - one request per interval on the path C(/homelab-edge-health) with the user agent
+        C(homelab-edge-health), from 127.0.0.1 (its own bucket of the per-client limit); Traefik answers it 404
+        unless a router of the user's matches every path, then that router's service answers it.
+    type: str
+    version_added: "2.0.0"
+  healthcheck_replace:
+    description:
+      - Replace the user's own health check with the module's (shown in C(--diff); O(state=absent) puts theirs back).
+    type: bool
+    default: false
+    version_added: "2.0.0"
   sysctls:
     description:
       - Namespaced sysctls a compose-managed Traefik gets where missing (its own network namespace).
@@ -309,6 +342,18 @@ ping:
   returned: state is present
   type: dict
   sample: {"entrypoint": "homelab-edge-ping", "address": "127.0.0.1:9098", "by": "homelab.edge"}
+healthcheck:
+  description:
+    - The container's health check - C(by) (C(homelab.edge), C(you), or null for none), C(test) (as one line),
+      C(through) (the entrypoint the module's asks through, C(ping), or null for the user's), C(problems) (the
+      review of the user's - C(problem) one of C(outside), C(never_passes), C(ping_only), C(fails) - and its
+      C(text)), C(replaced) (the user's replaced - O(healthcheck_replace)).
+  returned: state is present
+  type: dict
+  version_added: "2.0.0"
+  sample: {"by": "homelab.edge", "through": "websecure", "replaced": false, "problems": [],
+           "test": "wget -q -S -O /dev/null -U homelab-edge-health --no-check-certificate
+                    https://127.0.0.1:443/homelab-edge-health 2>&1 | grep -q '^ *HTTP/'"}
 network_mode:
   description: The container's network mode (C(host) - Traefik shares the host's network namespace).
   returned: state is present
@@ -400,7 +445,9 @@ def options(p):
             "excluded_ips": p["excluded_ips"], "header": p["header"], "entrypoints": p["entrypoints"],
             "dynamic_dir": p["dynamic_dir"], "verify_api": p["verify"],
             "proxy_protocol_trusted_ips": p["proxy_protocol_trusted_ips"], "autoheal_label": p["autoheal_label"],
-            "healthcheck": p["healthcheck"], "sysctls": p["sysctls"], "http2_max_streams": p["http2_max_streams"],
+            "healthcheck": p["healthcheck"], "healthcheck_through": p["healthcheck_through"],
+            "healthcheck_entrypoint": p["healthcheck_entrypoint"], "healthcheck_replace": p["healthcheck_replace"],
+            "sysctls": p["sysctls"], "http2_max_streams": p["http2_max_streams"],
             "metrics_port": p["metrics_port"], "override_user_values": p["override_user_values"]}
 
 
@@ -460,6 +507,13 @@ def read_and_plan(module, docker, opts):
     own = traefik.middleware_file(where["provider"]["dir_host"], opts["name"])
     dynamic = read_dynamic(where["provider"], own)
     containers = docker.running_labels() if where.get("docker") else []
+    eps, target = traefik.health_plan(facts, where, static_text, dynamic, opts, containers)
+    if target and opts.get("healthcheck"):
+        target["answered"] = docker.exec_("timeout", str(traefik.API_TIMEOUT), "sh", "-c", target["command"])[0] == 0
+        if not target["answered"]:
+            rc, out, err = docker.exec_("timeout", str(traefik.API_TIMEOUT), "sh", "-c", target["request"] + " 2>&1")
+            target["output"] = " ".join((out or err or "no answer within %d s" % traefik.API_TIMEOUT).split())[:200]
+    opts = dict(opts, entrypoint_facts=eps, health=target)
     plan = traefik.plan(facts, where, static_text, compose_text, dynamic, opts, containers)
     rc, min_api, err = docker.run(["version", "--format", "{{.Server.MinAPIVersion}}"])
     warning = traefik.engine_api_warning(facts["version"], bool(where.get("docker")), min_api.strip() if rc == 0 else "")
@@ -605,6 +659,9 @@ ARGUMENT_SPEC = dict(
     proxy_protocol_trusted_ips=dict(type="list", elements="str"),
     autoheal_label=dict(type="str", default=""),
     healthcheck=dict(type="dict"),
+    healthcheck_through=dict(type="str", choices=["entrypoint", "ping"], default="entrypoint"),
+    healthcheck_entrypoint=dict(type="str"),
+    healthcheck_replace=dict(type="bool", default=False),
     sysctls=dict(type="dict", default={}),
     verify=dict(type="bool", default=True),
     verify_timeout=dict(type="int", default=60),
@@ -654,7 +711,7 @@ def planned(module, docker, facts, plan):
                   middleware_ref=plan["middleware_ref"], provider=provider, restart=plan["restart"],
                   recreate=plan["recreate"], files=[c[0] for c in changes], client_bound={}, problems=[],
                   entrypoints=plan["entrypoints"], user_values=plan["user_values"], ping=plan["ping"],
-                  network_mode=plan["network_mode"])
+                  network_mode=plan["network_mode"], healthcheck=plan["healthcheck"])
     if module._diff:
         result["diff"] = diff(plan, changes)
     before = docker.api() if module.params["verify"] else None

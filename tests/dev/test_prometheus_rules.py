@@ -69,3 +69,15 @@ def test_the_absent_alert_of_container_counters_is_written_only_where_they_are()
     assert "ContainerSocketMetricsAbsent" not in names(ansible_facts={"service_mgr": "sysvinit"})
     assert "ContainerSocketMetricsAbsent" not in names(ansible_facts={})
     assert "ContainerSocketMetricsStale" in names(tcp_drain_containers=[])
+
+
+def test_traefik_s_scrape_and_path_alerts_are_written_only_where_they_can_speak():
+    """TraefikNotScraped (absent(up)) would fire for ever on a healthy homelab whose Traefik metrics are off;
+    TraefikEntrypointSilent needs the health check's own request on the entrypoint."""
+    def names(**values):
+        return [r["alert"] for r in yaml.safe_load(prometheus_rules.render("traefik_inflight", values))["groups"][0]
+                ["rules"]]
+    assert "TraefikNotScraped" in names() and "TraefikEntrypointSilent" in names()
+    assert "TraefikNotScraped" not in names(traefik_inflight_metrics=False)
+    assert "TraefikEntrypointSilent" not in names(traefik_inflight_healthcheck_through="ping")
+    assert "TraefikEntrypointSilent" not in names(traefik_inflight_healthcheck={})

@@ -20,7 +20,9 @@ def roles():
 
 # What the roles write as a NAS's play sets them (rules that are written only for some settings
 # are then present for promtool): tcp_drain's counters of Traefik's own namespace, on a host booted by systemd.
-AS_ON_A_NAS = {"tcp_drain": {"tcp_drain_containers": ["traefik"], "ansible_facts": {"service_mgr": "systemd"}}}
+# Traefik's metrics on (the Traefik alerts need them; TraefikNotScraped is written only then).
+AS_ON_A_NAS = {"tcp_drain": {"tcp_drain_containers": ["traefik"], "ansible_facts": {"service_mgr": "systemd"}},
+               "traefik_inflight": {"traefik_inflight_metrics": True}}
 # The role vars (vars/main.yml) a rules template reads, in the order they are defined there.
 DERIVED = {"tcp_drain": ["tcp_drain_counters_wanted", "tcp_drain_counters_written"]}
 
