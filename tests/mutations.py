@@ -19,6 +19,26 @@ UNIT = "tests/unit/plugins/module_utils/"
 
 # name: (file, text, mutated text, the test that must catch it)
 MUTATIONS = {
+    "traefik health: a 404 from the user's entrypoint counted as a failed check": (
+        "plugins/module_utils/traefik_inflight.py",
+        """    return "%s 2>&1 | grep -q '^ *HTTP/'" % health_request(url)""",
+        """    return "%s" % health_request(url)""",
+        UNIT + "test_traefik_health.py::test_the_target_is_the_first_limited_entrypoint_with_tls_where_it_has_it"),
+    "traefik health: the module's check written although the request through the entrypoint got no answer": (
+        "plugins/module_utils/traefik_inflight.py",
+        '    argv = through if through and (target.get("answered") or (ours and have == through)) else ping',
+        '    argv = through if through else ping',
+        UNIT + "test_traefik_health.py::test_without_an_answer_it_asks_ping_and_says_why"),
+    "traefik health: a user's check that asks the internet is kept without a word": (
+        "plugins/module_utils/traefik_inflight.py",
+        "    if outside:\n",
+        "    if outside and False:\n",
+        UNIT + "test_traefik_health.py::test_a_users_health_check_is_reviewed"),
+    "traefik health: the user's own health check replaced without their consent": (
+        "plugins/module_utils/traefik_inflight.py",
+        '    replace = bool(hc) and bool(have) and not ours and bool(opts.get("healthcheck_replace"))',
+        '    replace = bool(hc) and bool(have) and not ours',
+        UNIT + "test_traefik_health.py::test_a_users_check_is_kept_and_its_problems_said_or_replaced_with_consent"),
     "ufw revert: a native nft rule that restores as another is not found": (
         "plugins/module_utils/ufw_revert.py",
         "            if a != b:\n                out.append((chain, a, b))",
