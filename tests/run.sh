@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test suite. `tests/run.sh all` (what `make test` runs) = the lab's setup (lab/lab.sh setup), versions (of the lab's binaries and images), unit, mutations, traefik live (the real Traefik on the module's edits), lint,
-# rules (promtool), sanity, build, publish (Galaxy's importer, ansible-builder, the changelog,
+# rules (promtool), sanity (the oldest and newest ansible-core; `sanity-all`: each supported one), build, publish (Galaxy's importer, ansible-builder, the changelog,
 # the oldest target Python), compat (the oldest and newest ansible-core) and
 # every Molecule scenario. Each step's result is counted;
 # the last line says "N passed, N failed" and the exit code is non-zero when
@@ -106,20 +106,62 @@ retry_go() { # go COMMAND...: up to three times (the module proxy over the netwo
   return 1
 }
 
-sanity() {
+# The ansible-core versions homelab.edge supports (meta/runtime.yml: >=2.16; galaxy.yml's dependency ranges hold on
+# each), oldest first, each with the Python its ansible-test runs on (2.20 and later need 3.12 on the controller)
+SANITY_CORES="2.16:/usr/bin/python3.11 2.17:/usr/bin/python3.11 2.18:/usr/bin/python3.11 2.19:/usr/bin/python3.11
+2.20:/root/.pyenv/versions/3.12*/bin/python3.12 2.21:/root/.pyenv/versions/3.12*/bin/python3.12"
+
+sanity_venv() { # ansible-core VERSION, PYTHON: a cached venv with it and its ansible-test's own sanity requirements
+  local v req pipv
+  v=$(lab/lab.sh toolvenv "sanity-$1" "$2" "ansible-core==$1.*") || return 1
+  if [ ! -f "$v/.sanity-requirements" ]; then
+    req=$(echo "$v"/lib/python3*/site-packages/ansible_test/_data/requirements)
+    # the pins of this ansible-test (pylint, voluptuous, yamllint, ...), as its --requirements would install them
+    "$v/bin/pip" install -q $(for f in "$req"/sanity.*.txt; do printf -- '-r %s ' "$f"; done) >&2 || return 1
+    touch "$v/.sanity-requirements"
+  fi
+  # the import test bootstraps pip in a venv with a script from a site outside the reachable registries:
+  # our stand-in in its cache, under the pip version this ansible-test asks for
+  for pipv in $(grep -h -o -E "pip='[0-9.]+'" "$v"/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | cut -d"'" -f2 | sort -u); do
+    mkdir -p "$HOME/.ansible/test/cache"
+    cp lab/get_pip_offline.py "$HOME/.ansible/test/cache/get_pip_${pipv//./_}.py"
+  done
+  echo "$v"
+}
+
+need_shellcheck() { # ansible-test skips its shellcheck test (with a warning only) where shellcheck is missing
+  command -v shellcheck >/dev/null && return 0
+  flock "$HOMELAB_EDGE_CACHE/.apt.lock" sh -c \
+    'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null' &&
+    command -v shellcheck >/dev/null
+}
+
+sanity() { # ansible-core VERSION PYTHON
   # ansible-test sanity on the extracted tarball, as Galaxy and Automation Hub run it: what ships is
-  # tested, the ignore file may name only shipped files (its `ignores` test fails on any other), and
-  # the tarball's own tree is no git repository (ansible-test then reads every file under it)
-  local tmp tb rc; tmp=$(mktemp -d)
+  # tested, the ignore file (tests/sanity/ignore-VERSION.txt) may name only shipped files (its `ignores` test
+  # fails on any other), and the tarball's own tree is no git repository (ansible-test then reads every file under it)
+  local core=$1 v py tmp tb rc log="$ROOT/tests/output/sanity-$1.log"
+  need_shellcheck || { echo "no shellcheck (apt-get install shellcheck)"; return 1; }
+  v=$(sanity_venv "$core" "$2") || return 1
+  py=$("$v/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  tmp=$(mktemp -d)
   tb=$(tarball "$tmp") && mkdir -p "$tmp/ansible_collections/homelab/edge" &&
     tar -C "$tmp/ansible_collections/homelab/edge" -xzf "$tb" || { rm -rf "$tmp"; return 1; }
-  # --local: the venv holds the sanity tools (requirements-test.txt)
-  (cd "$tmp/ansible_collections/homelab/edge" &&
-     ansible-test sanity --local --python 3.11 >"$ROOT/tests/output/sanity.log" 2>&1)
+  # --local: the venv holds this ansible-test's sanity tools
+  (cd "$tmp/ansible_collections/homelab/edge" && PATH="$v/bin:$PATH" &&
+     "$v/bin/ansible-test" sanity --local --python "$py" >"$log" 2>&1)
   rc=$?
-  grep -E '^(ERROR|FATAL)' "$ROOT/tests/output/sanity.log" | head -n 60
+  grep -E '^(ERROR|FATAL)' "$log" | head -n 60
+  echo "ansible-core $("$v/bin/python" -c 'from ansible.release import __version__; print(__version__)') on Python $py ($log)"
   rm -rf "$tmp"
   return $rc
+}
+
+sanity_cores() { # all|ends: a step per supported ansible-core, or the oldest and the newest only
+  local cores; cores=$(echo $SANITY_CORES)
+  [ "$1" = all ] || cores="${cores%% *} ${cores##* }"
+  local c
+  for c in $cores; do step "sanity ${c%%:*}" sanity "${c%%:*}" "${c#*:}"; done
 }
 
 build() {
@@ -181,7 +223,7 @@ CHECK_CHANGELOG = True
 CHECK_REQUIRED_TAGS = True
 REQUIRE_V1_OR_GREATER = True'
 # What the importer's log may say and still be clean:
-# - every collection with a sanity ignore file gets that notice (tests/sanity/ignore-2.19.txt: shipped files only);
+# - every collection with a sanity ignore file gets that notice (tests/sanity/ignore-2.NN.txt: shipped files only);
 # - the importer's ansible-lint sees only the collection itself, not the collections galaxy.yml depends on, so
 #   their modules are unknown to its syntax check (`tests/run.sh lint` lints with them installed).
 IMPORTER_EXPECTED="Ignore files skip ansible-test|syntax-check\[unknown-module\]: couldn't resolve module/action 'community\.(docker|general)\."
@@ -377,7 +419,11 @@ case "$what" in
   mutations) step mutations mutations ;;
   lint) step lint lint ;;
   rules) step rules rules ;;
-  sanity) step sanity sanity ;;
+  sanity) sanity_cores ends ;;
+  sanity-all) sanity_cores all ;;
+  sanity:*) c=$(echo $SANITY_CORES | tr ' ' '\n' | grep "^${what#sanity:}:") ||
+              { echo "no supported ansible-core ${what#sanity:} (SANITY_CORES)" >&2; exit 2; }
+            step "sanity ${c%%:*}" sanity "${c%%:*}" "${c#*:}" ;;
   build) step build build ;;
   publish) step publish publish ;;
   docs) step docs docs ;;
@@ -396,7 +442,7 @@ case "$what" in
       beside=$(mktemp) beside_log=tests/output/beside.log
       ( renice -n 19 -p "$BASHPID" >/dev/null; ionice -c 3 -p "$BASHPID" 2>/dev/null || true
         passed=0 failed=0 failures=()
-        step mutations mutations; step lint lint; step sanity sanity; step build build; step publish publish
+        step mutations mutations; step lint lint; sanity_cores ends; step build build; step publish publish
         step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
         step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13"
         printf '%s\n' "$passed" "$failed" "${failures[@]}" >"$beside"
@@ -432,7 +478,7 @@ case "$what" in
       echo "=== all steps: $((SECONDS / 60)) min $((SECONDS % 60)) s"
     fi ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|unit|mutations|lint|rules|sanity|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|unit|mutations|lint|rules|sanity|sanity-all|sanity:2.NN|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

@@ -42,10 +42,10 @@ options:
         still armed with at least 10 seconds to go. Held until the module ends, the lock makes a revert whose timer
         fires meanwhile wait for the change, then put everything back - a change never lands after its revert.
     type: str
-    version_added: "1.0.0"
+    version_added: "2.0.0"
   revert_dir:
     description: Where the reverts are kept (M(homelab.edge.ufw_revert)'s O(homelab.edge.ufw_revert#module:state_dir)).
     type: path
     default: /var/lib/homelab-edge/ufw-revert
-    version_added: "1.0.0"
+    version_added: "2.0.0"
 """

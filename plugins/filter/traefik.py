@@ -61,11 +61,12 @@ def traefik_health_test(static, entrypoints, entrypoint="", through="entrypoint"
     opts = {"healthcheck": True, "entrypoints": entrypoints, "healthcheck_entrypoint": entrypoint or None,
             "healthcheck_through": through}
     target = traefik.health_target(traefik.entrypoint_facts(static, None), {}, opts)
-    return ["CMD-SHELL", target["command"]] if target else ["CMD", "traefik", "healthcheck", "--ping",
-                                                             "--configFile=%s" % config_file]
+    if target:
+        return ["CMD-SHELL", target["command"]]
+    return ["CMD", "traefik", "healthcheck", "--ping", "--configFile=%s" % config_file]
 
 
 class FilterModule(object):
     def filters(self):
-        return dict((f.__name__, f) for f in (traefik_api_argv, traefik_api_problems, traefik_client_bound, traefik_client_share,
-                                                     traefik_health_test))
+        return dict((f.__name__, f) for f in (traefik_api_argv, traefik_api_problems, traefik_client_bound,
+                                              traefik_client_share, traefik_health_test))

@@ -1445,7 +1445,7 @@ def health_url(address, tls):
     '0.0.0.0:443/tcp', '[::]:443', '192.168.1.5:443'): the loopback of
     Traefik's network namespace where the entrypoint listens on every
     address, else the address itself."""
-    host, _, port = str(address or "").strip().partition("/")[0].rpartition(":")
+    host, dummy, port = str(address or "").strip().partition("/")[0].rpartition(":")
     host = host.strip("[]")
     if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"

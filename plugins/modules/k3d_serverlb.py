@@ -64,12 +64,14 @@ options:
       - The result shows each UDP port with its profile (RV(load_balancers[].udp_profiles)).
     type: dict
     default: {"53": dns}
+    version_added: "2.0.0"
   udp_stream_timeout:
     description:
       - Seconds of silence after which a session on a C(stream) UDP port ends (up to 86400).
       - C(0) keeps k3d's own timeout (C(settings.defaultProxyTimeout), 600 s unless set), as TCP has it.
     type: int
     default: 0
+    version_added: "2.0.0"
   udp_timeout:
     description:
       - Seconds of silence after which a session on a C(dns) UDP port ends (C(proxy_timeout) on those servers only).
@@ -212,6 +214,7 @@ load_balancers:
       elements: dict
       sample: [{port: "51820", profile: stream, declared: true, live: stream, proxy_timeout: 600,
                 text: "51820/udp stream: sessions stay open (every datagram delivered) until 600 s of silence"}]
+      version_added: "2.0.0"
     udp_profiles_text: {description: The profiles in words (status shows it)., type: str}
     udp_dns_unfixed: {description: C(dns) ports whose sessions nginx does not end at the first reply., type: list, elements: str}
     udp_stream_cut: {description: C(stream) ports where nginx ends a session at the first reply (tunnels lose datagrams)., type: list, elements: str}

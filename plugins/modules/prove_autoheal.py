@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: prove_autoheal
 short_description: Prove on the NAS that autoheal heals a wedged Traefik, and time the outage (for homelab.edge.prove)
-version_added: "1.0.0"
+version_added: "2.0.0"
 description:
   - B(Costs an outage) - Traefik answers nothing from the wedge until it is healed. Run it only when you accept that
     (homelab.edge.prove runs it only with C(prove_wedge=true)).
@@ -135,41 +135,50 @@ def refusal(traefik, autoheal_inspect, url_answers, name, autoheal_name):
     return None
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(container=dict(type="str", default="traefik"),
-                           autoheal_container=dict(type="str", default="autoheal"),
-                           url=dict(type="str", default="https://127.0.0.1:443"),
-                           timeout=dict(type="int", default=180)),
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = dict(container=dict(type="str", default="traefik"),
+                     autoheal_container=dict(type="str", default="autoheal"),
+                     url=dict(type="str", default="https://127.0.0.1:443"),
+                     timeout=dict(type="int", default=180))
+
+
+def done(module, status, reasons, measured="-", **extra):
+    """The one exit: the prove table's row and the data behind it."""
     p = module.params
-    docker = module.get_bin_path("docker", required=True)
-    target = p["container"]
     expected = "serving again, restarted and healthy, within %d s" % p["timeout"]
+    module.exit_json(changed=False, rows=[prove.row(None, CHECK, p["container"], expected, measured, status, reasons)],
+                     **extra)
 
-    def done(status, reasons, measured="-", **extra):
-        module.exit_json(changed=False, rows=[prove.row(None, CHECK, target, expected, measured, status, reasons)],
-                         **extra)
 
+def read_and_plan(module, docker):
+    """Steps 1-2: the timeout and the url checked, Traefik and autoheal read; refused when autoheal could not
+    see or heal the wedge. (Traefik's inspect, where it answers)."""
+    p = module.params
     if not 1 <= p["timeout"] <= MAX_TIMEOUT_S:
-        done(prove.REFUSED, ["the timeout is %d; it must be between 1 and %d" % (p["timeout"], MAX_TIMEOUT_S)])
+        done(module, prove.REFUSED, ["the timeout is %d; it must be between 1 and %d" % (p["timeout"], MAX_TIMEOUT_S)])
     try:
         where = prove_net.endpoint(p["url"])
     except ValueError as e:
-        done(prove.REFUSED, [str(e)])
+        done(module, prove.REFUSED, [str(e)])
     traefik = inspect(module, docker, p["container"])
     why = refusal(traefik, inspect(module, docker, p["autoheal_container"]), answers(where),
                   p["container"], p["autoheal_container"])
     if why:
-        done(prove.REFUSED, [why])
-    if module.check_mode:
-        done(prove.PLANNED, [], "would wedge %s (SIGSTOP) and wait up to %d s" % (p["container"], p["timeout"]))
-    started = traefik["State"]["StartedAt"]
-    t0 = time.monotonic()
-    rc, out, err = module.run_command([docker, "kill", "-s", "STOP", p["container"]], environ_update=host.C_ENV)
+        done(module, prove.REFUSED, [why])
+    return traefik, where
+
+
+def wedge(module, docker):
+    """Step 3: Traefik's processes stopped (SIGSTOP through the engine)."""
+    rc, out, err = module.run_command([docker, "kill", "-s", "STOP", module.params["container"]],
+                                      environ_update=host.C_ENV)
     if rc != 0:
-        done(prove.FAILED, ["the wedge could not be made: %s" % (err or out).strip()])
+        done(module, prove.FAILED, ["the wedge could not be made: %s" % (err or out).strip()])
+
+
+def watch(module, docker, started, where, t0):
+    """Step 4: seconds from the wedge until a restarted Traefik answers, and until it is healthy (None: not in
+    time)."""
+    p = module.params
     outage = healthy = None
     while time.monotonic() - t0 < p["timeout"] and (outage is None or healthy is None):
         now = inspect(module, docker, p["container"]) or {"State": {}}
@@ -179,17 +188,37 @@ def main():
         if healthy is None and restarted and (now["State"].get("Health") or {}).get("Status") == "healthy":
             healthy = round(time.monotonic() - t0, 1)
         time.sleep(0.5)
-    resumed = False
+    return outage, healthy
+
+
+def resume_if_still_wedged(module, docker, started):
+    """Not healed in time: the wedged Traefik resumed (SIGCONT), never left so. Whether it was."""
+    now = inspect(module, docker, module.params["container"]) or {"State": {}}
+    if now["State"].get("StartedAt") != started:
+        return False
+    return module.run_command([docker, "kill", "-s", "CONT", module.params["container"]],
+                              environ_update=host.C_ENV)[0] == 0
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    docker = module.get_bin_path("docker", required=True)
+    traefik, where = read_and_plan(module, docker)
+    if module.check_mode:
+        done(module, prove.PLANNED, [], "would wedge %s (SIGSTOP) and wait up to %d s" % (p["container"], p["timeout"]))
+    started = traefik["State"]["StartedAt"]
+    t0 = time.monotonic()
+    wedge(module, docker)
+    outage, healthy = watch(module, docker, started, where, t0)
     if outage is None or healthy is None:
-        now = inspect(module, docker, p["container"]) or {"State": {}}
-        if now["State"].get("StartedAt") == started:  # still the wedged one: never leave it so
-            resumed = module.run_command([docker, "kill", "-s", "CONT", p["container"]],
-                                         environ_update=host.C_ENV)[0] == 0
-        done(prove.FAILED, ["not healed within %d s%s" % (p["timeout"], "; Traefik resumed (SIGCONT)" if resumed else "")],
+        resumed = resume_if_still_wedged(module, docker, started)
+        done(module, prove.FAILED,
+             ["not healed within %d s%s" % (p["timeout"], "; Traefik resumed (SIGCONT)" if resumed else "")],
              "served again after %s s, healthy after %s s" % (outage, healthy), outage_s=outage, healthy_s=healthy,
              resumed=resumed)
-    done(prove.PROVED, [], "outage %s s: served again after %s s, healthy after %s s" % (outage, outage, healthy),
-         outage_s=outage, healthy_s=healthy, resumed=False)
+    done(module, prove.PROVED, [], "outage %s s: served again after %s s, healthy after %s s"
+         % (outage, outage, healthy), outage_s=outage, healthy_s=healthy, resumed=False)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: prove_connlimit
 short_description: Prove from outside that the VPS holds one address to its connection limit (for homelab.edge.prove)
-version_added: "1.0.0"
+version_added: "2.0.0"
 description:
   - Run where the connections should come from - the controller, outside the VPS (C(delegate_to)). For each port,
     first opens one connection; when that one is not established the port cannot be checked from here, and the port

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: prove_inflight
 short_description: Prove on the NAS that Traefik holds one client to its in-flight limit (for homelab.edge.prove)
-version_added: "1.0.0"
+version_added: "2.0.0"
 description:
   - Adds a temporary slow route to Traefik - a small backend container on Traefik's network and a router with a
     unique host name on O(entrypoint), in a file of its own in the file provider's directory - and waits until Traefik
@@ -221,49 +221,57 @@ def served(the_plan, timeout, sleep=time.sleep, clock=time.monotonic):
     return None
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(container=dict(type="str", default="traefik"),
-                           name=dict(type="str", default="inflight-limit"),
-                           amount=dict(type="int", required=True),
-                           extra=dict(type="int", default=10),
-                           entrypoint=dict(type="str", default="websecure"),
-                           url=dict(type="str", default="https://127.0.0.1:443"),
-                           timeout=dict(type="int", default=20),
-                           backend_image=dict(type="str", default="traefik/whoami:v1.10"),
-                           backend_command=dict(type="list", elements="str", default=[]),
-                           backend_port=dict(type="int", default=80),
-                           backend_path=dict(type="str", default="/?wait=3s"),
-                           dynamic_dir=dict(type="path"),
-                           state_dir=dict(type="path", default=traefik.STATE_DIR)),
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = dict(container=dict(type="str", default="traefik"),
+                     name=dict(type="str", default="inflight-limit"),
+                     amount=dict(type="int", required=True),
+                     extra=dict(type="int", default=10),
+                     entrypoint=dict(type="str", default="websecure"),
+                     url=dict(type="str", default="https://127.0.0.1:443"),
+                     timeout=dict(type="int", default=20),
+                     backend_image=dict(type="str", default="traefik/whoami:v1.10"),
+                     backend_command=dict(type="list", elements="str", default=[]),
+                     backend_port=dict(type="int", default=80),
+                     backend_path=dict(type="str", default="/?wait=3s"),
+                     dynamic_dir=dict(type="path"),
+                     state_dir=dict(type="path", default=traefik.STATE_DIR))
+
+
+def done(module, status, reasons, measured="-", **extra):
+    """The one exit: the prove table's row and the data behind it."""
     p = module.params
     target = "%s (%s)" % (p["container"], p["url"])
     expected = "at most %d answered 200, %d+ answered 429" % (p["amount"], p["extra"])
+    module.exit_json(changed=False, rows=[prove.row(None, CHECK, target, expected, measured, status, reasons)],
+                     **dict({"plan": None, "left_behind": []}, **extra))
 
-    def done(status, reasons, measured="-", **extra):
-        module.exit_json(changed=False, rows=[prove.row(None, CHECK, target, expected, measured, status, reasons)],
-                         **dict({"plan": None, "left_behind": []}, **extra))
 
+def plan(module):
+    """Step 2a, before anything is read: the load's numbers and where Traefik is reached, refused when they
+    cannot work. (plan, (address, port, tls))."""
+    p = module.params
     try:
         the_plan = prove.inflight_plan(p["amount"], p["extra"], p["timeout"])
     except prove.PlanError as e:
-        done(prove.REFUSED, [str(e)])
+        done(module, prove.REFUSED, [str(e)])
     try:
-        address, port, tls = prove_net.endpoint(p["url"])
+        endpoint = prove_net.endpoint(p["url"])
     except ValueError as e:
-        done(prove.REFUSED, [str(e)])
-    docker = Docker(module)
-    facts, why = read(module, docker, p)
-    if why:
-        done(prove.SKIPPED, [why])
+        done(module, prove.REFUSED, [str(e)])
+    return the_plan, endpoint
+
+
+def name_route(the_plan, endpoint, facts):
+    """Step 2b: the temporary route's names, its file, and where its requests go."""
+    address, port, tls = endpoint
     route = "homelab-edge-prove-%s" % uuid.uuid4().hex[:8]
     the_plan.update(route=route, hostname="%s.prove.invalid" % route, tls=tls, address=address, port=port,
                     dynamic_file=os.path.join(facts["dir"], route + ".yml"), network=facts["network"])
-    if module.check_mode:
-        done(prove.PLANNED, [], "would add route %s and send %d requests at once (bound %d s)"
-             % (route, the_plan["requests"], the_plan["bound_s"]), plan=the_plan)
+
+
+def load(module, docker, facts, the_plan):
+    """Steps 3-5: the route added, served, the requests sent at once, the route removed on every path.
+    (answers or None, reasons, left behind)."""
+    p = module.params
     answers, left, reasons = None, [], []
     try:
         add_route(module, docker, facts, the_plan, p)
@@ -279,13 +287,34 @@ def main():
         left = remove_route(module, docker, the_plan)
     if left:
         reasons.append("left behind: %s" % ", ".join(left))
+    return answers, reasons, left
+
+
+def verify(module, the_plan, answers, reasons, left):
+    """Step 6: the answers against the limit."""
     if answers is None:
-        done(prove.FAILED, reasons, plan=the_plan, left_behind=left)
+        done(module, prove.FAILED, reasons, plan=the_plan, left_behind=left)
     status, why = prove.inflight_verdict(the_plan, answers)
     measured = "%d answered 200, %d answered 429%s" % (
         answers.get("200", 0), answers.get("429", 0),
         "".join(", %d %s" % (n, k) for k, n in sorted(answers.items()) if k not in ("200", "429")))
-    done(prove.FAILED if reasons else status, why + reasons, measured, plan=the_plan, answers=answers, left_behind=left)
+    done(module, prove.FAILED if reasons else status, why + reasons, measured, plan=the_plan, answers=answers,
+         left_behind=left)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    the_plan, endpoint = plan(module)
+    docker = Docker(module)
+    facts, why = read(module, docker, module.params)
+    if why:
+        done(module, prove.SKIPPED, [why])
+    name_route(the_plan, endpoint, facts)
+    if module.check_mode:
+        done(module, prove.PLANNED, [], "would add route %s and send %d requests at once (bound %d s)"
+             % (the_plan["route"], the_plan["requests"], the_plan["bound_s"]), plan=the_plan)
+    answers, reasons, left = load(module, docker, facts, the_plan)
+    verify(module, the_plan, answers, reasons, left)
 
 
 if __name__ == "__main__":

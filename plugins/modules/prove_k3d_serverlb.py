@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: prove_k3d_serverlb
 short_description: Prove on this host that k3d's load balancers hold DNS load (for homelab.edge.prove)
-version_added: "1.0.0"
+version_added: "2.0.0"
 description:
   - For each k3d load balancer that publishes a UDP port, sends a small, bounded DNS load through it, as seed 000's
     clients did - every query from a fresh source port, so every query is a new UDP session in nginx. The load goes

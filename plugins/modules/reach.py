@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: reach
 short_description: Which ports of a host answer a new client from here, and which of them a change cut
-version_added: "1.0.0"
+version_added: "2.0.0"
 description:
   - Run where clients come from - the controller, outside the host (C(delegate_to)). For each port, one new
     connection (TCP) or one datagram that must be answered (UDP), bounded by O(timeout). A port is C(answered),
@@ -24,7 +24,7 @@ description:
   - A UDP service that answers no stray datagram (WireGuard) is C(no answer) before and after; it never counts as
     cut. Nor does a port the controller cannot reach in the first place.
   - O(host) on loopback (an SSH tunnel, a port published on this machine) shows nothing about the host's firewall;
-    nothing is probed and RV(skipped) says why.
+    nothing is probed and RV(not_probed) says why.
   - Sends one connection or datagram per port; changes nothing. Runs in check mode too (it only connects).
 author:
   - homelab.edge contributors (@homelab-edge)
@@ -96,7 +96,7 @@ cut:
   returned: always
   type: list
   elements: str
-skipped:
+not_probed:
   description: Why nothing was probed (O(host) on loopback), or null.
   returned: always
   type: str
@@ -126,8 +126,8 @@ def main():
         module.fail_json(msg="timeout must be over 0 and at most 10 seconds, got %s; nothing was probed" % p["timeout"])
     if prove_net.loopback(p["host"]):
         module.exit_json(changed=False, answered=[], unanswered={}, cut=[],
-                         skipped="%s is a loopback address here: a connection there never reaches the host's "
-                                 "firewall; set the address clients use" % p["host"])
+                         not_probed="%s is a loopback address here: a connection there never reaches the host's "
+                                    "firewall; set the address clients use" % p["host"])
     answered, unanswered = [], {}
     for spec in specs:
         port, dummy, proto = spec.partition("/")
@@ -136,7 +136,7 @@ def main():
             answered.append(spec)
         else:
             unanswered[spec] = outcome
-    module.exit_json(changed=False, answered=answered, unanswered=unanswered, skipped=None,
+    module.exit_json(changed=False, answered=answered, unanswered=unanswered, not_probed=None,
                      cut=prove_net.cut(before, answered) if before is not None else [])
 
 

@@ -67,6 +67,7 @@ options:
       - With O(state=absent) the module's drop-in is removed under this name and under every name O(boot_order=win)
         may have given it.
     type: path
+    version_added: "2.0.0"
   boot_order:
     description:
       - What to do when a file that systemd-sysctl reads after O(persist) sets one of the keys to another value (the
@@ -77,6 +78,7 @@ options:
     type: str
     choices: [refuse, win]
     default: refuse
+    version_added: "2.0.0"
   conntrack_modules_load:
     description:
       - A C(modules-load.d) file to write with C(nf_conntrack) when O(values) has a C(net.netfilter.) key and
@@ -85,6 +87,7 @@ options:
         nothing else does, such as Docker loading it later, the key is missing when boot applies it). Removed by
         O(state=absent). Omit to write none.
     type: path
+    version_added: "2.0.0"
 extends_documentation_fragment:
   - homelab.edge.attributes
 attributes:
@@ -125,19 +128,21 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-keys:
+settings:
   description:
     - Per key, the value before and after and its C(status) - C(ok) (already so), C(changed) (set), or why it could not
       be read or set - C(missing) (no such key in this namespace), C(read-only) (an unprivileged container's
-      /proc/sys), C(not-root) or C(error). Programs match on C(status); the words in RV(skipped) are for people.
+      /proc/sys), C(not-root) or C(error). Programs match on C(status); the words in RV(not_applied) are for people.
   returned: always
   type: dict
   sample: {"net.ipv4.tcp_fin_timeout": {"before": 60, "after": 15, "status": "changed"}}
-skipped:
+  version_added: "2.0.0"
+not_applied:
   description: Keys that could not be set, each with the reason in words (O(unsupported=skip)).
   returned: always
   type: list
   elements: str
+  version_added: "2.0.0"
 namespace:
   description: C(host) or C(container:<name>).
   returned: always
@@ -147,6 +152,7 @@ dropin:
   returned: always
   type: str
   sample: /etc/sysctl.d/99-zzz-homelab-edge-drain.conf
+  version_added: "2.0.0"
 conflicts:
   description:
     - Every assignment that systemd-sysctl reads after the drop-in's configured name and that sets one of the keys
@@ -157,6 +163,7 @@ conflicts:
   elements: dict
   sample: [{"path": "/etc/sysctl.d/99-sysctl.conf", "link": "../sysctl.conf", "line": 3,
             "key": "net.ipv4.tcp_fin_timeout", "value": "30", "want": 15}]
+  version_added: "2.0.0"
 boot:
   description:
     - Per key, the value the next boot applies (C(boot), null when no file sets it) beside the live one (C(live)),
@@ -168,11 +175,13 @@ boot:
   type: dict
   sample: {"net.ipv4.tcp_fin_timeout": {"boot": 15, "live": 15, "status": "same",
            "from": "/etc/sysctl.d/60-homelab-edge-drain.conf:4"}}
+  version_added: "2.0.0"
 boot_summary:
   description: RV(boot) in words, for people (status shows it).
   returned: when O(persist) is set
   type: str
   sample: "tcp_fin_timeout=15 (boot 30 from /etc/sysctl.d/99-sysctl.conf:3)"
+  version_added: "2.0.0"
 """
 
 
@@ -333,21 +342,21 @@ def record_path(p):
     return os.path.join(p["state_dir"], ("container-%s" % p["container"] if p["container"] else "host") + ".json")
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            values=dict(type="dict"),
-            container=dict(type="str"),
-            unsupported=dict(type="str", choices=["fail", "skip"], default="fail"),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            state_dir=dict(type="path", default="/var/lib/homelab-edge/tcp-drain"),
-            persist=dict(type="path"),
-            boot_order=dict(type="str", choices=list(tdb.BOOT_ORDER), default="refuse"),
-            conntrack_modules_load=dict(type="path"),
-        ),
-        required_if=[("state", "present", ["values"])],
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = dict(
+    values=dict(type="dict"),
+    container=dict(type="str"),
+    unsupported=dict(type="str", choices=["fail", "skip"], default="fail"),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    state_dir=dict(type="path", default="/var/lib/homelab-edge/tcp-drain"),
+    persist=dict(type="path"),
+    boot_order=dict(type="str", choices=list(tdb.BOOT_ORDER), default="refuse"),
+    conntrack_modules_load=dict(type="path"),
+)
+
+
+def read_and_plan(module):
+    """Step 1: the values wanted (or, for state=absent, recorded), checked; the boot files planned.
+    (values wanted, the record's values before, the boot plan or None). Fails before anything is set."""
     p = module.params
     if p["container"] and (p["persist"] or p["conntrack_modules_load"]):
         module.fail_json(msg="persist and conntrack_modules_load are the host's files: a container's namespace is "
@@ -360,46 +369,70 @@ def main():
     problems = td.validate(values)
     if problems:
         module.fail_json(msg="; ".join(problems))
-    ns = Namespace(module, p["container"])
-    result = dict(changed=False, keys={}, skipped=[], dropin=None,
-                  namespace="container:%s" % p["container"] if p["container"] else "host")
     want_all = td.normalize(values)
     planned = None
     if p["persist"] and p["state"] == "present":
         planned = tdb.plan(read_conf_files(tdb.SYSCTL_DIRS), want_all, p["persist"], p["boot_order"])
-        result.update(conflicts=planned["conflicts"], dropin=planned["path"])
-    refused = planned is not None and planned["refusal"] is not None
+    return want_all, recorded, planned
+
+
+def change_live(module, want_all, refused, result):
+    """Step 2: each live value set (only read when the boot plan is refused). (cannot, mismatched)."""
+    ns = Namespace(module, module.params["container"])
     cannot, mismatched = [], []
     for key, want in sorted(want_all.items()):
         entry, problem, mismatch = set_key(module, ns, key, want, dry=refused)
-        result["keys"][key] = entry
+        result["settings"][key] = entry
         result["changed"] = result["changed"] or entry["status"] == "changed"
         cannot += [problem] if problem else []
         mismatched += [mismatch] if mismatch else []
-    diffs = [live_diff(result["namespace"], result["keys"])]
-    if refused:
-        result["boot"], result["boot_summary"] = boot_report(want_all, result["keys"], "before")
+    return cannot, mismatched
+
+
+def verify(module, want_all, planned, cannot, mismatched, result):
+    """Step 3: fail on a refused boot plan, a value that did not take, or one that cannot be set (unless skip)."""
+    if planned is not None and planned["refusal"] is not None:
+        result["boot"], result["boot_summary"] = boot_report(want_all, result["settings"], "before")
         result["changed"] = False
-        # without "skipped": Ansible reads that key of a failed result as its own, and failed_when no longer holds
-        result.pop("skipped")
         module.fail_json(msg=planned["refusal"], **result)
     if mismatched:
         module.fail_json(msg="values did not take: %s" % "; ".join(mismatched), **result)
-    if cannot and p["unsupported"] == "fail":
+    if cannot and module.params["unsupported"] == "fail":
         module.fail_json(msg="cannot set: %s" % "; ".join(cannot), **result)
+
+
+def persist(module, want_all, recorded, planned, result):
+    """Step 4: the record of the values before (for state=absent) and the boot files. The diffs of the files."""
+    p = module.params
     if not module.check_mode and host.is_root():
-        keep = td.remember_before(recorded, result["keys"]) if p["state"] == "present" else {}
+        keep = td.remember_before(recorded, result["settings"]) if p["state"] == "present" else {}
         if keep != recorded:
             host.write_record(module, record_path(p), {"before": keep} if keep else None)
-    if p["persist"]:
-        changed, file_diffs = put_files(module, boot_files(p, want_all, result["keys"], planned))
-        result["changed"] = result["changed"] or changed
-        diffs += file_diffs
-        result["boot"], result["boot_summary"] = boot_report(want_all, result["keys"],
-                                                             "before" if module.check_mode else "after")
+    if not p["persist"]:
+        return []
+    changed, file_diffs = put_files(module, boot_files(p, want_all, result["settings"], planned))
+    result["changed"] = result["changed"] or changed
+    result["boot"], result["boot_summary"] = boot_report(want_all, result["settings"],
+                                                         "before" if module.check_mode else "after")
+    return file_diffs
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_if=[("state", "present", ["values"])],
+                           supports_check_mode=True)
+    p = module.params
+    want_all, recorded, planned = read_and_plan(module)
+    result = dict(changed=False, settings={}, not_applied=[], dropin=None,
+                  namespace="container:%s" % p["container"] if p["container"] else "host")
+    if planned is not None:
+        result.update(conflicts=planned["conflicts"], dropin=planned["path"])
+    cannot, mismatched = change_live(module, want_all, planned is not None and planned["refusal"] is not None, result)
+    diffs = [live_diff(result["namespace"], result["settings"])]
+    verify(module, want_all, planned, cannot, mismatched, result)
+    diffs += persist(module, want_all, recorded, planned, result)
     if module._diff:
         result["diff"] = diffs
-    result["skipped"] = cannot
+    result["not_applied"] = cannot
     for text in cannot:
         module.warn("skipped %s" % text)
     module.exit_json(**result)

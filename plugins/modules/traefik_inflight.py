@@ -183,6 +183,7 @@ options:
       - The user's ping and their middlewares on routers are kept either way.
     type: bool
     default: false
+    version_added: "2.0.0"
   verify:
     description: After a change, ask Traefik's API (the module adds an entrypoint on 127.0.0.1 and a router to
       C(api@internal) on it) and roll back when a router is gone or disabled or does not run the middleware.
@@ -324,6 +325,7 @@ entrypoints:
   description: The entrypoints that get the module's limit - those named, less the ones that serve only TCP routers
     and the ones where the user's own inFlightReq is kept.
   returned: state is present
+  version_added: "2.0.0"
   type: list
   elements: str
 user_values:
@@ -331,6 +333,7 @@ user_values:
     - Values of the user's where the module would set its own - C(setting), C(yours), C(ours), C(kept) (false when
       O(override_user_values) replaced it), C(effective) (what holds, in words) and C(text) (all of it in words).
   returned: state is present
+  version_added: "2.0.0"
   type: list
   elements: dict
   sample: [{"setting": "entryPoints.websecure.http2.maxConcurrentStreams", "yours": "100", "ours": 32, "kept": true,
@@ -340,6 +343,7 @@ user_values:
 ping:
   description: Where ping (the health check's) listens - C(entrypoint), C(address), C(by) (C(you) or C(homelab.edge)).
   returned: state is present
+  version_added: "2.0.0"
   type: dict
   sample: {"entrypoint": "homelab-edge-ping", "address": "127.0.0.1:9098", "by": "homelab.edge"}
 healthcheck:
@@ -357,6 +361,7 @@ healthcheck:
 network_mode:
   description: The container's network mode (C(host) - Traefik shares the host's network namespace).
   returned: state is present
+  version_added: "2.0.0"
   type: str
 problems:
   description: What Traefik's API shows amiss (after a change, before the rollback; otherwise as read now).

@@ -114,13 +114,13 @@ forwards:
   returned: success
   type: list
   elements: dict
-  version_added: "1.0.0"
+  version_added: "2.0.0"
 route_added:
   description: The forwards that enabling ufw would have cut, each given a route rule (in check mode, would be).
   returned: success
   type: list
   elements: dict
-  version_added: "1.0.0"
+  version_added: "2.0.0"
 ufw_installed:
   description: Whether ufw is installed (check mode plans against its package's defaults when not).
   returned: success
@@ -323,23 +323,21 @@ class Access(object):
                                 environ_update=C_ENV)
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            allow=dict(type="list", elements="raw", default=[]),
-            keep_listening=dict(type="bool", default=True),
-            closed=dict(type="list", elements="raw", default=[]),
-            enable=dict(type="bool", default=True),
-            ssh_connection=dict(type="str"),
-            rules_dir=dict(type="path", default="/etc/ufw"),
-            defaults_file=dict(type="path", default="/etc/default/ufw"),
-            revert_id=dict(type="str"),
-            revert_dir=dict(type="path", default=ur.STATE_DIR),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    require_root(module, "reads which process listens where and changes ufw")
+ARGUMENT_SPEC = dict(
+    allow=dict(type="list", elements="raw", default=[]),
+    keep_listening=dict(type="bool", default=True),
+    closed=dict(type="list", elements="raw", default=[]),
+    enable=dict(type="bool", default=True),
+    ssh_connection=dict(type="str"),
+    rules_dir=dict(type="path", default="/etc/ufw"),
+    defaults_file=dict(type="path", default="/etc/default/ufw"),
+    revert_id=dict(type="str"),
+    revert_dir=dict(type="path", default=ur.STATE_DIR),
+)
+
+
+def ufw_installed(module):
+    """Refused without ufw, except in check mode (a plan against ufw as its package installs it)."""
     installed = bool(module.get_bin_path("ufw"))
     if not installed and not module.check_mode:
         module.fail_json(msg="ufw is not installed; install it first (the vps_connlimit role does with "
@@ -347,14 +345,15 @@ def main():
     if not installed:  # check mode on a host not yet set up: the plan against ufw as its package installs it
         module.warn("ufw is not installed: this plan is against ufw as its package installs it (inactive, no rules, "
                     "incoming denied)")
-    access = Access(module)
-    plan, refusals = access.plan()
-    if refusals:
-        module.fail_json(msg="; ".join(refusals) + "; nothing was changed", **plan)
-    enable = p["enable"] and not access.enabled_before
-    enabled = access.enabled_before or p["enable"]
-    result = dict(changed=bool(plan["allow"]) or bool(plan["route_allow"]) or enable, ufw_installed=installed,
-                  forwards=access.forwards, route_added=plan["route_allow"],
+    return installed
+
+
+def start_result(module, access, plan, installed):
+    """What was found and what the plan does (changed derived from it), with the diff when asked."""
+    enable = module.params["enable"] and not access.enabled_before
+    enabled = access.enabled_before or module.params["enable"]
+    result = dict(changed=bool(plan["allow"]) or bool(plan["route_allow"]) or enable,
+                  ufw_installed=installed, forwards=access.forwards, route_added=plan["route_allow"],
                   enabled_before=access.enabled_before, enabled=enabled,
                   policy=access.policy, listening=access.listen, added=plan["allow"], must_stay=plan["must_stay"],
                   blocked=plan["blocked"], blocked_unasked=plan["blocked_unasked"],
@@ -364,20 +363,46 @@ def main():
         result["diff"] = {"before_header": "ufw", "after_header": "ufw",
                           "before": access.state_text(access.enabled_before, []),
                           "after": access.state_text(enabled, plan["allow"], plan["route_allow"])}
+    return result
+
+
+def change(module, access, plan):
+    """The revert held first (when one is armed), then the rules and ufw enabled."""
+    p = module.params
+    if p["revert_id"]:
+        host.hold_revert(module, p["revert_dir"], p["revert_id"])
+    access.apply(plan["allow"], p["enable"] and not access.enabled_before, plan["route_allow"])
+
+
+def verify(module, access, plan, result):
+    """ufw's files read back: everything that must stay reachable is, or the files are put back."""
+    rules_dir = module.params["rules_dir"]
+    after = ua.user_rules(read(os.path.join(rules_dir, "user.rules")))
+    after6 = ua.user_rules(read(os.path.join(rules_dir, "user6.rules")))
+    lost = [s for s in plan["must_stay"]
+            if s not in ua.reachable([s], result["enabled"], after, access.policy, access.session)]
+    lost += ["forwarded " + access.forward_text(f) for f in plan["route_allow"]
+             if not ua.route_allows(after if f["family"] == 4 else after6, f)]
+    if lost:
+        access.undo()
+        module.fail_json(msg="after the change ufw would still cut %s; your ufw files are back as they were"
+                             % ", ".join(lost), **result)
+    result.update(ua.blocked(access.listen, result["enabled"], after, access.policy, access.closed,
+                             plan["denied_by_rule"]))
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    require_root(module, "reads which process listens where and changes ufw")
+    installed = ufw_installed(module)
+    access = Access(module)
+    plan, refusals = access.plan()
+    if refusals:
+        module.fail_json(msg="; ".join(refusals) + "; nothing was changed", **plan)
+    result = start_result(module, access, plan, installed)
     if result["changed"] and not module.check_mode:
-        if p["revert_id"]:
-            host.hold_revert(module, p["revert_dir"], p["revert_id"])
-        access.apply(plan["allow"], enable, plan["route_allow"])
-        after = ua.user_rules(read(os.path.join(p["rules_dir"], "user.rules")))
-        after6 = ua.user_rules(read(os.path.join(p["rules_dir"], "user6.rules")))
-        lost = [s for s in plan["must_stay"] if s not in ua.reachable([s], enabled, after, access.policy, access.session)]
-        lost += ["forwarded " + access.forward_text(f) for f in plan["route_allow"]
-                 if not ua.route_allows(after if f["family"] == 4 else after6, f)]
-        if lost:
-            access.undo()
-            module.fail_json(msg="after the change ufw would still cut %s; your ufw files are back as they were"
-                                 % ", ".join(lost), **result)
-        result.update(ua.blocked(access.listen, enabled, after, access.policy, access.closed, plan["denied_by_rule"]))
+        change(module, access, plan)
+        verify(module, access, plan, result)
     module.exit_json(**result)
 
 

@@ -177,6 +177,7 @@ nftables_rules:
       /32, IPv6 /128; the rest reset), on the forward hook just before Docker's chain. Text for C(nft -f), not loaded.
   returned: when the module refuses Docker's nftables firewall backend
   type: str
+  version_added: "2.0.0"
 replaced:
   description: Your limits the managed block took over (seed 001's shape), with the file and line they stood on.
   returned: when there were any
@@ -184,6 +185,7 @@ replaced:
   elements: dict
   sample: [{"path": "/etc/ufw/before.rules", "line": 75, "ports": [443], "seed": true,
             "rule": "-A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-above 100 -j REJECT --reject-with tcp-reset"}]
+  version_added: "2.0.0"
 other_limits:
   description:
     - Limits on O(ports) that are not the module's, live (family, chain, rule, ports, the per-address count C(above)) or,
@@ -191,11 +193,13 @@ other_limits:
   returned: when ufw is enabled, and when the module refuses
   type: list
   elements: dict
+  version_added: "2.0.0"
 effective:
   description: Per port, the smallest per-address limit live on it - the one that holds (the module's or another).
   returned: when ufw is enabled, and when the module refuses
   type: dict
   sample: {"80": 200, "443": 100}
+  version_added: "2.0.0"
 reloaded:
   description: Whether ufw was reloaded.
   returned: always

@@ -93,6 +93,7 @@ options:
         from outside by other means. The result then warns that nothing proved it.
     type: bool
     default: true
+    version_added: "2.0.0"
   state_dir:
     description: Where the reverts are kept on the host.
     type: path
@@ -156,18 +157,21 @@ boot_path:
     ufw's before.init).
   returned: with O(state=armed)
   type: str
+  version_added: "2.0.0"
 unfaithful:
   description: When the arm was refused for a rule iptables cannot save as it is - [chain, the rule as nft shows it,
     what a restore of the save makes of it].
   returned: when the arm was refused so
   type: list
   elements: list
+  version_added: "2.0.0"
 login:
   description: The SSH login that confirmed (or was refused) - pid of its sshd, C(started) (seconds since boot), C(peer)
     (the client's address as the host sees it), C(port) (the host's), or none when the confirmation arrived over no
     SSH login.
   returned: with O(state=confirmed)
   type: dict
+  version_added: "2.0.0"
 outcome:
   description: C(confirmed), or C(reverted) (C(state=reverted), a port in O(must_stay) cut, or no new login).
   returned: with O(state=confirmed) and O(state=reverted)

@@ -58,7 +58,7 @@ def test_without_become_it_fails_per_key_or_skips_and_says_become():
     assert "net.ipv4.tcp_fin_timeout: only root may write it in the host: run the task with become: true" in res["msg"]
     res = run_module(dict(args, unsupported="skip"), become=False)
     assert not res.get("failed") and not res["changed"]
-    assert res["keys"]["net.ipv4.tcp_fin_timeout"]["status"] == "not-root"
+    assert res["settings"]["net.ipv4.tcp_fin_timeout"]["status"] == "not-root"
     assert live("net.ipv4.tcp_fin_timeout") == 15
 
 
@@ -76,14 +76,16 @@ def test_bad_input_fails_clearly_and_changes_nothing(values, words):
 
 def test_check_mode_reports_without_writing():
     res = run_module({"values": {"net.ipv4.tcp_fin_timeout": 20}}, check=True)
-    assert res["changed"] and res["keys"]["net.ipv4.tcp_fin_timeout"] == {"before": 15, "after": 20, "status": "changed"}
+    assert res["changed"] and res["settings"]["net.ipv4.tcp_fin_timeout"] == {"before": 15, "after": 20, "status": "changed"}
     assert live("net.ipv4.tcp_fin_timeout") == 15
 
 
-def test_the_old_name_redirects_to_the_new():
+def test_the_old_name_is_gone_and_names_the_new():
+    # netns_sysctl redirected to tcp_drain until 2.0.0, as 0.1.0 and 1.0.0 announced; now its tombstone says where to go
     res = adhoc.run_module("netns_sysctl", {"values": {"net.ipv4.tcp_fin_timeout": 15}}, target="drain-lab",
                            inventory=INVENTORY, become=True)
-    assert not res.get("failed") and not res["changed"]
+    assert res.get("failed") and not res["changed"] and "removed" in res["msg"], res
+    assert "homelab.edge.tcp_drain" in res["msg"], res
 
 
 def role(state, *args, ok=True):

@@ -65,7 +65,8 @@ def test_docker_labels_say_which_routers_use_tls():
     assert tls == {"a@docker": True, "b@docker": False}
 
 
-def changes_for(svc, opts, facts=FILE_FACTS):
+def changes_for(svc, opts, facts=None):
+    facts = facts or FILE_FACTS
     compose = {"services": {"traefik": dict(svc, image="traefik:v3.6")}}
     report = {"ping": {"entrypoint": "traefik", "address": ":8080", "by": "homelab.edge"}}
     changes = traefik.service_changes(compose, facts, dict({"healthcheck": HC, "entrypoint_facts": EPS}, **opts),
@@ -94,16 +95,16 @@ def test_without_an_answer_it_asks_ping_and_says_why():
 def test_the_role_s_own_check_from_an_earlier_run_is_brought_up_to_date():
     old = ["CMD", "traefik", "healthcheck", "--ping", "--configFile=/etc/traefik/traefik.yml"]
     # the 1.x check (ping), recognised by the record of an earlier run
-    new, hc, _ = changes_for({"healthcheck": dict(test=old, **HC)}, {"health": dict(TARGET, answered=True),
-                                                                     "written_before": {"ping": "traefik"}})
+    opts = {"health": dict(TARGET, answered=True), "written_before": {"ping": "traefik"}}
+    new, hc, dummy = changes_for({"healthcheck": dict(test=old, **HC)}, opts)
     assert new["test"][0] == "CMD-SHELL" and hc["by"] == "homelab.edge"
     # the same test without a record is the user's: kept
-    new, hc, _ = changes_for({"healthcheck": dict(test=old, **HC)}, {"health": dict(TARGET, answered=True)})
+    new, hc, dummy = changes_for({"healthcheck": dict(test=old, **HC)}, {"health": dict(TARGET, answered=True)})
     assert new is None and hc["by"] == "you"
     # the current one again: nothing to change
     mine = ["CMD-SHELL", TARGET["command"]]
-    new, hc, _ = changes_for({"healthcheck": dict(test=mine, **HC)}, {"health": dict(TARGET, answered=True),
-                                                                      "written_before": {"healthcheck": mine}})
+    opts = {"health": dict(TARGET, answered=True), "written_before": {"healthcheck": mine}}
+    new, hc, dummy = changes_for({"healthcheck": dict(test=mine, **HC)}, opts)
     assert new is None and hc["by"] == "homelab.edge"
 
 
@@ -175,9 +176,9 @@ def test_the_deployed_traefik_s_template_writes_what_the_module_writes():
     test = traefik_health_test(base, ["websecure"])
     assert test == ["CMD-SHELL", TARGET["command"]]
     # the module takes it as its own on the next run, even without a record
-    new, hc, _ = changes_for({"healthcheck": dict(test=test, **HC)}, {"health": dict(TARGET, answered=True)})
+    new, hc, dummy = changes_for({"healthcheck": dict(test=test, **HC)}, {"health": dict(TARGET, answered=True)})
     assert new is None and hc["by"] == "homelab.edge"
     ping = traefik_health_test(base, ["websecure"], through="ping")
     assert ping == ["CMD", "traefik", "healthcheck", "--ping", "--configFile=/etc/traefik/traefik.yml"]
-    new, hc, _ = changes_for({"healthcheck": dict(test=ping, **HC)}, {"healthcheck_through": "ping"})
+    new, hc, dummy = changes_for({"healthcheck": dict(test=ping, **HC)}, {"healthcheck_through": "ping"})
     assert new is None and hc["by"] == "homelab.edge" and hc["through"] == "ping"

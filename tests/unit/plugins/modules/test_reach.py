@@ -1,31 +1,15 @@
 """homelab.edge.reach, run in this process against servers on loopback (the
 loopback refusal itself is the first case; for the others it is turned off)."""
 import contextlib
-import json
 import socket
 import threading
 
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 
 from ansible_collections.homelab.edge.plugins.module_utils import prove_net
 from ansible_collections.homelab.edge.plugins.modules import reach
 
-
-def run(capsys, **args):
-    try:  # ansible-core 2.19 and later
-        from ansible.module_utils.testing import patch_module_args
-    except ImportError:  # 2.16-2.18
-        patch_module_args = None
-    if patch_module_args:
-        with patch_module_args(args), pytest.raises(SystemExit):
-            reach.main()
-    else:
-        basic._ANSIBLE_ARGS = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-        with pytest.raises(SystemExit):
-            reach.main()
-    return json.loads(capsys.readouterr().out)
+from .conftest import assert_documented_as_specified
 
 
 @contextlib.contextmanager
@@ -81,20 +65,20 @@ def test_loopback_addresses_and_names():
     assert not prove_net.loopback("no-such-host.invalid")
 
 
-def test_a_loopback_host_is_not_probed_and_says_why(capsys):
-    out = run(capsys, host="127.0.0.1", ports=["80/tcp"])
-    assert out["answered"] == [] and out["cut"] == [] and "loopback" in out["skipped"] and not out["changed"]
+def test_a_loopback_host_is_not_probed_and_says_why(run_main):
+    out = run_main(reach, host="127.0.0.1", ports=["80/tcp"])
+    assert out["answered"] == [] and out["cut"] == [] and "loopback" in out["not_probed"] and not out["changed"]
 
 
-def test_cut_lists_what_answered_before_and_not_now(capsys, monkeypatch):
+def test_cut_lists_what_answered_before_and_not_now(run_main, monkeypatch):
     monkeypatch.setattr(prove_net, "loopback", lambda host: False)
     with services() as p:
         specs = ["%d/tcp" % p["tcp"], "%d/udp" % p["echo"], "%d/udp" % p["silent"], "%d/tcp" % p["free"]]
-        before = run(capsys, host="127.0.0.1", ports=specs, timeout=2)  # the echo thread's answer, on a loaded machine
-        assert sorted(before["answered"]) == sorted(specs[:2]) and before["cut"] == [] and before["skipped"] is None
+        before = run_main(reach, host="127.0.0.1", ports=specs, timeout=2)  # the echo thread's answer, on a loaded machine
+        assert sorted(before["answered"]) == sorted(specs[:2]) and before["cut"] == [] and before["not_probed"] is None
         assert before["unanswered"] == {specs[2]: "no answer", specs[3]: "refused"}
     # the services gone: both that answered are cut; the silent one and the closed one never counted
-    after = run(capsys, host="127.0.0.1", ports=specs, answered_before=before["answered"], timeout=2)
+    after = run_main(reach, host="127.0.0.1", ports=specs, answered_before=before["answered"], timeout=2)
     assert sorted(after["cut"]) == sorted(specs[:2]) and after["answered"] == []
 
 
@@ -103,6 +87,10 @@ def test_cut_lists_what_answered_before_and_not_now(capsys, monkeypatch):
     ({"ports": ["80/tcp"], "answered_before": ["0/tcp"]}, "answered_before: '0/tcp' is not a port"),
     ({"ports": ["80/tcp"], "timeout": 30}, "timeout must be over 0 and at most 10 seconds"),
 ])
-def test_bad_input_is_refused_and_nothing_probed(capsys, args, words):
-    out = run(capsys, host="192.0.2.10", **args)
+def test_bad_input_is_refused_and_nothing_probed(run_main, args, words):
+    out = run_main(reach, host="192.0.2.10", **args)
     assert out["failed"] and words in out["msg"] and "nothing was probed" in out["msg"]
+
+
+def test_documentation_matches_the_argument_spec(monkeypatch):
+    assert_documented_as_specified(reach, monkeypatch)

@@ -2,16 +2,14 @@
 temporary root (Debian 12's, with a guide's line in /etc/sysctl.conf): the
 refusal changes nothing, live or on disk; boot_order=win writes the drop-in
 under a later name, diff shows it, state=absent removes it under each name."""
-import json
 import os
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
-
 from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain_boot as tdb
 from ansible_collections.homelab.edge.plugins.modules import tcp_drain as mod
+
+from .conftest import run_module
 
 FIN = "net.ipv4.tcp_fin_timeout"
 ABORT = "net.ipv4.tcp_abort_on_overflow"
@@ -55,18 +53,7 @@ def root(tmp_path, monkeypatch):
 def run(monkeypatch, capsys, root, check=False, diff=False, **args):
     args = dict({"values": {FIN: 15, ABORT: 1}, "persist": str(root) + "/etc/sysctl.d/60-homelab-edge-drain.conf",
                  "state_dir": str(root / "state"), "_ansible_check_mode": check, "_ansible_diff": diff}, **args)
-    try:  # ansible-core 2.19 and later
-        from ansible.module_utils.testing import patch_module_args
-    except ImportError:  # 2.16-2.18
-        patch_module_args = None
-    if patch_module_args:
-        with patch_module_args(args), pytest.raises(SystemExit):
-            mod.main()
-    else:
-        monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-        with pytest.raises(SystemExit):
-            mod.main()
-    return json.loads(capsys.readouterr().out)
+    return run_module(mod, args, monkeypatch, capsys)
 
 
 def listing(root):
