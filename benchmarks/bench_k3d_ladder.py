@@ -49,7 +49,7 @@ import docker
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 sys.path[:0] = [HERE, os.path.join(ROOT, "lab"), os.path.join(ROOT, "tests", "support"),
-                os.path.join(ROOT, "plugins", "module_utils")]
+                os.path.join(ROOT, "plugins")]
 import bench_k3d_serverlb as base  # noqa: E402  (the clusters, their configuration, CPU and pinning)
 import dnsgen  # noqa: E402
 import k3d  # noqa: E402

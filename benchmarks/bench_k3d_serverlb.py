@@ -48,12 +48,12 @@ import docker
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path[:0] = [os.path.join(ROOT, "lab"), os.path.join(ROOT, "tests", "support"),
-                os.path.join(ROOT, "plugins", "module_utils")]
+                os.path.join(ROOT, "plugins")]
 import k3d  # noqa: E402
 import dnsgen  # noqa: E402
-import k3d_serverlb as lb  # noqa: E402
-import k3d_serverlb_config as lb_config  # noqa: E402
-import k3d_serverlb_container as lb_container  # noqa: E402
+from module_utils.k3d_serverlb import fix as k3d_fix  # noqa: E402
+from module_utils.k3d_serverlb import config as k3d_config  # noqa: E402
+from module_utils.k3d_serverlb import container as k3d_container  # noqa: E402
 import lb_check  # noqa: E402
 import probes  # noqa: E402
 
@@ -214,8 +214,8 @@ def say_step(label, path, r):
 def configure(client, name, cluster):
     if name == "seed's fix":
         c = client.containers.get(k3d.lb_name(cluster))
-        lb_container.replace_file(c, lb_container.TEMPLATE_PATH, lb_check.seeds_fix(lb_check.read(c, lb_container.TEMPLATE_PATH)))
-        lb_container.render(c, 30)
+        k3d_container.replace_file(c, k3d_container.TEMPLATE_PATH, lb_check.seeds_fix(lb_check.read(c, k3d_container.TEMPLATE_PATH)))
+        k3d_container.render(c, 30)
     elif name == "homelab.edge":
         apply_role([cluster], keeper=False)
     time.sleep(2)
@@ -296,7 +296,7 @@ def dns_part(client, result):
         live = {}
         for name, cluster, base in CONFIGS:
             c = client.containers.get(k3d.lb_name(cluster))
-            rep = lb_config.report(c.name, cluster, lb_config.parse_live(lb_check.read(c, lb_container.NGINX_CONF)), None)
+            rep = k3d_config.report(c.name, cluster, k3d_config.parse_live(lb_check.read(c, k3d_container.NGINX_CONF)), None)
             live[name] = {"worker_connections": rep["worker_connections"], "udp_timeout_s": rep["udp_timeout"],
                           "udp_session_budget": rep["udp_session_budget"]}
     finally:
@@ -356,7 +356,7 @@ def capped_part(client, result, cap=1024):
         k3d.wait_serving(client, cluster)
         apply_role([cluster], keeper=False)
         c = client.containers.get(k3d.lb_name(cluster))
-        state = lb.handle(c, c.name, True, dict(lb.DEFAULTS, udp_ports=k3d.UDP_PROFILES), check_mode=True)
+        state = k3d_fix.handle(c, c.name, True, dict(k3d_fix.DEFAULTS, udp_ports=k3d.UDP_PROFILES), check_mode=True)
         t = targets(client, cluster, base)["published"]
         seed = step(client, t, 300, 30, pinning(), tcp=t["tcp"], lb_container=c)
         c = fresh(client, cluster)

@@ -20,16 +20,16 @@ import docker
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 sys.path[:0] = [HERE, os.path.join(ROOT, "lab"), os.path.join(ROOT, "tests", "support"),
-                os.path.join(ROOT, "plugins", "module_utils")]
+                os.path.join(ROOT, "plugins")]
 import edge  # noqa: E402
 import k3d  # noqa: E402
 import outage  # noqa: E402
 import probes  # noqa: E402
 import proof  # noqa: E402
 import upstream_images  # noqa: E402
-import k3d_serverlb as lb  # noqa: E402
-import k3d_serverlb_config as lb_config  # noqa: E402
-import k3d_serverlb_container as lb_container  # noqa: E402
+from module_utils.k3d_serverlb import fix as k3d_fix  # noqa: E402
+from module_utils.k3d_serverlb import config as k3d_config  # noqa: E402
+from module_utils.k3d_serverlb import container as k3d_container  # noqa: E402
 
 CLUSTERS, BASE = ("lab", "lab2"), 10000
 INVENTORY = os.path.join(ROOT, "inventories", "lab", "hosts.yml")
@@ -46,9 +46,9 @@ def k3d_measure(client, rate, count):
     ep = k3d.endpoints(BASE)
     lbc = client.containers.get(k3d.lb_name("lab"))
     dns, tcp, alerts = probes.dns_under_load(lbc, "127.0.0.1", ep["dns"], [ep["https"], ep["api"]], rate, count)
-    state = lb_container.read_state(lbc)
+    state = k3d_container.read_state(lbc)
     return {"dns": dict(dns, rate=rate), "alerts": alerts, "tcp_during_dns": tcp,
-            "worker_connections": lb_config.parse_live(state["conf"])["worker_connections"],
+            "worker_connections": k3d_config.parse_live(state["conf"])["worker_connections"],
             "worker_open_files": state["worker_limits"]}
 
 
@@ -129,7 +129,7 @@ def show(value):
         return "%d ok, %d failed" % (value["ok"], value["failed"])
     if isinstance(value, dict) and "alerts" in value:
         return "%s alerts; probes %s ok, %s failed; DNS %s" % (value["alerts"], value["tcp"]["ok"], value["tcp"]["failed"],
-                                                             show(value.get("dns")))
+                                                               show(value.get("dns")))
     if isinstance(value, (list, dict)):
         return json.dumps(value, sort_keys=True)
     return str(value)
@@ -185,7 +185,7 @@ def engine_version(client):
 
 
 def cleanup():
-    subprocess.run([sys.executable, KEEPER, "--config", lb.KEEPER_CONFIG, "--stop"],
+    subprocess.run([sys.executable, KEEPER, "--config", k3d_fix.KEEPER_CONFIG, "--stop"],
                    capture_output=True, check=False)
     k3d.delete(*CLUSTERS)
     edge.down()

@@ -20,42 +20,42 @@ UNIT = "tests/unit/plugins/module_utils/"
 # name: (file, text, mutated text, the test that must catch it)
 MUTATIONS = {
     "traefik health: a 404 from the user's entrypoint counted as a failed check": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         """    return "%s 2>&1 | grep -q '^ *HTTP/'" % health_request(url)""",
         """    return "%s" % health_request(url)""",
         UNIT + "test_traefik_health.py::test_the_target_is_the_first_limited_entrypoint_with_tls_where_it_has_it"),
     "traefik health: the module's check written although the request through the entrypoint got no answer": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         '    argv = through if through and (target.get("answered") or (ours and have == through)) else ping',
         '    argv = through if through else ping',
         UNIT + "test_traefik_health.py::test_without_an_answer_it_asks_ping_and_says_why"),
     "traefik health: a user's check that asks the internet is kept without a word": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         "    if outside:\n",
         "    if outside and False:\n",
         UNIT + "test_traefik_health.py::test_a_users_health_check_is_reviewed"),
     "traefik health: the user's own health check replaced without their consent": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         '    replace = bool(hc) and bool(have) and not ours and bool(opts.get("healthcheck_replace"))',
         '    replace = bool(hc) and bool(have) and not ours',
         UNIT + "test_traefik_health.py::test_a_users_check_is_kept_and_its_problems_said_or_replaced_with_consent"),
     "ufw revert: a native nft rule that restores as another is not found": (
-        "plugins/module_utils/ufw_revert.py",
+        "plugins/module_utils/ufw/revert.py",
         "            if a != b:\n                out.append((chain, a, b))",
         "            if a != b and False:\n                out.append((chain, a, b))",
         UNIT + "test_ufw_revert.py::test_a_set_lookup_that_iptables_prints_as_drop_everything_is_found"),
     "ufw revert: a ban made through ufw inside the window is not put back": (
-        "plugins/module_utils/ufw_revert.py",
+        "plugins/module_utils/ufw/revert.py",
         '  for f in user.rules user6.rules; do keep_bans %(ufw_root)s/$f "$dir/bans.$f"; done',
         "  :",
         UNIT + "test_ufw_revert.py::test_a_ban_made_through_ufw_inside_the_window_stays_in_the_file_and_live"),
     "ufw revert: every policy put back, whoever set it": (
-        "plugins/module_utils/ufw_revert.py",
+        "plugins/module_utils/ufw/revert.py",
         "    [ \"$(grep \"^$k=\" \"$dir/ufw.policy\")\" = ",
         "    [ x = ",
         UNIT + "test_ufw_revert.py::test_a_policy_is_put_back_only_where_the_change_set_it"),
     "ufw revert: ufw's start reverts while the timer still runs": (
-        "plugins/module_utils/ufw_revert.py",
+        "plugins/module_utils/ufw/revert.py",
         '    [ "$gone" = yes ] || continue',
         "    :",
         UNIT + "test_ufw_revert.py::test_ufws_start_inside_the_window_with_the_timer_alive_does_nothing"),
@@ -70,25 +70,25 @@ MUTATIONS = {
         '        return False, "generator invalid: %s" % step.get("invalid_because")',
         "tests/dev/test_ladder.py::test_an_invalid_generator_is_no_verdict_and_ends_the_ladder"),
     "k3d live budget: any budget accepted": (
-        "plugins/module_utils/k3d_serverlb_config.py",
+        "plugins/module_utils/k3d_serverlb/config.py",
         'if s["limit_conn"] != budget:',
         'if s["limit_conn"] is None:',
         UNIT + "test_k3d_serverlb.py::test_a_live_budget_other_than_the_computed_one_is_a_shortfall"),
     "k3d render confd accepts but nginx never runs: not rolled back": (
-        "plugins/module_utils/k3d_serverlb.py",
-        "        lb_container.render(container, render_timeout)\n"
+        "plugins/module_utils/k3d_serverlb/fix.py",
+        "        k3d_container.render(container, render_timeout)\n"
         "        return settled()\n"
-        "    except lb_container.ApplyError as e:\n"
+        "    except k3d_container.ApplyError as e:\n"
         "        undone = _roll_back(container, template, new_template, render_timeout)\n"
-        '        raise lb_container.ApplyError("%s; %s" % (e, undone))\n',
-        "        lb_container.render(container, render_timeout)\n"
-        "    except lb_container.ApplyError as e:\n"
+        '        raise k3d_container.ApplyError("%s; %s" % (e, undone))\n',
+        "        k3d_container.render(container, render_timeout)\n"
+        "    except k3d_container.ApplyError as e:\n"
         "        undone = _roll_back(container, template, new_template, render_timeout)\n"
-        '        raise lb_container.ApplyError("%s; %s" % (e, undone))\n'
+        '        raise k3d_container.ApplyError("%s; %s" % (e, undone))\n'
         "    return settled()\n",
         UNIT + "test_k3d_serverlb.py::test_apply_rolls_back_a_render_confd_accepts_but_nginx_never_runs"),
     "k3d budget on only some UDP servers reported as budgeted": (
-        "plugins/module_utils/k3d_serverlb_config.py",
+        "plugins/module_utils/k3d_serverlb/config.py",
         '"udp_session_budget": min(budgets) if len(budgets) == len(udp) and budgets else None,',
         '"udp_session_budget": min(budgets) if budgets else None,',
         UNIT + "test_k3d_serverlb.py::test_a_load_balancer_with_a_budget_on_only_some_udp_servers_is_not_budgeted"),
@@ -98,22 +98,22 @@ MUTATIONS = {
         "        if failed:\n",
         "tests/unit/plugins/modules/test_nginx_proxy_protocol.py"),
     "YAML editor: an alias shares the change meant for its anchor": (
-        "plugins/module_utils/text_edit.py",
+        "plugins/module_utils/traefik/text_edit.py",
         "    out = unshared(doc) if doc else {}",
         "    out = copy.deepcopy(doc) if doc else {}",
         UNIT + "test_yaml_text.py::test_every_yaml_style_is_changed_correctly_or_refused_clearly"),
     "YAML editor: a list at its key's indent ends at the key": (
-        "plugins/module_utils/yaml_text.py",
+        "plugins/module_utils/traefik/yaml_text.py",
         "                if not (same_indent_list and _indent(line) == indent and _is_item(line)):",
         "                if True:",
         UNIT + "test_yaml_text.py::test_a_list_at_the_indent_of_its_key_gets_the_item_at_that_indent"),
     "TOML editor: a dotted-key table reopened with a header": (
-        "plugins/module_utils/toml_text.py",
+        "plugins/module_utils/traefik/toml_text.py",
         "                    return False  # defined by dotted keys",
         "                    pass",
         UNIT + "test_toml_text.py::test_every_toml_style_is_changed_correctly_or_refused_clearly"),
     "Traefik bound: counts routers that do not run the middleware": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         "                     and middleware_ref in (r.get(\"middlewares\") or [])",
         "                     and True",
         UNIT + "test_traefik_inflight.py::test_the_per_client_bound_is_amount_times_the_limited_routers"),
@@ -123,28 +123,28 @@ MUTATIONS = {
         "/containers/[a-zA-Z0-9_.-]+/(restart|start|update|pause)$",
         "tests/unit/test_socket_proxy_policy.py"),
     "ufw_connlimit counts an iptables connlimit rule without tcp-reset": (
-        "plugins/module_utils/ufw_connlimit.py",
+        "plugins/module_utils/ufw/connlimit.py",
         'if not (port and above and "tcp-reset" in line):',
         "if not (port and above):",
         UNIT + "test_ufw_connlimit.py::test_a_connlimit_rule_that_does_not_reset_is_not_ours"),
     "ufw_connlimit read-back takes a limit of any mask (a global --connlimit-mask 0 reads as per address)": (
-        "plugins/module_utils/ufw_connlimit.py",
+        "plugins/module_utils/ufw/connlimit.py",
         'if not has or int(has.group(1)) != mask or "--connlimit-daddr" in line:',
         "if False:",
         UNIT + "test_ufw_connlimit.py::test_the_read_back_counts_only_a_per_address_limit"),
     "revert restores the filter table whole (no --noflush: fail2ban's bans, DOCKER-USER lost)": (
-        "plugins/module_utils/ufw_revert.py",
+        "plugins/module_utils/ufw/revert.py",
         '"$t-restore" -w --noflush <"$dir/$t.scoped"',
         '"$t-restore" -w <"$dir/$t.scoped"',
         "tests/lab/test_revert_scoped.py::test_the_revert_puts_back_ufws_part_and_leaves_everyone_elses"),
     "a confirmation over a reused connection passes (the login's start not compared with the arm)": (
-        "plugins/module_utils/ufw_revert.py",
+        "plugins/module_utils/ufw/revert.py",
         'if same_boot and login["started"] <= armed_start:',
         "if False:",
         UNIT + "test_ufw_revert.py::test_a_new_login_from_outside_and_nothing_else_proves_the_way_in"),
     "a confirmation from loopback passes (a tunnel, sslh)": (
-        "plugins/module_utils/ufw_revert.py",
-        'if ua.is_loopback(login["peer"]) or login["peer"] == login.get("local"):',
+        "plugins/module_utils/ufw/revert.py",
+        'if ufw_access.is_loopback(login["peer"]) or login["peer"] == login.get("local"):',
         "if False:",
         UNIT + "test_ufw_revert.py::test_a_new_login_from_outside_and_nothing_else_proves_the_way_in"),
     "the demo counts a boolean as a count (alerts = False reads as 0)": (
@@ -178,53 +178,53 @@ MUTATIONS = {
         "    if False:",
         "tests/dev/test_dnsgen.py::test_validity"),
     "k3d capacity: capped only below worker_connections (a hard limit of 4,096 to 16,383 taken as room)": (
-        "plugins/module_utils/k3d_serverlb_capacity.py",
+        "plugins/module_utils/k3d_serverlb/capacity.py",
         'hard_limit >= want["worker_rlimit_nofile"]',
         'hard_limit >= want["worker_connections"]',
         UNIT + "test_k3d_serverlb.py::test_capped_want_fits_under_the_hard_limit"),
     "k3d plan: one worker at the fix's limit hides another still at 1024": (
-        "plugins/module_utils/k3d_serverlb.py",
+        "plugins/module_utils/k3d_serverlb/fix.py",
         'state["worker_limits"] != [want["worker_rlimit_nofile"]]',
         'want["worker_rlimit_nofile"] not in state["worker_limits"]',
         UNIT + "test_k3d_serverlb.py::test_a_worker_still_at_another_open_file_limit_is_a_reason"),
     "k3d report: the shortest UDP timeout taken (the slowest server hidden)": (
-        "plugins/module_utils/k3d_serverlb_config.py",
+        "plugins/module_utils/k3d_serverlb/config.py",
         "udp_timeout = max(timeouts) if timeouts else None",
         "udp_timeout = min(timeouts) if timeouts else None",
         UNIT + "test_k3d_serverlb.py::test_report_takes_the_longest_udp_timeout"),
     "k3d: the created container's soft open-file limit read as its cap": (
-        "plugins/module_utils/k3d_serverlb_container.py",
+        "plugins/module_utils/k3d_serverlb/container.py",
         'if u.get("Name") == "nofile" and u.get("Hard"):\n            return int(u["Hard"])',
         'if u.get("Name") == "nofile" and u.get("Soft"):\n            return int(u["Soft"])',
         UNIT + "test_k3d_serverlb.py::test_the_created_hard_limit_is_the_hard_one"),
     "k3d signals: an unfixed load balancer under a cap called fixed with a cap": (
-        "plugins/module_utils/k3d_serverlb_signals.py",
+        "plugins/module_utils/k3d_serverlb/signals.py",
         'code = "not_fixed" if reasons else "capped" if cap else "fixed"',
         'code = "capped" if cap else "not_fixed" if reasons else "fixed"',
         UNIT + "test_k3d_serverlb.py::test_a_capped_load_balancer_is_fixed_with_a_cap_only_once_it_has_the_fix"),
     "ufw_access: a rule for one of the host's addresses counts as open to all": (
-        "plugins/module_utils/ufw_access.py",
+        "plugins/module_utils/ufw/access.py",
         'if r["dst"] not in ("any", "0.0.0.0/0", "::/0"):',
         "if False:",
         UNIT + "test_ufw_access.py::test_allows_first_match_wins"),
     "k3d template: every UDP port gets proxy_responses 1 (a tunnel's datagrams after the first reply dropped)": (
-        "plugins/module_utils/k3d_serverlb_template.py",
+        "plugins/module_utils/k3d_serverlb/template.py",
         '            "{{- else }}", stream_timeout, "{{- end }}"]',
         '            "{{- else }}"] + dns_lines + ["{{- end }}"]',
         UNIT + "test_k3d_serverlb_profiles.py::"
         "test_dns_ports_end_at_the_first_reply_and_stream_ports_keep_every_datagram_both_in_the_budget"),
     "k3d live check: a stream port that ends its sessions at the first reply counted as fixed": (
-        "plugins/module_utils/k3d_serverlb_config.py",
+        "plugins/module_utils/k3d_serverlb/config.py",
         '            if s["proxy_responses"] is not None:',
         "            if False:",
         UNIT + "test_k3d_serverlb_profiles.py::test_a_stream_port_that_ends_its_sessions_at_the_first_reply_is_a_shortfall"),
     "k3d: an undeclared UDP port taken as dns (a tunnel nobody named cut)": (
-        "plugins/module_utils/k3d_serverlb_profiles.py",
+        "plugins/module_utils/k3d_serverlb/profiles.py",
         'UNDECLARED = STREAM',
         'UNDECLARED = DNS',
         UNIT + "test_k3d_serverlb_profiles.py::test_an_undeclared_port_is_stream_with_a_warning_naming_it_and_how_to_declare_it"),
     "k3d template: UDP sessions end at the second reply (DNS's one reply never ends them)": (
-        "plugins/module_utils/k3d_serverlb_template.py",
+        "plugins/module_utils/k3d_serverlb/template.py",
         '    dns_lines = ["proxy_responses 1;",',
         '    dns_lines = ["proxy_responses 2;",',
         UNIT + "test_k3d_serverlb.py::test_patch_adds_floor_udp_policy_rlimit_and_zone"),
@@ -239,22 +239,22 @@ MUTATIONS = {
         '(config.get("Labels") or {}).get(label) == "false"',
         UNIT + "test_autoheal.py::test_problems"),
     "tcp_drain: a key it changed twice put back to its second value before": (
-        "plugins/module_utils/tcp_drain.py",
+        "plugins/module_utils/tcp_drain/sysctl.py",
         'if entry["status"] == "changed" and key not in out and entry["before"] is not None:',
         'if entry["status"] == "changed" and entry["before"] is not None:',
         UNIT + "test_tcp_drain.py::test_only_the_keys_the_module_changed_are_put_back_and_the_first_value_before_wins"),
     "keeper metrics: a new server's count goes out above 0 (its first increase invisible)": (
-        "plugins/module_utils/k3d_serverlb_metrics.py",
+        "plugins/module_utils/k3d_serverlb/metrics.py",
         "            totals[key] = 0\n            held[key] = held.get(key, 0) + counts.get(server, 0)",
         "            totals[key] = counts.get(server, 0)",
         UNIT + "test_k3d_serverlb_metrics.py::test_the_not_enough_count_only_grows_and_a_new_key_goes_out_at_0_first"),
     "revert fires without the change modules' lock": (
-        "plugins/module_utils/ufw_revert.py",
+        "plugins/module_utils/ufw/revert.py",
         "if command -v flock >/dev/null 2>&1; then",
         "if false; then",
         "tests/lab/test_revert_scoped.py::test_a_revert_that_fires_during_a_change_waits_for_it_then_puts_it_back"),
     "ufw_connlimit counts an nft connlimit rule without a reset": (
-        "plugins/module_utils/ufw_connlimit.py",
+        "plugins/module_utils/ufw/connlimit.py",
         '    r"tcp dport (?P<port>\\d+)\\b.*?xt match \\"?connlimit\\"?.*?reject with tcp reset"\n'
         '    r"|tcp dport (?P<port2>\\d+)\\b.*?ct count over (?P<count>\\d+).*?reject with tcp reset")',
         '    r"tcp dport (?P<port>\\d+)\\b.*?xt match \\"?connlimit\\"?"\n'
@@ -286,30 +286,30 @@ MUTATIONS = {
     "diagnose drain: held to the kernel's defaults, not to what tcp_drain sets": (
         "plugins/module_utils/diagnose.py",
         "    want = want or DRAIN_WANT\n",
-        "    want = dict(td.KERNEL_DEFAULTS)\n",
+        "    want = dict(tcp_drain_sysctl.KERNEL_DEFAULTS)\n",
         UNIT + "test_diagnose.py::test_drain_values_are_held_to_what_tcp_drain_sets"),
     "Traefik static config: yml before toml (not Traefik's order)": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         'STATIC_EXTENSIONS = ("toml", "yaml", "yml")',
         'STATIC_EXTENSIONS = ("yml", "yaml", "toml")',
         UNIT + "test_traefik_inflight.py::test_the_static_config_traefik_reads"),
     "Traefik static config: the working directory left out of the search": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         'STATIC_BASES = ("/etc/traefik/traefik", "$XDG_CONFIG_HOME/traefik", "$HOME/.config/traefik", "./traefik")',
         'STATIC_BASES = ("/etc/traefik/traefik",)',
         UNIT + "test_traefik_inflight.py::test_the_static_config_traefik_reads"),
     "Traefik version gate: every option taken whatever the version": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         '    return version_tuple(version) >= MIN_VERSIONS[key][0]',
         '    return True',
         UNIT + "test_traefik_inflight.py::test_settings_newer_than_the_users_traefik_are_left_out_with_a_warning"),
     "Traefik ping: its default entrypoint's clash with a user's :8080 not seen": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         '        clash = sorted(e for e, a in users.items() if port_of(a) == port_of(IMPLICIT_ADDRESS))',
         '        clash = []',
         UNIT + "test_traefik_inflight.py::test_ping_beside_a_user_entrypoint_on_8080_goes_on_the_roles_api_entrypoint"),
     "keeper: Docker 29's events read by the old id field only": (
-        "plugins/module_utils/k3d_serverlb_container.py",
+        "plugins/module_utils/k3d_serverlb/container.py",
         '    return (actor.get("ID") or event.get("id") or None)',
         '    return (event.get("id") or None)',
         "tests/unit/test_k3d_serverlb_keeper.py::test_the_keeper_reacts_to_either_event_shape"),
@@ -319,120 +319,120 @@ MUTATIONS = {
         '  if version_output "$1" "$2" | grep -q -E "$pattern"; then return 0; fi',
         "tests/lab/test_lab_versions.py::test_a_binary_that_reports_its_pin_is_taken_whatever_it_writes_after"),
     "prove: unanswered DNS queries still prove the load balancer": (
-        "plugins/module_utils/prove.py",
+        "plugins/module_utils/prove/checks.py",
         '    if measured["answered"] < measured["sent"]:',
         '    if measured["answered"] < measured["sent"] // 2:',
         UNIT + "test_prove.py::test_k3d_verdict_fails_on_each_broken_measure"),
     "prove: a load balancer that is not fixed gets the DNS load": (
-        "plugins/module_utils/prove.py",
+        "plugins/module_utils/prove/checks.py",
         '    if entry.get("state") == "not_fixed":',
         '    if entry.get("state") == "removed":',
         UNIT + "test_prove.py::test_k3d_refusal"),
     "prove: no reset over the limit still proves the connlimit": (
-        "plugins/module_utils/prove.py",
+        "plugins/module_utils/prove/checks.py",
         '    if reset < plan["extra"]:',
         '    if reset < 0:',
         UNIT + "test_prove.py::test_connlimit_verdict"),
     "prove: a lower limit stacked under ours still proves the connlimit (no lower bound)": (
-        "plugins/module_utils/prove.py",
+        "plugins/module_utils/prove/checks.py",
         '    elif est < plan.get("at_least", connlimit_floor(plan["limit"])):',
         '    elif est < 0:',
         UNIT + "test_prove.py::test_connlimit_verdict"),
     "ufw_connlimit takes over a user's limit of any shape (no refusal)": (
-        "plugins/module_utils/ufw_connlimit.py",
+        "plugins/module_utils/ufw/connlimit.py",
         '    return bool(m and m.group("chain") == FAMILIES[family]["chain"]',
         '    return bool(True or m and m.group("chain") == FAMILIES[family]["chain"]',
         UNIT + "test_ufw_connlimit.py::test_only_the_seeds_shape_is_replaced"),
     "ufw_connlimit's read-back counts every live limit as its own (a stacked one passes)": (
-        "plugins/module_utils/ufw_connlimit.py",
+        "plugins/module_utils/ufw/connlimit.py",
         '                      "ours": limit["ours"] or limit["chain"] == DOCKER_CHAIN})',
         '                      "ours": True})',
         UNIT + "test_ufw_connlimit.py::test_every_live_limit_is_kept_and_the_smallest_is_the_effective_one"),
     "ufw_connlimit stacks its block under the seed's lines (they are not moved)": (
-        "plugins/module_utils/ufw_connlimit.py",
+        "plugins/module_utils/ufw/connlimit.py",
         '    rest, removed = replace_seed_lines(text, found)',
         '    rest, removed = text, []',
         UNIT + "test_ufw_connlimit.py::test_the_seeds_lines_are_replaced_kept_in_the_block_and_put_back"),
     "prove: no 429 still proves the in-flight limit": (
-        "plugins/module_utils/prove.py",
+        "plugins/module_utils/prove/checks.py",
         '    if limited < plan["extra"]:',
         '    if limited < 0:',
         UNIT + "test_prove.py::test_inflight_verdict"),
     "prove: skipped checks alone make a good run": (
-        "plugins/module_utils/prove.py",
+        "plugins/module_utils/prove/checks.py",
         '"ok": not counts[FAILED] and not counts[REFUSED] and (counts[PROVED] + counts[PLANNED]) > 0}',
         '"ok": not counts[FAILED] and not counts[REFUSED]}',
         UNIT + "test_prove.py::test_table_and_summary"),
 
     "ufw_access: port forwards through the host not looked at": (
-        "plugins/module_utils/ufw_access.py",
+        "plugins/module_utils/ufw/access.py",
         '    if enabled or forward_policy == "ACCEPT":\n        return []\n',
         '    return []\n',
         UNIT + "test_ufw_access.py::test_enabling_ufw_cuts_the_forwards_no_route_rule_allows"),
     "tcp_drain boot: sysctl.d files read directory by directory, not by name across them": (
-        "plugins/module_utils/tcp_drain_boot.py",
+        "plugins/module_utils/tcp_drain/boot.py",
         '    return [chosen[name] for name in sorted(chosen) if chosen[name].get("text")]',
         '    return [chosen[n] for n in sorted(chosen, key=lambda n: (rank[os.path.dirname(chosen[n]["path"])], n))\n'
         '            if chosen[n].get("text")]',
         UNIT + "test_tcp_drain_boot.py::test_files_are_read_sorted_by_name_across_directories"),
     "tcp_drain boot: the first assignment of a key wins, so /etc/sysctl.conf's later line is no conflict": (
-        "plugins/module_utils/tcp_drain_boot.py",
+        "plugins/module_utils/tcp_drain/boot.py",
         "                order.remove(path)\n",
         "                continue\n",
         UNIT + "test_tcp_drain_boot.py::test_what_boot_applies"),
     # issue 51: behaviours no test covered (each survived the whole unit suite)
     "ufw revert: a login that started in the arm's own second counts as new": (
-        "plugins/module_utils/ufw_revert.py",
+        "plugins/module_utils/ufw/revert.py",
         '    if same_boot and login["started"] <= armed_start:',
         '    if same_boot and login["started"] < armed_start:',
         UNIT + "test_ufw_revert.py::test_a_login_that_started_in_the_same_second_as_the_arm_is_not_new"),
     "ufw revert: ufw reloads after a good scoped restore, not after a failed one (fallback inverted)": (
-        "plugins/module_utils/ufw_revert.py",
+        "plugins/module_utils/ufw/revert.py",
         'if [ "$rc" != 0 ] && [ %(enabled)s = yes ]; then',
         'if [ "$rc" = 0 ] && [ %(enabled)s = yes ]; then',
         UNIT + "test_ufw_revert.py::test_ufw_reloads_from_the_files_only_where_the_scoped_restore_failed"),
     "ufw_connlimit: a managed block outside *filter/COMMIT accepted": (
-        "plugins/module_utils/ufw_connlimit.py",
+        "plugins/module_utils/ufw/connlimit.py",
         "        if not start < b < e < commit:\n",
         "        if False:\n",
         UNIT + "test_ufw_connlimit.py::test_a_managed_block_outside_the_filter_section_is_refused"),
     "ufw_connlimit: the Docker nft table hooked after Docker's (priority filter + 1)": (
-        "plugins/module_utils/ufw_connlimit.py",
+        "plugins/module_utils/ufw/connlimit.py",
         "type filter hook forward priority filter - 1; policy accept;",
         "type filter hook forward priority filter + 1; policy accept;",
         UNIT + "test_ufw_connlimit.py::test_the_docker_nft_table_is_hooked_before_dockers_own"),
     "k3d: the largest of the masters' hard open-file limits taken, not the smallest": (
-        "plugins/module_utils/k3d_serverlb_container.py",
+        "plugins/module_utils/k3d_serverlb/container.py",
         '"hard_limit": min(hard) if hard else None}',
         '"hard_limit": max(hard) if hard else None}',
         UNIT + "test_limits_at_their_edges.py::test_the_hard_open_file_limit_is_the_smallest_a_master_has"),
     "traefik_inflight: the user's maxConcurrentStreams overwritten without a word": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         "    if str(have) == str(int(streams)):\n        return None\n    if opts.get(\"override_user_values\"):",
         "    if str(have) == str(int(streams)):\n        return None\n    if True:",
         UNIT + "test_traefik_guides.py::test_real_configs_keep_the_users_values_and_say_so"),
     "traefik_inflight: ping of a host-network Traefik on Traefik's default (the host's 8080)": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         "    if adds_ping and host:\n",
         "    if adds_ping and host and False:\n",
         UNIT + "test_traefik_inflight.py::test_on_the_hosts_network_ping_gets_a_free_loopback_port_never_8080"),
     "traefik_inflight: net.* sysctls written into a host-network compose service": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         '    if facts.get("network_mode") == "host" and refused:',
         '    if facts.get("network_mode") == "host" and refused and False:',
         UNIT + "test_traefik_inflight.py::test_no_net_sysctls_in_the_hosts_namespace"),
     "traefik_inflight: the limit put on an entrypoint that serves only TCP routers": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         '        if tcp and not http and (routing or {}).get("complete", True):',
         '        if tcp and not http and (routing or {}).get("complete", True) and False:',
         UNIT + "test_traefik_guides.py::test_real_configs_keep_the_users_values_and_say_so"),
     "toml: a new table between a table and its commented-out options": (
-        "plugins/module_utils/toml_text.py",
+        "plugins/module_utils/traefik/toml_text.py",
         "                best, at = common, self._table_end(s)",
         "                best, at = common, self._section_tail(s)",
         UNIT + "test_toml_text.py::test_a_new_table_goes_after_the_whole_table_before_it"),
     "traefik_inflight: an in-flight share of exactly 90 % not called blind": (
-        "plugins/module_utils/traefik_inflight.py",
+        "plugins/module_utils/traefik/inflight.py",
         "share >= BLIND_SHARE",
         "share > BLIND_SHARE",
         UNIT + "test_limits_at_their_edges.py::test_an_in_flight_share_of_exactly_the_blind_share_is_blind"),

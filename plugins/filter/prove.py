@@ -7,15 +7,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.homelab.edge.plugins.module_utils import prove
+from ansible_collections.homelab.edge.plugins.module_utils.prove import checks as prove_checks
 
 
 def prove_table(rows):
-    return prove.table(rows)
+    return prove_checks.table(rows)
 
 
 def prove_summary(rows):
-    return prove.summary(rows)
+    return prove_checks.summary(rows)
 
 
 class FilterModule(object):

@@ -11,7 +11,7 @@ __metaclass__ = type
 
 import json
 
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
 
 
 def _api(api_output):
@@ -28,8 +28,8 @@ def traefik_api_argv(container):
     """The command that reads Traefik's API inside its container: routers, a
     line "--", middlewares (the module's own read, for status and diagnose).
     Bounded: a wedged Traefik accepts the connection and never answers."""
-    url = "http://127.0.0.1:%d/api/http/" % traefik.API_PORT
-    get = "timeout %d wget -q -O - %s" % (traefik.API_TIMEOUT, url)
+    url = "http://127.0.0.1:%d/api/http/" % traefik_inflight.API_PORT
+    get = "timeout %d wget -q -O - %s" % (traefik_inflight.API_TIMEOUT, url)
     return ["docker", "exec", container, "sh", "-c", "%srouters && echo && echo -- && %smiddlewares" % (get, get)]
 
 
@@ -38,21 +38,21 @@ def traefik_api_problems(api_output, plan):
     api = _api(api_output)
     if api is None:
         return ["Traefik does not answer on its API (%s)" % (api_output or "no output").strip()[:200]]
-    return traefik.check_api(api[0], api[1], set(plan.get("expected_routers") or []), plan["entrypoints"],
-                             plan["middleware_ref"], plan.get("amount"))
+    return traefik_inflight.check_api(api[0], api[1], set(plan.get("expected_routers") or []), plan["entrypoints"],
+                                      plan["middleware_ref"], plan.get("amount"))
 
 
 def traefik_client_bound(api_output, entrypoints, middleware_ref, amount, bound_max=0):
     """What one client can hold in flight: {routers, names, amount, bound,
     max, within, text} (routers 0 when Traefik did not answer)."""
     api = _api(api_output)
-    return traefik.client_bound(api[0] if api else [], entrypoints, middleware_ref, int(amount), bound_max)
+    return traefik_inflight.client_bound(api[0] if api else [], entrypoints, middleware_ref, int(amount), bound_max)
 
 
 def traefik_client_share(log_lines):
     """[the address most access-log requests come from, its share, requests read, blind]."""
-    top, share, total = traefik.client_share(log_lines or [])
-    return [top, share, total, traefik.is_blind(total, share)]
+    top, share, total = traefik_inflight.client_share(log_lines or [])
+    return [top, share, total, traefik_inflight.is_blind(total, share)]
 
 
 def traefik_health_test(static, entrypoints, entrypoint="", through="entrypoint", config_file="/etc/traefik/traefik.yml"):
@@ -60,7 +60,7 @@ def traefik_health_test(static, entrypoints, entrypoint="", through="entrypoint"
     Traefik the role deploys from `static` (its static config as data)."""
     opts = {"healthcheck": True, "entrypoints": entrypoints, "healthcheck_entrypoint": entrypoint or None,
             "healthcheck_through": through}
-    target = traefik.health_target(traefik.entrypoint_facts(static, None), {}, opts)
+    target = traefik_inflight.health_target(traefik_inflight.entrypoint_facts(static, None), {}, opts)
     if target:
         return ["CMD-SHELL", target["command"]]
     return ["CMD", "traefik", "healthcheck", "--ping", "--configFile=%s" % config_file]

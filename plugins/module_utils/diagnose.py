@@ -11,13 +11,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
-from ansible_collections.homelab.edge.plugins.module_utils.traefik_inflight import bound_text, is_blind
+from .tcp_drain import sysctl as tcp_drain_sysctl
+from .ufw import connlimit as ufw_connlimit
+from .traefik.inflight import bound_text, is_blind
 
 # What the drain values are held to when the play does not say (no tcp_drain
 # role on the host): the two keys tcp_drain sets by default.
-DRAIN_WANT = dict((k, td.RECOMMENDED[k]) for k in (td.FIN_TIMEOUT, td.ABORT_ON_OVERFLOW))
+DRAIN_WANT = dict((k, tcp_drain_sysctl.RECOMMENDED[k]) for k in (tcp_drain_sysctl.FIN_TIMEOUT, tcp_drain_sysctl.ABORT_ON_OVERFLOW))
 
 
 # Every finding's code: what programs match on (the words are for people).
@@ -141,15 +141,15 @@ def drain(host, where, values, want=None):
     """Drain values that drain slower than asked (`want`: what tcp_drain
     sets on this host; DRAIN_WANT without it)."""
     want = want or DRAIN_WANT
-    bad = td.slower(values, want)
+    bad = tcp_drain_sysctl.slower(values, want)
     if not bad:
         return []
-    at_default = all(td.KERNEL_DEFAULTS.get(k) == v for k, v in bad.items())
+    at_default = all(tcp_drain_sysctl.KERNEL_DEFAULTS.get(k) == v for k, v in bad.items())
     return [finding(host, "drain sysctls %s in %s" % ("at kernel defaults" if at_default else "slower than asked",
                                                       where),
                     ", ".join("%s=%s (asked %s)" % (k, v, want[k]) for k, v in sorted(bad.items())),
                     "after a flood the kernel keeps orphaned sockets %d s and retries a full accept queue: the "
-                    "cleanup outlasts the attack (seed 001)" % td.KERNEL_DEFAULTS[td.FIN_TIMEOUT]
+                    "cleanup outlasts the attack (seed 001)" % tcp_drain_sysctl.KERNEL_DEFAULTS[tcp_drain_sysctl.FIN_TIMEOUT]
                     if at_default else "the values were changed since tcp_drain set them (by hand, or a restart: "
                     "/etc/sysctl.d holds the host's, but a container's namespace starts at kernel defaults)",
                     "run the tcp_drain tag", where, code="drain_slow")]
@@ -185,7 +185,7 @@ def user_limit(host, ufw, limit, ports):
     return [finding(host, "a connection limit that is not homelab.edge's also limits port %s"
                     % ",".join(map(str, hit)),
                     "%s; the limit in force per port: %s (asked %d)"
-                    % ("; ".join(uc.describe(o) for o in others), words, limit),
+                    % ("; ".join(ufw_connlimit.describe(o) for o in others), words, limit),
                     "a limit applied by hand (seed 001's snippet, a guide) or by another tool",
                     "run the vps tag: it takes over seed 001's snippet" if seed else
                     "remove it where it is loaded (the file and line, or the chain, above), or leave the port out "

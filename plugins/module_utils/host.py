@@ -4,19 +4,17 @@
 """What every module that touches a host shares: commands run in the C
 locale (their output is parsed), one way to say "run me as root", one way
 to read a file of the host that may be missing and one way to write (or
-remove) one, the records a module keeps of what it changed, and the lock a
-firewall change holds against its own revert."""
+remove) one, and the records a module keeps of what it changed (the firewall's
+lock, which a change holds against its own revert, is ufw/revert.py's)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 import errno
-import fcntl
 import json
 import os
 import tempfile
-import time
 
 C_ENV = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
 
@@ -81,38 +79,3 @@ def write_record(module, path, record):
         os.makedirs(os.path.dirname(path), 0o700)
     write_text(module, path, None if record is None else json.dumps(record, indent=1, sort_keys=True) + "\n",
                new_mode=0o600)
-
-
-def firewall_lock(module, state_dir):
-    """The firewall's one lock (the file revert.sh flocks), taken exclusive and held until the module exits: one
-    arm, change or revert at a time. Waits ufw_revert.CHANGE_LOCK_WAIT seconds at most, then fails; returns the fd."""
-    from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
-    lock = os.path.join(state_dir, ur.LOCK)
-    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    deadline = time.time() + ur.CHANGE_LOCK_WAIT
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except (IOError, OSError):
-            if time.time() > deadline:
-                module.fail_json(msg="the firewall lock (%s) is held by another run or a revert for more than %d s: "
-                                     "see %s/*/revert.log; nothing was changed" % (lock, ur.CHANGE_LOCK_WAIT, state_dir))
-            time.sleep(0.2)
-
-
-def hold_revert(module, state_dir, rid):
-    """The change modules' side of commit-confirmed: take the lock revert.sh takes (flock, held until the
-    module exits), then refuse unless revert `rid` is armed with time to go (ufw_revert.armed_problem).
-    With the lock held, the revert cannot start until the change is done."""
-    from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
-    if not os.path.isdir(state_dir):
-        module.fail_json(msg="no revert with id %s: %s does not exist; nothing was changed" % (rid, state_dir))
-    fd = firewall_lock(module, state_dir)
-    d = os.path.join(state_dir, rid)
-    meta = read_text(os.path.join(d, "meta.json"))
-    problem = ur.armed_problem(rid, os.listdir(d) if os.path.isdir(d) else [], json.loads(meta) if meta else None,
-                               int(time.time()))
-    if problem:
-        module.fail_json(msg=problem + "; nothing was changed")
-    return fd

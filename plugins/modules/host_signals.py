@@ -103,13 +103,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.homelab.edge.plugins.module_utils import autoheal as ah
+from ansible_collections.homelab.edge.plugins.module_utils import autoheal
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import signals
-from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
+from ansible_collections.homelab.edge.plugins.module_utils.tcp_drain import sysctl as tcp_drain_sysctl
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as tr
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import connlimit as ufw_connlimit
 
 
 class Host(object):
@@ -146,7 +146,7 @@ class Host(object):
 
     def drain(self, pid=None):
         out = {}
-        for key in sorted(td.KEYS):
+        for key in sorted(tcp_drain_sysctl.KEYS):
             text = self.in_netns(pid, ["sysctl", "-n", key]) if pid else self.read("/proc/sys/" + key.replace(".", "/"))
             out[key] = int(text.strip()) if text.strip().isdigit() else None
         return out
@@ -179,13 +179,13 @@ def restart_loops(done, docs):
     by_name = dict((d.get("Name", "").lstrip("/"), d) for d in docs or [])
     out = []
     for name, n in sorted(done.get("by_container", {}).items()):
-        if n < ah.LOOP_RESTARTS:
+        if n < autoheal.LOOP_RESTARTS:
             continue
         doc = by_name.get(name) or {}
         log = ((doc.get("State") or {}).get("Health") or {}).get("Log") or []
         test = ((doc.get("Config") or {}).get("Healthcheck") or {}).get("Test")
         out.append({"name": name, "restarts": n,
-                    "cause": ah.loop_cause(test, (log[-1].get("Output") or "") if log else "")})
+                    "cause": autoheal.loop_cause(test, (log[-1].get("Output") or "") if log else "")})
     return out
 
 
@@ -221,13 +221,13 @@ def autoheal_part(h, name, window, docs=None):
 
 def traefik_part(h, name, window):
     lines = h.logs(name, window).splitlines()
-    top, share, total = tr.client_share(lines)
-    return {"statuses": tr.status_counts(lines), "requests": total, "top_client": top, "top_share": share}
+    top, share, total = traefik_inflight.client_share(lines)
+    return {"statuses": traefik_inflight.status_counts(lines), "requests": total, "top_client": top, "top_share": share}
 
 
 def firewall_counters(h):
     counters = {}
-    for chain in ("ufw-before-input", uc.DOCKER_CHAIN):
+    for chain in ("ufw-before-input", ufw_connlimit.DOCKER_CHAIN):
         for port, n in signals.connlimit_counters(h.run(["iptables", "-L", chain, "-v", "-x", "-n"])).items():
             counters[port] = counters.get(port, 0) + n
     return counters
@@ -241,8 +241,8 @@ def firewall_part(h, ports, before, seconds, docker_docs):
             "rejected_per_s": dict((port, round((after.get(port, 0) - before.get(port, 0)) / seconds, 1))
                                    for port in sorted(set(after) | set(before))),
             "limited_ports": sorted(after),
-            "published": uc.docker_published_tcp_ports(docker_docs),
-            "docker_firewall_backend": uc.firewall_backend(info) if info.get("ServerVersion") else None}
+            "published": ufw_connlimit.docker_published_tcp_ports(docker_docs),
+            "docker_firewall_backend": ufw_connlimit.firewall_backend(info) if info.get("ServerVersion") else None}
 
 
 def main():

@@ -246,24 +246,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import fix as k3d_fix
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import container as k3d_container
 from ansible_collections.homelab.edge.plugins.module_utils.docker_engine import connect, docker
 
 
 def argument_spec():
-    return dict(lb.option_spec(),
+    return dict(k3d_fix.option_spec(),
                 clusters=dict(type="list", elements="str", default=[], aliases=["cluster"]),
                 names=dict(type="list", elements="str", default=[]),
-                render_timeout=dict(type="int", default=lb.RENDER_TIMEOUT, aliases=["timeout"]),
+                render_timeout=dict(type="int", default=k3d_fix.RENDER_TIMEOUT, aliases=["timeout"]),
                 require_full_fix=dict(type="bool", default=False),
                 state=dict(type="str", default="present", choices=["present", "absent"]),
                 docker_host=dict(type="str"))
 
 
 def wanted_settings(module):
-    want = dict((k, module.params[k]) for k in lb.DEFAULTS)
-    problems = lb.validate_options(**want)
+    want = dict((k, module.params[k]) for k in k3d_fix.DEFAULTS)
+    problems = k3d_fix.validate_options(**want)
     if module.params["render_timeout"] < 1:
         problems.append("render_timeout must be at least 1 second")
     if problems:
@@ -273,13 +273,13 @@ def wanted_settings(module):
 
 def fix_all(module, client, want):
     """Each load balancer in parallel (each waits for its own render)."""
-    found = lb_container.find_load_balancers(client, module.params["names"], module.params["clusters"],
-                                             not_found=docker.errors.NotFound)
+    found = k3d_container.find_load_balancers(client, module.params["names"], module.params["clusters"],
+                                              not_found=docker.errors.NotFound)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(found)))) as pool:
-        return list(pool.map(lambda item: lb.handle(item[1], item[0], item[2], want, module.check_mode,
-                                                    module.params["render_timeout"],
-                                                    module.params["require_full_fix"],
-                                                    module.params["state"] == "absent"), found))
+        return list(pool.map(lambda item: k3d_fix.handle(item[1], item[0], item[2], want, module.check_mode,
+                                                         module.params["render_timeout"],
+                                                         module.params["require_full_fix"],
+                                                         module.params["state"] == "absent"), found))
 
 
 def finish(module, results):

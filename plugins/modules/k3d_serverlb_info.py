@@ -71,10 +71,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_signals as lb_signals
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import fix as k3d_fix
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import container as k3d_container
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import signals as k3d_signals
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import template as k3d_template
 from ansible_collections.homelab.edge.plugins.module_utils.docker_engine import connect, docker
 
 
@@ -106,7 +106,7 @@ def dns_probe(client):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(lb.option_spec(),
+        argument_spec=dict(k3d_fix.option_spec(),
                            clusters=dict(type="list", elements="str", default=[]),
                            window=dict(type="int", default=300),
                            dns_probe=dict(type="bool", default=True),
@@ -116,19 +116,19 @@ def main():
     p = module.params
     client = connect(module, p["docker_host"])
     try:
-        found = lb_container.find_load_balancers(client, (), p["clusters"])
+        found = k3d_container.find_load_balancers(client, (), p["clusters"])
     except docker.errors.DockerException as e:
         module.fail_json(msg="cannot list the load balancers: %s" % e)
     since = time.time() - p["window"]
     out = []
     for name, container, dummy in found:
         if container.status != "running":
-            out.append({"name": name, "cluster": container.labels.get(lb_container.CLUSTER_LABEL), "running": False})
+            out.append({"name": name, "cluster": container.labels.get(k3d_container.CLUSTER_LABEL), "running": False})
             continue
         try:
-            entry = lb_signals.signals(container, dict((k, p[k]) for k in lb.DEFAULTS), since,
-                                       dns_probe(client) if p["dns_probe"] else None)
-        except (lb_container.ApplyError, lb_template.ShapeError) as e:
+            entry = k3d_signals.signals(container, dict((k, p[k]) for k in k3d_fix.DEFAULTS), since,
+                                        dns_probe(client) if p["dns_probe"] else None)
+        except (k3d_container.ApplyError, k3d_template.ShapeError) as e:
             entry = {"name": name, "error": str(e)}
         entry["running"] = True
         out.append(entry)

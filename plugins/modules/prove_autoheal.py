@@ -91,8 +91,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import autoheal
 from ansible_collections.homelab.edge.plugins.module_utils import host
-from ansible_collections.homelab.edge.plugins.module_utils import prove
-from ansible_collections.homelab.edge.plugins.module_utils import prove_net
+from ansible_collections.homelab.edge.plugins.module_utils.prove import checks as prove_checks
+from ansible_collections.homelab.edge.plugins.module_utils.prove import net as prove_net
 
 CHECK = "autoheal on a wedge"
 MAX_TIMEOUT_S = 600
@@ -145,7 +145,7 @@ def done(module, status, reasons, measured="-", **extra):
     """The one exit: the prove table's row and the data behind it."""
     p = module.params
     expected = "serving again, restarted and healthy, within %d s" % p["timeout"]
-    module.exit_json(changed=False, rows=[prove.row(None, CHECK, p["container"], expected, measured, status, reasons)],
+    module.exit_json(changed=False, rows=[prove_checks.row(None, CHECK, p["container"], expected, measured, status, reasons)],
                      **extra)
 
 
@@ -154,16 +154,16 @@ def read_and_plan(module, docker):
     see or heal the wedge. (Traefik's inspect, where it answers)."""
     p = module.params
     if not 1 <= p["timeout"] <= MAX_TIMEOUT_S:
-        done(module, prove.REFUSED, ["the timeout is %d; it must be between 1 and %d" % (p["timeout"], MAX_TIMEOUT_S)])
+        done(module, prove_checks.REFUSED, ["the timeout is %d; it must be between 1 and %d" % (p["timeout"], MAX_TIMEOUT_S)])
     try:
         where = prove_net.endpoint(p["url"])
     except ValueError as e:
-        done(module, prove.REFUSED, [str(e)])
+        done(module, prove_checks.REFUSED, [str(e)])
     traefik = inspect(module, docker, p["container"])
     why = refusal(traefik, inspect(module, docker, p["autoheal_container"]), answers(where),
                   p["container"], p["autoheal_container"])
     if why:
-        done(module, prove.REFUSED, [why])
+        done(module, prove_checks.REFUSED, [why])
     return traefik, where
 
 
@@ -172,7 +172,7 @@ def wedge(module, docker):
     rc, out, err = module.run_command([docker, "kill", "-s", "STOP", module.params["container"]],
                                       environ_update=host.C_ENV)
     if rc != 0:
-        done(module, prove.FAILED, ["the wedge could not be made: %s" % (err or out).strip()])
+        done(module, prove_checks.FAILED, ["the wedge could not be made: %s" % (err or out).strip()])
 
 
 def watch(module, docker, started, where, t0):
@@ -206,18 +206,18 @@ def main():
     docker = module.get_bin_path("docker", required=True)
     traefik, where = read_and_plan(module, docker)
     if module.check_mode:
-        done(module, prove.PLANNED, [], "would wedge %s (SIGSTOP) and wait up to %d s" % (p["container"], p["timeout"]))
+        done(module, prove_checks.PLANNED, [], "would wedge %s (SIGSTOP) and wait up to %d s" % (p["container"], p["timeout"]))
     started = traefik["State"]["StartedAt"]
     t0 = time.monotonic()
     wedge(module, docker)
     outage, healthy = watch(module, docker, started, where, t0)
     if outage is None or healthy is None:
         resumed = resume_if_still_wedged(module, docker, started)
-        done(module, prove.FAILED,
+        done(module, prove_checks.FAILED,
              ["not healed within %d s%s" % (p["timeout"], "; Traefik resumed (SIGCONT)" if resumed else "")],
              "served again after %s s, healthy after %s s" % (outage, healthy), outage_s=outage, healthy_s=healthy,
              resumed=resumed)
-    done(module, prove.PROVED, [], "outage %s s: served again after %s s, healthy after %s s"
+    done(module, prove_checks.PROVED, [], "outage %s s: served again after %s s, healthy after %s s"
          % (outage, outage, healthy), outage_s=outage, healthy_s=healthy, resumed=False)
 
 

@@ -99,8 +99,8 @@ ports:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.homelab.edge.plugins.module_utils import prove
-from ansible_collections.homelab.edge.plugins.module_utils import prove_net
+from ansible_collections.homelab.edge.plugins.module_utils.prove import checks as prove_checks
+from ansible_collections.homelab.edge.plugins.module_utils.prove import net as prove_net
 
 CHECK = "VPS connection limit"
 
@@ -109,11 +109,11 @@ def check_port(host, port, the_plan):
     """Read (one connection: can this port be checked from here?), then the
     run, then the verdict."""
     first = prove_net.hold(host, port, 1, the_plan["timeout_s"], 0)
-    unreachable = prove.unreachable_reason(first["first"])
+    unreachable = prove_checks.unreachable_reason(first["first"])
     if unreachable:
-        return prove.SKIPPED, ["port %d is not reachable from here: %s" % (port, unreachable)], None
+        return prove_checks.SKIPPED, ["port %d is not reachable from here: %s" % (port, unreachable)], None
     counts = prove_net.hold(host, port, the_plan["connections"], the_plan["timeout_s"], the_plan["hold_s"])
-    status, reasons = prove.connlimit_verdict(the_plan, counts)
+    status, reasons = prove_checks.connlimit_verdict(the_plan, counts)
     return status, reasons, counts
 
 
@@ -129,8 +129,8 @@ def main():
     )
     p = module.params
     try:
-        the_plan = prove.connlimit_plan(p["limit"], p["extra"], p["hold"], p["timeout"])
-    except prove.PlanError as e:
+        the_plan = prove_checks.connlimit_plan(p["limit"], p["extra"], p["hold"], p["timeout"])
+    except prove_checks.PlanError as e:
         module.fail_json(msg="refused, nothing was sent: %s" % e)
     if not prove_net.room_for(the_plan["connections"]):
         module.fail_json(msg="refused, nothing was sent: this host's open-file limit is under %d connections"
@@ -139,14 +139,14 @@ def main():
     results, rows = [], []
     for port in p["ports"]:
         if module.check_mode:
-            status, reasons, counts = prove.PLANNED, [], None
+            status, reasons, counts = prove_checks.PLANNED, [], None
             measured = "would open %d connections (bound %.0f s)" % (the_plan["connections"], the_plan["bound_s"])
         else:
             status, reasons, counts = check_port(p["host"], port, the_plan)
             measured = "-" if not counts else "%d established, %d reset, %d unanswered" % (
                 counts["established"], counts["reset"], counts["timeout"])
         results.append({"port": port, "status": status, "reasons": reasons, "plan": the_plan, "counts": counts})
-        rows.append(prove.row(None, CHECK, "%s:%d" % (p["host"], port), expected, measured, status, reasons))
+        rows.append(prove_checks.row(None, CHECK, "%s:%d" % (p["host"], port), expected, measured, status, reasons))
     module.exit_json(changed=False, ports=results, rows=rows)
 
 

@@ -132,9 +132,9 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.homelab.edge.plugins.module_utils import host
-from ansible_collections.homelab.edge.plugins.module_utils import prove
-from ansible_collections.homelab.edge.plugins.module_utils import prove_net
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik
+from ansible_collections.homelab.edge.plugins.module_utils.prove import checks as prove_checks
+from ansible_collections.homelab.edge.plugins.module_utils.prove import net as prove_net
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
 
 CHECK = "Traefik in-flight limit"
 LABEL = "homelab.edge.prove"
@@ -162,7 +162,7 @@ def read(module, docker, p):
     networks = [n for n in networks if n not in ("host", "none")]
     if not networks:
         return None, "%s is on no network a backend container can join" % p["container"]
-    directory = p["dynamic_dir"] or traefik.record_dynamic_dir(
+    directory = p["dynamic_dir"] or traefik_inflight.record_dynamic_dir(
         host.read_record(os.path.join(p["state_dir"], "%s.json" % p["container"])), p["name"])
     if not directory:
         return None, ("no record of homelab.edge.traefik_inflight for %s in %s: the limit was not applied by this "
@@ -233,7 +233,7 @@ ARGUMENT_SPEC = dict(container=dict(type="str", default="traefik"),
                      backend_port=dict(type="int", default=80),
                      backend_path=dict(type="str", default="/?wait=3s"),
                      dynamic_dir=dict(type="path"),
-                     state_dir=dict(type="path", default=traefik.STATE_DIR))
+                     state_dir=dict(type="path", default=traefik_inflight.STATE_DIR))
 
 
 def done(module, status, reasons, measured="-", **extra):
@@ -241,7 +241,7 @@ def done(module, status, reasons, measured="-", **extra):
     p = module.params
     target = "%s (%s)" % (p["container"], p["url"])
     expected = "at most %d answered 200, %d+ answered 429" % (p["amount"], p["extra"])
-    module.exit_json(changed=False, rows=[prove.row(None, CHECK, target, expected, measured, status, reasons)],
+    module.exit_json(changed=False, rows=[prove_checks.row(None, CHECK, target, expected, measured, status, reasons)],
                      **dict({"plan": None, "left_behind": []}, **extra))
 
 
@@ -250,13 +250,13 @@ def plan(module):
     cannot work. (plan, (address, port, tls))."""
     p = module.params
     try:
-        the_plan = prove.inflight_plan(p["amount"], p["extra"], p["timeout"])
-    except prove.PlanError as e:
-        done(module, prove.REFUSED, [str(e)])
+        the_plan = prove_checks.inflight_plan(p["amount"], p["extra"], p["timeout"])
+    except prove_checks.PlanError as e:
+        done(module, prove_checks.REFUSED, [str(e)])
     try:
         endpoint = prove_net.endpoint(p["url"])
     except ValueError as e:
-        done(module, prove.REFUSED, [str(e)])
+        done(module, prove_checks.REFUSED, [str(e)])
     return the_plan, endpoint
 
 
@@ -293,12 +293,12 @@ def load(module, docker, facts, the_plan):
 def verify(module, the_plan, answers, reasons, left):
     """Step 6: the answers against the limit."""
     if answers is None:
-        done(module, prove.FAILED, reasons, plan=the_plan, left_behind=left)
-    status, why = prove.inflight_verdict(the_plan, answers)
+        done(module, prove_checks.FAILED, reasons, plan=the_plan, left_behind=left)
+    status, why = prove_checks.inflight_verdict(the_plan, answers)
     measured = "%d answered 200, %d answered 429%s" % (
         answers.get("200", 0), answers.get("429", 0),
         "".join(", %d %s" % (n, k) for k, n in sorted(answers.items()) if k not in ("200", "429")))
-    done(module, prove.FAILED if reasons else status, why + reasons, measured, plan=the_plan, answers=answers,
+    done(module, prove_checks.FAILED if reasons else status, why + reasons, measured, plan=the_plan, answers=answers,
          left_behind=left)
 
 
@@ -308,10 +308,10 @@ def main():
     docker = Docker(module)
     facts, why = read(module, docker, module.params)
     if why:
-        done(module, prove.SKIPPED, [why])
+        done(module, prove_checks.SKIPPED, [why])
     name_route(the_plan, endpoint, facts)
     if module.check_mode:
-        done(module, prove.PLANNED, [], "would add route %s and send %d requests at once (bound %d s)"
+        done(module, prove_checks.PLANNED, [], "would add route %s and send %d requests at once (bound %d s)"
              % (the_plan["route"], the_plan["requests"], the_plan["bound_s"]), plan=the_plan)
     answers, reasons, left = load(module, docker, facts, the_plan)
     verify(module, the_plan, answers, reasons, left)

@@ -106,12 +106,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_signals as lb_signals
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
-from ansible_collections.homelab.edge.plugins.module_utils import prove
-from ansible_collections.homelab.edge.plugins.module_utils import prove_net
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import fix as k3d_fix
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import container as k3d_container
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import signals as k3d_signals
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import template as k3d_template
+from ansible_collections.homelab.edge.plugins.module_utils.prove import checks as prove_checks
+from ansible_collections.homelab.edge.plugins.module_utils.prove import net as prove_net
 from ansible_collections.homelab.edge.plugins.module_utils.docker_engine import connect, docker
 
 LOCAL = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
@@ -139,27 +139,27 @@ def read(container, want):
     if container.status != "running":
         return {"name": container.name, "running": False}, None
     try:
-        entry = lb_signals.signals(container, want, time.time())
-    except (lb_container.ApplyError, lb_template.ShapeError, docker.errors.DockerException) as e:
+        entry = k3d_signals.signals(container, want, time.time())
+    except (k3d_container.ApplyError, k3d_template.ShapeError, docker.errors.DockerException) as e:
         return {"name": container.name, "error": str(e)}, None
     return entry, published(container)
 
 
 def plan(entry, ports, p):
     """Step 2: refuse, skip or plan the run (raises nothing)."""
-    refusal = prove.k3d_refusal(entry)
+    refusal = prove_checks.k3d_refusal(entry)
     if refusal:
-        return prove.REFUSED, [refusal], None
+        return prove_checks.REFUSED, [refusal], None
     if not ports["udp"]:
-        return prove.SKIPPED, ["%s publishes no UDP port: no DNS goes through it" % entry["name"]], None
+        return prove_checks.SKIPPED, ["%s publishes no UDP port: no DNS goes through it" % entry["name"]], None
     try:
-        the_plan = prove.k3d_plan(p["rate"], p["count"], p["timeout"], entry["udp_timeout"] or p["udp_timeout"],
-                                  entry["udp_session_budget"] or 1, p["max_share"])
-    except prove.PlanError as e:
-        return prove.REFUSED, [str(e)], None
+        the_plan = prove_checks.k3d_plan(p["rate"], p["count"], p["timeout"], entry["udp_timeout"] or p["udp_timeout"],
+                                         entry["udp_session_budget"] or 1, p["max_share"])
+    except prove_checks.PlanError as e:
+        return prove_checks.REFUSED, [str(e)], None
     if not prove_net.room_for(the_plan["peak_sessions"] + len(ports["tcp"])):
-        return prove.REFUSED, ["this host's open-file limit is too low for %d sockets" % the_plan["peak_sessions"]], None
-    return prove.PLANNED, [], the_plan
+        return prove_checks.REFUSED, ["this host's open-file limit is too low for %d sockets" % the_plan["peak_sessions"]], None
+    return prove_checks.PLANNED, [], the_plan
 
 
 def run(container, entry, ports, the_plan, p):
@@ -178,7 +178,7 @@ def run(container, entry, ports, the_plan, p):
     peak = {"value": None}
 
     def sample():
-        connections = lb_signals.worker_load_of(container)[2]
+        connections = k3d_signals.worker_load_of(container)[2]
         if connections is not None:
             peak["value"] = max(peak["value"] or 0, connections)
 
@@ -193,7 +193,7 @@ def run(container, entry, ports, the_plan, p):
         probes.stop(p["timeout"] * max(1, len(targets)) + 1)
         sampler.stop(30)
     measured.update(probes.counts)
-    after = lb_signals.log_signals(container.logs(since=int(start)).decode("utf-8", "replace"))
+    after = k3d_signals.log_signals(container.logs(since=int(start)).decode("utf-8", "replace"))
     measured.update(not_enough=after["not_enough_total"], peak_connections=peak["value"],
                     worker_connections=entry["worker_connections"],
                     unprobed=["%s:%d" % k[:2] for k in kinds if not k[2]],
@@ -203,7 +203,7 @@ def run(container, entry, ports, the_plan, p):
 
 def verify(measured, p):
     """Step 4: the verdict on what was measured."""
-    return prove.k3d_verdict(measured, measured["worker_connections"] or p["worker_connections"], p["max_share"])
+    return prove_checks.k3d_verdict(measured, measured["worker_connections"] or p["worker_connections"], p["max_share"])
 
 
 def row(host, entry, status, reasons, the_plan, measured):
@@ -219,12 +219,12 @@ def row(host, entry, status, reasons, the_plan, measured):
             the_plan["sessions_allowed"])
     else:
         got = "-"
-    return prove.row(host, "k3d DNS load", entry["name"], expected, got, status, reasons)
+    return prove_checks.row(host, "k3d DNS load", entry["name"], expected, got, status, reasons)
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(lb.option_spec(),
+        argument_spec=dict(k3d_fix.option_spec(),
                            clusters=dict(type="list", elements="str", default=[]),
                            rate=dict(type="int", default=20),
                            count=dict(type="int", default=200),
@@ -235,10 +235,10 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    want = dict((k, p[k]) for k in lb.DEFAULTS)
+    want = dict((k, p[k]) for k in k3d_fix.DEFAULTS)
     client = connect(module, p["docker_host"])
     try:
-        found = lb_container.find_load_balancers(client, (), p["clusters"])
+        found = k3d_container.find_load_balancers(client, (), p["clusters"])
     except docker.errors.DockerException as e:
         module.fail_json(msg="cannot list the load balancers: %s" % e)
     host = None  # the role names the inventory host
@@ -247,12 +247,12 @@ def main():
         entry, ports = read(container, want)
         status, reasons, the_plan = plan(entry, ports, p)
         measured, targets = None, []
-        if status == prove.PLANNED and not module.check_mode:
+        if status == prove_checks.PLANNED and not module.check_mode:
             measured, targets = run(container, entry, ports, the_plan, p)
             if measured is None:
-                status, reasons = prove.SKIPPED, ["no UDP port %s publishes answers a DNS query now (%s): no DNS "
-                                                  "server behind it, or a hung one (homelab.edge.diagnose names which)"
-                                                  % (entry["name"], ", ".join("%s:%d" % t for t in ports["udp"]))]
+                status, reasons = prove_checks.SKIPPED, ["no UDP port %s publishes answers a DNS query now (%s): no DNS "
+                                                         "server behind it, or a hung one (homelab.edge.diagnose names which)"
+                                                         % (entry["name"], ", ".join("%s:%d" % t for t in ports["udp"]))]
             else:
                 status, reasons = verify(measured, p)
         results.append({"name": name, "status": status, "reasons": reasons, "plan": the_plan, "measured": measured,
@@ -261,7 +261,7 @@ def main():
         rows.append(row(host, entry, status, reasons, the_plan, measured))
     if not found:
         reason = "no k3d load balancer on this host" + (" in clusters %s" % ", ".join(p["clusters"]) if p["clusters"] else "")
-        rows.append(prove.row(host, "k3d DNS load", "-", "-", "-", prove.SKIPPED, [reason]))
+        rows.append(prove_checks.row(host, "k3d DNS load", "-", "-", "-", prove_checks.SKIPPED, [reason]))
     module.exit_json(changed=False, load_balancers=results, rows=rows)
 
 

@@ -104,8 +104,8 @@ not_probed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.homelab.edge.plugins.module_utils import prove_net
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+from ansible_collections.homelab.edge.plugins.module_utils.prove import net as prove_net
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import access as ufw_access
 
 
 def main():
@@ -118,9 +118,9 @@ def main():
     )
     p = module.params
     try:
-        specs = ua.port_specs(p["ports"], "ports")
-        before = ua.port_specs(p["answered_before"], "answered_before") if p["answered_before"] is not None else None
-    except ua.AccessError as e:
+        specs = ufw_access.port_specs(p["ports"], "ports")
+        before = ufw_access.port_specs(p["answered_before"], "answered_before") if p["answered_before"] is not None else None
+    except ufw_access.AccessError as e:
         module.fail_json(msg="%s; nothing was probed" % e)
     if not 0 < p["timeout"] <= 10:
         module.fail_json(msg="timeout must be over 0 and at most 10 seconds, got %s; nothing was probed" % p["timeout"])

@@ -190,8 +190,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import host
-from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
-from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain_boot as tdb
+from ansible_collections.homelab.edge.plugins.module_utils.tcp_drain import sysctl as tcp_drain_sysctl
+from ansible_collections.homelab.edge.plugins.module_utils.tcp_drain import boot as tcp_drain_boot
 
 
 class Namespace(object):
@@ -216,13 +216,13 @@ class Namespace(object):
     def read(self, key):
         rc, out, err = self.module.run_command(self.prefix + [self.sysctl, "-n", key], environ_update=host.C_ENV)
         if rc != 0:
-            return None, td.classify_error(err or out, self.root)
+            return None, tcp_drain_sysctl.classify_error(err or out, self.root)
         return int(out.strip().split()[0]), None
 
     def write(self, key, value):
         rc, out, err = self.module.run_command(self.prefix + [self.sysctl, "-w", "%s=%d" % (key, value)],
                                                environ_update=host.C_ENV)
-        return None if rc == 0 else td.classify_error(err or out, self.root)
+        return None if rc == 0 else tcp_drain_sysctl.classify_error(err or out, self.root)
 
 
 def set_key(module, ns, key, want, dry=False):
@@ -243,13 +243,13 @@ def set_key(module, ns, key, want, dry=False):
                     mismatch = "%s: set %d but %s reads %s" % (key, want, ns.where, entry["after"])
     if why is not None:
         entry["status"] = why
-        return entry, td.explain(key, why, ns.where), mismatch
+        return entry, tcp_drain_sysctl.explain(key, why, ns.where), mismatch
     return entry, None, mismatch
 
 
 def live_diff(namespace, keys):
     text = dict((side, "".join("%s = %s\n" % (k, e[side]) for k, e in sorted(keys.items())
-                               if e["status"] in td.APPLIED))
+                               if e["status"] in tcp_drain_sysctl.APPLIED))
                 for side in ("before", "after"))
     return {"before_header": "%s (live)" % namespace, "after_header": "%s (live)" % namespace,
             "before": text["before"], "after": text["after"]}
@@ -303,7 +303,7 @@ def put_files(module, wanted):
 def ours(path):
     """The file at `path` when it is the module's own (it removes no other)."""
     text = host.read_text(path)
-    return text if text is not None and tdb.MARK in text and not os.path.islink(path) else None
+    return text if text is not None and tcp_drain_boot.MARK in text and not os.path.islink(path) else None
 
 
 def boot_files(p, want, keys, planned):
@@ -311,18 +311,18 @@ def boot_files(p, want, keys, planned):
     modules-load.d entry."""
     netfilter = any(k.startswith("net.netfilter.") for k in want)
     if p["state"] == "absent":
-        paths = tdb.candidates(p["persist"]) + ([p["conntrack_modules_load"]] if p["conntrack_modules_load"] else [])
+        paths = tcp_drain_boot.candidates(p["persist"]) + ([p["conntrack_modules_load"]] if p["conntrack_modules_load"] else [])
         return dict((path, None) for path in paths if ours(path) is not None)
-    took = dict((k, v) for k, v in want.items() if keys.get(k, {}).get("status") in td.APPLIED)
+    took = dict((k, v) for k, v in want.items() if keys.get(k, {}).get("status") in tcp_drain_sysctl.APPLIED)
     reason = None
     if planned["path"] != p["persist"]:
         reason = "Named to be read after %s, which set these keys too (boot_order=win)." % ", ".join(
-            sorted(set(tdb.shown(c) for c in planned["conflicts"])))
-    wanted = {planned["path"]: tdb.drop_in_text(took, reason)}
+            sorted(set(tcp_drain_boot.shown(c) for c in planned["conflicts"])))
+    wanted = {planned["path"]: tcp_drain_boot.drop_in_text(took, reason)}
     wanted.update((path, None) for path in planned["remove"])
     if p["conntrack_modules_load"]:
         if netfilter:
-            wanted[p["conntrack_modules_load"]] = tdb.modules_load_text()
+            wanted[p["conntrack_modules_load"]] = tcp_drain_boot.modules_load_text()
         elif ours(p["conntrack_modules_load"]) is not None:
             wanted[p["conntrack_modules_load"]] = None
     return wanted
@@ -331,11 +331,11 @@ def boot_files(p, want, keys, planned):
 def boot_report(want, keys, side):
     """What the next boot applies, read from the files as they are now, beside the live values (`side`: the
     keys' "before" - as they are, in check mode or refused - or "after")."""
-    boot = tdb.boot_values(read_conf_files(tdb.SYSCTL_DIRS), want)
-    at_boot = tdb.CONNTRACK_MODULE in tdb.modules_loaded(read_conf_files(tdb.MODULES_LOAD_DIRS))
+    boot = tcp_drain_boot.boot_values(read_conf_files(tcp_drain_boot.SYSCTL_DIRS), want)
+    at_boot = tcp_drain_boot.CONNTRACK_MODULE in tcp_drain_boot.modules_loaded(read_conf_files(tcp_drain_boot.MODULES_LOAD_DIRS))
     live = dict((k, e.get(side)) for k, e in keys.items())
-    rep = tdb.report(boot, live, want, at_boot)
-    return rep, tdb.summary(rep)
+    rep = tcp_drain_boot.report(boot, live, want, at_boot)
+    return rep, tcp_drain_boot.summary(rep)
 
 
 def record_path(p):
@@ -349,7 +349,7 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["present", "absent"], default="present"),
     state_dir=dict(type="path", default="/var/lib/homelab-edge/tcp-drain"),
     persist=dict(type="path"),
-    boot_order=dict(type="str", choices=list(tdb.BOOT_ORDER), default="refuse"),
+    boot_order=dict(type="str", choices=list(tcp_drain_boot.BOOT_ORDER), default="refuse"),
     conntrack_modules_load=dict(type="path"),
 )
 
@@ -366,13 +366,13 @@ def read_and_plan(module):
     # the record is root's (a user other than root cannot change a value either: per key, not-root)
     recorded = (host.read_record(record_path(p)) or {}).get("before") or {} if host.is_root() else {}
     values = p["values"] if p["state"] == "present" else recorded
-    problems = td.validate(values)
+    problems = tcp_drain_sysctl.validate(values)
     if problems:
         module.fail_json(msg="; ".join(problems))
-    want_all = td.normalize(values)
+    want_all = tcp_drain_sysctl.normalize(values)
     planned = None
     if p["persist"] and p["state"] == "present":
-        planned = tdb.plan(read_conf_files(tdb.SYSCTL_DIRS), want_all, p["persist"], p["boot_order"])
+        planned = tcp_drain_boot.plan(read_conf_files(tcp_drain_boot.SYSCTL_DIRS), want_all, p["persist"], p["boot_order"])
     return want_all, recorded, planned
 
 
@@ -405,7 +405,7 @@ def persist(module, want_all, recorded, planned, result):
     """Step 4: the record of the values before (for state=absent) and the boot files. The diffs of the files."""
     p = module.params
     if not module.check_mode and host.is_root():
-        keep = td.remember_before(recorded, result["settings"]) if p["state"] == "present" else {}
+        keep = tcp_drain_sysctl.remember_before(recorded, result["settings"]) if p["state"] == "present" else {}
         if keep != recorded:
             host.write_record(module, record_path(p), {"before": keep} if keep else None)
     if not p["persist"]:

@@ -378,12 +378,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import host
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
 from ansible_collections.homelab.edge.plugins.module_utils import undo_record
-from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
+from ansible_collections.homelab.edge.plugins.module_utils.traefik.text_edit import EditError
 
 
-STATE_DIR = traefik.STATE_DIR
+STATE_DIR = traefik_inflight.STATE_DIR
 # What of the compose project a re-creation needs (kept in the record).
 COMPOSE_KEYS = ("project", "project_dir", "files", "env_files", "service")
 
@@ -407,7 +407,7 @@ class Docker(object):
         rc, out, err = self.run(["inspect", what])
         if rc == 0:
             return json.loads(out)[0]
-        if traefik.NO_SUCH_CONTAINER.search(err or out or ""):
+        if traefik_inflight.NO_SUCH_CONTAINER.search(err or out or ""):
             return None
         raise EditError("docker inspect %s failed: %s; nothing was changed" % (what, (err or out).strip()))
 
@@ -426,8 +426,8 @@ class Docker(object):
         """(routers, middlewares) from Traefik's API, or None."""
         answers = []
         for what in ("routers", "middlewares"):
-            rc, out, err = self.exec_("timeout", str(traefik.API_TIMEOUT), "wget", "-q", "-O", "-",
-                                      "http://127.0.0.1:%d/api/http/%s" % (traefik.API_PORT, what))
+            rc, out, err = self.exec_("timeout", str(traefik_inflight.API_TIMEOUT), "wget", "-q", "-O", "-",
+                                      "http://127.0.0.1:%d/api/http/%s" % (traefik_inflight.API_PORT, what))
             try:
                 answers.append(json.loads(out) if rc == 0 else None)
             except ValueError:
@@ -463,7 +463,7 @@ def read_dynamic(provider, own):
     if os.path.isdir(directory):
         for name in sorted(os.listdir(directory)):
             path = os.path.join(directory, name)
-            if path != own and name.lower().endswith(traefik.DYNAMIC_SUFFIXES) and os.path.isfile(path):
+            if path != own and name.lower().endswith(traefik_inflight.DYNAMIC_SUFFIXES) and os.path.isfile(path):
                 texts[path] = host.read_text(path)
     if provider["kind"] == "filename":
         texts[provider["file_host"]] = host.read_text(provider["file_host"])
@@ -480,21 +480,21 @@ def read_and_plan(module, docker, opts):
     rc, version, err = docker.exec_("traefik", "version")
     if rc != 0:
         raise EditError("%s does not answer `traefik version` (%s): is it Traefik?" % (container, (err or version).strip()))
-    env, workdir = traefik.container_env(inspect)
-    candidates = traefik.static_candidates(traefik.traefik_args(inspect), env, workdir)
+    env, workdir = traefik_inflight.container_env(inspect)
+    candidates = traefik_inflight.static_candidates(traefik_inflight.traefik_args(inspect), env, workdir)
     # as Traefik does: whatever exists there (os.Stat), file or not
     rc, found, err = docker.exec_("sh", "-c", 'for f in "$@"; do [ -e "$f" ] && echo "$f"; done; true', "sh",
                                   *candidates)
-    facts = traefik.container_facts(inspect, version, found.splitlines(), module.params["traefik_version"])
+    facts = traefik_inflight.container_facts(inspect, version, found.splitlines(), module.params["traefik_version"])
     static_path = None
     if facts["source"]["mode"] == "file":
-        where = traefik.host_path(facts["source"]["path"], facts["mounts"])
+        where = traefik_inflight.host_path(facts["source"]["path"], facts["mounts"])
         static_path = where["host"] if where else None
     static_text = host.read_text(static_path) if static_path else ""
     if static_path and static_text is None:
         raise EditError("%s reads %s, which is %s on the host: it is not there"
                         % (container, facts["source"]["path"], static_path))
-    where = traefik.locate(facts, static_text, opts)
+    where = traefik_inflight.locate(facts, static_text, opts)
     if facts["network_mode"] == "host":
         # Traefik shares the host's network namespace: what listens there already (its /proc/net is the host's)
         rc, out, err = docker.exec_("sh", "-c", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true")
@@ -502,29 +502,29 @@ def read_and_plan(module, docker, opts):
             raise EditError("%s shares the host's network namespace (network_mode: host), and the ports the host "
                             "listens on could not be read in it (cat /proc/net/tcp: %s): the role's ping and API "
                             "need free ones there; nothing was changed" % (container, (err or out).strip() or "no output"))
-        opts = dict(opts, listening=sorted(traefik.listening_ports(out)))
+        opts = dict(opts, listening=sorted(traefik_inflight.listening_ports(out)))
     compose_text = None
     if facts["compose"]:
         if not facts["compose"]["files"] or host.read_text(facts["compose"]["files"][0]) is None:
             raise EditError("%s was started by compose from %s, which is not there any more; nothing was changed"
                             % (container, ", ".join(facts["compose"]["files"]) or "a file compose did not record"))
         compose_text = host.read_text(facts["compose"]["files"][0])
-    own = traefik.middleware_file(where["provider"]["dir_host"], opts["name"])
+    own = traefik_inflight.middleware_file(where["provider"]["dir_host"], opts["name"])
     dynamic = read_dynamic(where["provider"], own)
     containers = docker.running_labels() if where.get("docker") else []
-    eps, target = traefik.health_plan(facts, where, static_text, dynamic, opts, containers)
+    eps, target = traefik_inflight.health_plan(facts, where, static_text, dynamic, opts, containers)
     if target and opts.get("healthcheck"):
-        target["answered"] = docker.exec_("timeout", str(traefik.API_TIMEOUT), "sh", "-c", target["command"])[0] == 0
+        target["answered"] = docker.exec_("timeout", str(traefik_inflight.API_TIMEOUT), "sh", "-c", target["command"])[0] == 0
         if not target["answered"]:
-            rc, out, err = docker.exec_("timeout", str(traefik.API_TIMEOUT), "sh", "-c", target["request"] + " 2>&1")
-            target["output"] = " ".join((out or err or "no answer within %d s" % traefik.API_TIMEOUT).split())[:200]
+            rc, out, err = docker.exec_("timeout", str(traefik_inflight.API_TIMEOUT), "sh", "-c", target["request"] + " 2>&1")
+            target["output"] = " ".join((out or err or "no answer within %d s" % traefik_inflight.API_TIMEOUT).split())[:200]
     opts = dict(opts, entrypoint_facts=eps, health=target)
-    plan = traefik.plan(facts, where, static_text, compose_text, dynamic, opts, containers)
+    plan = traefik_inflight.plan(facts, where, static_text, compose_text, dynamic, opts, containers)
     rc, min_api, err = docker.run(["version", "--format", "{{.Server.MinAPIVersion}}"])
-    warning = traefik.engine_api_warning(facts["version"], bool(where.get("docker")), min_api.strip() if rc == 0 else "")
+    warning = traefik_inflight.engine_api_warning(facts["version"], bool(where.get("docker")), min_api.strip() if rc == 0 else "")
     if warning:
         plan["warnings"].append(warning)
-    plan["middleware"] = {"path": own, "old": host.read_text(own), "new": traefik.dynamic_text(opts)}
+    plan["middleware"] = {"path": own, "old": host.read_text(own), "new": traefik_inflight.dynamic_text(opts)}
     return facts, plan
 
 
@@ -636,8 +636,8 @@ def wait_api(docker, plan, expected, timeout):
     deadline = time.time() + timeout
     while True:
         api = docker.api()
-        problems = (traefik.check_api(api[0], api[1], expected, plan["entrypoints"], plan["middleware_ref"],
-                                      plan["amount"], plan["inflight"]) if api else
+        problems = (traefik_inflight.check_api(api[0], api[1], expected, plan["entrypoints"], plan["middleware_ref"],
+                                               plan["amount"], plan["inflight"]) if api else
                     ["Traefik does not answer on its API"])
         if not problems or time.time() >= deadline:
             return problems, api
@@ -645,14 +645,14 @@ def wait_api(docker, plan, expected, timeout):
 
 
 def bound(api, plan, limit):
-    return traefik.client_bound(api[0], plan["entrypoints"], plan["middleware_ref"], plan["amount"], limit) if api else {}
+    return traefik_inflight.client_bound(api[0], plan["entrypoints"], plan["middleware_ref"], plan["amount"], limit) if api else {}
 
 
 ARGUMENT_SPEC = dict(
     container=dict(type="str", required=True),
     name=dict(type="str", default="inflight-limit"),
     amount=dict(type="int", default=400),
-    source=dict(type="str", choices=list(traefik.SOURCES), default="ip"),
+    source=dict(type="str", choices=list(traefik_inflight.SOURCES), default="ip"),
     ip_depth=dict(type="int", default=0),
     excluded_ips=dict(type="list", elements="str", default=[]),
     header=dict(type="str", default=""),
@@ -683,8 +683,8 @@ def read(module, docker):
     task (one message, nothing changed) when the module cannot work here."""
     p = module.params
     try:
-        inflight = traefik.inflight_middleware(p["name"], p["amount"], p["source"], p["ip_depth"], p["excluded_ips"],
-                                               p["header"])["http"]["middlewares"][p["name"]]["inFlightReq"]
+        inflight = traefik_inflight.inflight_middleware(p["name"], p["amount"], p["source"], p["ip_depth"], p["excluded_ips"],
+                                                        p["header"])["http"]["middlewares"][p["name"]]["inFlightReq"]
         if not p["entrypoints"]:
             raise EditError("entrypoints is empty: name at least one entrypoint to limit")
         if p["http2_max_streams"] < 0:
@@ -711,7 +711,7 @@ def planned(module, docker, facts, plan):
     result = dict(changed=bool(changes) or plan["moves"] or not os.path.isdir(provider["dir_host"]),
                   version={"version": facts["version"], "major": facts["major"], "source": facts["version_source"]},
                   mode=plan["mode"], static=(plan["static"] or {}).get("path"),
-                  format=traefik.static_format(plan["static"]["path"]) if plan["static"] else None,
+                  format=traefik_inflight.static_format(plan["static"]["path"]) if plan["static"] else None,
                   compose=(plan["compose"] or {}).get("path"), middleware=plan["middleware"]["path"],
                   middleware_ref=plan["middleware_ref"], provider=provider, restart=plan["restart"],
                   recreate=plan["recreate"], files=[c[0] for c in changes], client_bound={}, problems=[],
@@ -721,7 +721,7 @@ def planned(module, docker, facts, plan):
         result["diff"] = diff(plan, changes)
     before = docker.api() if module.params["verify"] else None
     baseline = set(r["name"] for r in before[0]) if before else set()
-    expected = set(r for r in set(plan["expected_routers"]) | baseline if not r.startswith(traefik.API_ROUTER + "@"))
+    expected = set(r for r in set(plan["expected_routers"]) | baseline if not r.startswith(traefik_inflight.API_ROUTER + "@"))
     result["expected_routers"] = sorted(expected)
     return changes, result, before, expected
 
@@ -788,8 +788,8 @@ def main():
     changes, result, before, expected = planned(module, docker, facts, plan)
     if module.check_mode or not result["changed"]:
         if before and not module.check_mode:
-            result["problems"] = traefik.check_api(before[0], before[1], expected, plan["entrypoints"],
-                                                   plan["middleware_ref"], plan["amount"])
+            result["problems"] = traefik_inflight.check_api(before[0], before[1], expected, plan["entrypoints"],
+                                                            plan["middleware_ref"], plan["amount"])
         result["client_bound"] = bound(before, plan, p["client_bound_max"])
         finish(module, result)
     made, problems = change(module, docker, plan, changes)

@@ -185,8 +185,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import access as ufw_access
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import revert as ufw_revert
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
@@ -217,26 +217,26 @@ class Access(object):
         self.module = module
         p = module.params
         try:
-            self.front_door = ua.port_specs(p["allow"], "allow")
-            self.closed = ua.port_specs(p["closed"], "closed")
-        except ua.AccessError as e:
+            self.front_door = ufw_access.port_specs(p["allow"], "allow")
+            self.closed = ufw_access.port_specs(p["closed"], "closed")
+        except ufw_access.AccessError as e:
             module.fail_json(msg="%s; nothing was changed" % e)
         self.files = dict((name, read(os.path.join(p["rules_dir"], name)))
                           for name in ("user.rules", "user6.rules", "ufw.conf"))
-        self.enabled_before = ua.enabled(self.files["ufw.conf"])
-        self.policy = ua.default_input_policy(read(p["defaults_file"]))
-        self.forward_policy = ua.default_forward_policy(read(p["defaults_file"]))
-        self.rules = ua.user_rules(self.files["user.rules"])
-        self.rules6 = ua.user_rules(self.files["user6.rules"])
+        self.enabled_before = ufw_access.enabled(self.files["ufw.conf"])
+        self.policy = ufw_access.default_input_policy(read(p["defaults_file"]))
+        self.forward_policy = ufw_access.default_forward_policy(read(p["defaults_file"]))
+        self.rules = ufw_access.user_rules(self.files["user.rules"])
+        self.rules6 = ufw_access.user_rules(self.files["user6.rules"])
         # the port forwards through this host (DNAT in the user's own nat rules, IPv4 and IPv6)
         self.forwards = [dict(f, family=family) for family, tool in ((4, "iptables"), (6, "ip6tables"))
                          if module.get_bin_path(tool, opt_dirs=["/usr/sbin", "/sbin"])
-                         for f in ua.dnat_forwards(self.run([tool, "-w", "-t", "nat", "-S"], check=False))]
-        self.listen = ua.listening(self.run(["ss", "-H", "-tulpn"]))
+                         for f in ufw_access.dnat_forwards(self.run([tool, "-w", "-t", "nat", "-S"], check=False))]
+        self.listen = ufw_access.listening(self.run(["ss", "-H", "-tulpn"]))
         sshd = module.get_bin_path("sshd", opt_dirs=["/usr/sbin"])
-        self.sshd = ua.sshd_ports(self.run([sshd, "-T"], check=False)) if sshd else []
-        self.session = ua.session(p["ssh_connection"] if p["ssh_connection"] is not None
-                                  else ancestors_ssh_connection())
+        self.sshd = ufw_access.sshd_ports(self.run([sshd, "-T"], check=False)) if sshd else []
+        self.session = ufw_access.session(p["ssh_connection"] if p["ssh_connection"] is not None
+                                          else ancestors_ssh_connection())
 
     def run(self, argv, check=True):
         argv = [self.module.get_bin_path(argv[0], required=True, opt_dirs=["/usr/sbin", "/sbin"])] + argv[1:]
@@ -247,13 +247,13 @@ class Access(object):
 
     def plan(self):
         p = self.module.params
-        plan = ua.plan(self.listen, self.sshd, self.session, self.front_door, self.closed, self.enabled_before,
-                       self.rules, self.policy, p["keep_listening"])
+        plan = ufw_access.plan(self.listen, self.sshd, self.session, self.front_door, self.closed, self.enabled_before,
+                               self.rules, self.policy, p["keep_listening"])
         ssh = set(self.sshd) | ({self.session["spec"]} if self.session else set())
         refusals = []
         if set(self.closed) & ssh:
             refusals.append("closed names the SSH port(s) %s: closing them would lock out new SSH logins; take them "
-                            "out of closed" % ", ".join(sorted(set(self.closed) & ssh, key=ua.sort_key)))
+                            "out of closed" % ", ".join(sorted(set(self.closed) & ssh, key=ufw_access.sort_key)))
         if plan["ssh_denied"] and (p["enable"] or self.enabled_before):
             refusals.append("a deny rule of yours in %s matches the SSH port(s) %s: with ufw active no new SSH login "
                             "would get in; delete that rule (ufw status numbered, ufw delete N) and run again"
@@ -273,8 +273,8 @@ class Access(object):
 
     def forwards_cut(self):
         return [f for f in self.forwards
-                if f in ua.forwards_cut([f], self.enabled_before, self.rules if f["family"] == 4 else self.rules6,
-                                        self.forward_policy)]
+                if f in ufw_access.forwards_cut([f], self.enabled_before, self.rules if f["family"] == 4 else self.rules6,
+                                                self.forward_policy)]
 
     @staticmethod
     def forward_text(f):
@@ -290,8 +290,8 @@ class Access(object):
 
     def state_text(self, enabled, allowed, routed=()):
         lines = ["ufw %s (default incoming: %s)" % ("active" if enabled else "inactive", self.policy)]
-        lines += ["allow %s (%s)" % (s, ua.COMMENT) for s in allowed]
-        lines += ["route allow %s (%s: forwarded %s)" % (" ".join(self.route_argv(f)[2:]), ua.COMMENT, f["spec"])
+        lines += ["allow %s (%s)" % (s, ufw_access.COMMENT) for s in allowed]
+        lines += ["route allow %s (%s: forwarded %s)" % (" ".join(self.route_argv(f)[2:]), ufw_access.COMMENT, f["spec"])
                   for f in routed]
         return "\n".join(lines) + "\n"
 
@@ -299,8 +299,8 @@ class Access(object):
         """The allow rules and the route rules of the port forwards, then ufw enabled; the files put back when a
         step fails."""
         ufw = self.module.get_bin_path("ufw", required=True)
-        steps = [[ufw, "allow", s, "comment", "%s: %s" % (ua.COMMENT, self.who([s]))] for s in allow]
-        steps += [[ufw] + self.route_argv(f) + ["comment", "%s: forwarded %s" % (ua.COMMENT, f["spec"])]
+        steps = [[ufw, "allow", s, "comment", "%s: %s" % (ufw_access.COMMENT, self.who([s]))] for s in allow]
+        steps += [[ufw] + self.route_argv(f) + ["comment", "%s: forwarded %s" % (ufw_access.COMMENT, f["spec"])]
                   for f in routed]
         # ufw keeps the comment; it reads e.g. "homelab.edge: 51820/udp (wireguard-go)"
         if enable:
@@ -332,7 +332,7 @@ ARGUMENT_SPEC = dict(
     rules_dir=dict(type="path", default="/etc/ufw"),
     defaults_file=dict(type="path", default="/etc/default/ufw"),
     revert_id=dict(type="str"),
-    revert_dir=dict(type="path", default=ur.STATE_DIR),
+    revert_dir=dict(type="path", default=ufw_revert.STATE_DIR),
 )
 
 
@@ -370,25 +370,25 @@ def change(module, access, plan):
     """The revert held first (when one is armed), then the rules and ufw enabled."""
     p = module.params
     if p["revert_id"]:
-        host.hold_revert(module, p["revert_dir"], p["revert_id"])
+        ufw_revert.hold_revert(module, p["revert_dir"], p["revert_id"])
     access.apply(plan["allow"], p["enable"] and not access.enabled_before, plan["route_allow"])
 
 
 def verify(module, access, plan, result):
     """ufw's files read back: everything that must stay reachable is, or the files are put back."""
     rules_dir = module.params["rules_dir"]
-    after = ua.user_rules(read(os.path.join(rules_dir, "user.rules")))
-    after6 = ua.user_rules(read(os.path.join(rules_dir, "user6.rules")))
+    after = ufw_access.user_rules(read(os.path.join(rules_dir, "user.rules")))
+    after6 = ufw_access.user_rules(read(os.path.join(rules_dir, "user6.rules")))
     lost = [s for s in plan["must_stay"]
-            if s not in ua.reachable([s], result["enabled"], after, access.policy, access.session)]
+            if s not in ufw_access.reachable([s], result["enabled"], after, access.policy, access.session)]
     lost += ["forwarded " + access.forward_text(f) for f in plan["route_allow"]
-             if not ua.route_allows(after if f["family"] == 4 else after6, f)]
+             if not ufw_access.route_allows(after if f["family"] == 4 else after6, f)]
     if lost:
         access.undo()
         module.fail_json(msg="after the change ufw would still cut %s; your ufw files are back as they were"
                              % ", ".join(lost), **result)
-    result.update(ua.blocked(access.listen, result["enabled"], after, access.policy, access.closed,
-                             plan["denied_by_rule"]))
+    result.update(ufw_access.blocked(access.listen, result["enabled"], after, access.policy, access.closed,
+                                     plan["denied_by_rule"]))
 
 
 def main():

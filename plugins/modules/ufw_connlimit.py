@@ -214,9 +214,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import connlimit as ufw_connlimit
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import access as ufw_access
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import revert as ufw_revert
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
@@ -251,12 +251,12 @@ def docker_facts(module):
     info = json.loads(info) if rc == 0 and info.strip().startswith("{") else {}
     if not info.get("ServerVersion"):
         return {}, None  # a docker client without an engine
-    backend = uc.firewall_backend(info)
+    backend = ufw_connlimit.firewall_backend(info)
     rc, ids, err = module.run_command([docker, "ps", "-q"], environ_update=C_ENV)
     if rc != 0 or not ids.split():
         return {}, backend
     rc, out, err = module.run_command([docker, "inspect"] + ids.split(), environ_update=C_ENV)
-    return (uc.docker_published_tcp_ports(json.loads(out)) if rc == 0 else {}), backend
+    return (ufw_connlimit.docker_published_tcp_ports(json.loads(out)) if rc == 0 else {}), backend
 
 
 def docker_ports_to_limit(module, published, backend):
@@ -276,7 +276,7 @@ def docker_ports_to_limit(module, published, backend):
                 "policy (DROP as shipped) also drops what Docker publishes under that backend."
                 % (", ".join(str(x) for x in sorted(clash)), where, backend),
             docker_ports=dict((str(k), v) for k, v in clash.items()), docker_firewall_backend=backend,
-            nftables_rules=uc.docker_nft_rules(sorted(clash), p["limit"], p["ipv6"]))
+            nftables_rules=ufw_connlimit.docker_nft_rules(sorted(clash), p["limit"], p["ipv6"]))
     if clash and p["docker_published"] == "fail":
         module.fail_json(
             msg="port(s) %s are published by Docker (%s): Docker DNATs that traffic through FORWARD, so a "
@@ -302,15 +302,15 @@ def plan(module, docker_ports, found):
     d = p["rules_dir"]
     changes = []
     for fam in families:
-        f = uc.FAMILIES[fam]
+        f = ufw_connlimit.FAMILIES[fam]
         path = os.path.join(d, f["file"])
         old = read(path)
         if old is None:
             module.fail_json(msg="%s does not exist: is ufw installed?" % path)
         input_ports = [x for x in p["ports"] if x not in docker_ports]
         try:
-            planned = uc.plan_before_rules(old, fam, input_ports, p["limit"], present, managed=p["ports"])
-        except uc.RulesError as e:
+            planned = ufw_connlimit.plan_before_rules(old, fam, input_ports, p["limit"], present, managed=p["ports"])
+        except ufw_connlimit.RulesError as e:
             module.fail_json(msg="%s: %s; nothing was written" % (path, e))
         found.replaced += [dict(f, path=path) for f in planned["replaced"]]
         found.refused += [dict(f, path=path) for f in planned["refused"]]
@@ -319,24 +319,24 @@ def plan(module, docker_ports, found):
             # the other files ufw loads: a limit on a listed port there is never moved, only refused
             for other in f["others"]:
                 text = read(os.path.join(d, other))
-                found.refused += [dict(x, path=os.path.join(d, other)) for x in uc.file_limits(text or "", p["ports"])]
+                found.refused += [dict(x, path=os.path.join(d, other)) for x in ufw_connlimit.file_limits(text or "", p["ports"])]
         path = os.path.join(d, f["docker_file"])
-        new = uc.docker_chain_rules(fam, docker_ports, p["limit"]) if present and docker_ports else None
+        new = ufw_connlimit.docker_chain_rules(fam, docker_ports, p["limit"]) if present and docker_ports else None
         changes.append(Change(path, read(path), new, check=f["restore"]))
-    hook = os.path.join(d, uc.HOOK)
-    changes.append(Change(hook, read(hook), uc.hook_script(d) if present and docker_ports else None, mode=0o750,
+    hook = os.path.join(d, ufw_connlimit.HOOK)
+    changes.append(Change(hook, read(hook), ufw_connlimit.hook_script(d) if present and docker_ports else None, mode=0o750,
                           check="sh"))
-    after_init = os.path.join(d, uc.AFTER_INIT)
+    after_init = os.path.join(d, ufw_connlimit.AFTER_INIT)
     old = read(after_init)
     hooked = present and bool(docker_ports)
     if (hooked and old is not None and not os.access(after_init, os.X_OK)
-            and not uc.is_stock_after_init(uc.apply_init_block(old, [], False))):
+            and not ufw_connlimit.is_stock_after_init(ufw_connlimit.apply_init_block(old, [], False))):
         module.fail_json(msg="%s is not executable and holds commands of yours: making it executable to call the "
                              "hook would start running them. Make it executable yourself (or empty it) and run "
                              "again; nothing was written." % after_init)
     try:
-        new = uc.apply_init_block(old, uc.init_call(d), hooked) if (hooked or old is not None) else None
-    except uc.RulesError as e:
+        new = ufw_connlimit.apply_init_block(old, ufw_connlimit.init_call(d), hooked) if (hooked or old is not None) else None
+    except ufw_connlimit.RulesError as e:
         module.fail_json(msg="%s; nothing was written" % e)
     changes.append(Change(after_init, old, new, mode=0o750, check="sh"))
     return changes
@@ -369,14 +369,14 @@ def write_all(module, changes, backup):
 
 
 def ufw_enabled(rules_dir):
-    return ua.enabled(read(os.path.join(rules_dir, "ufw.conf")))
+    return ufw_access.enabled(read(os.path.join(rules_dir, "ufw.conf")))
 
 
 def snapshot(module, families):
     """The live ruleset and ufw.conf before anything changes: the last resort."""
     saved = {}
     for fam in families:
-        save = module.get_bin_path(uc.FAMILIES[fam]["save"] + "-save")
+        save = module.get_bin_path(ufw_connlimit.FAMILIES[fam]["save"] + "-save")
         if save:
             saved[fam] = module.run_command([save], environ_update=C_ENV)[1]
     return saved
@@ -425,10 +425,10 @@ def restore_own_part(module, saved):
     tmp = tempfile.mkdtemp(prefix="homelab-edge-connlimit-")
     try:
         for fam, rules in saved.items():
-            tool = uc.FAMILIES[fam]["save"]
+            tool = ufw_connlimit.FAMILIES[fam]["save"]
             try:
-                scoped, part = ur.scoped_restore(rules), ur.own_part(rules)
-            except ur.SnapshotError:
+                scoped, part = ufw_revert.scoped_restore(rules), ufw_revert.own_part(rules)
+            except ufw_revert.SnapshotError:
                 ok = False
                 continue
             with open(os.path.join(tmp, tool + ".scoped"), "w") as f:
@@ -436,9 +436,9 @@ def restore_own_part(module, saved):
             with open(os.path.join(tmp, tool + ".expected"), "w") as f:
                 f.write("".join(x + "\n" for x in sorted(part)))
             with open(os.path.join(tmp, tool + ".expected.order"), "w") as f:
-                f.write(ur.jumps_in_order(rules))
+                f.write(ufw_revert.jumps_in_order(rules))
             rc = module.run_command(["sh", "-c", 'PATH=/usr/sbin:/usr/bin:/sbin:/bin\ndir="$1"\n%srestore "$2"'
-                                     % ur.restore_fn(), "restore", tmp, tool], environ_update=C_ENV)[0]
+                                     % ufw_revert.restore_fn(), "restore", tmp, tool], environ_update=C_ENV)[0]
             ok = ok and rc == 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -450,21 +450,21 @@ def verify_live(module, families, input_ports, docker_ports, limit=None):
     live, docker_user, missing = {}, {}, []
     nft = module.get_bin_path("nft")
     for fam in families:
-        f = uc.FAMILIES[fam]
+        f = ufw_connlimit.FAMILIES[fam]
         ipt = module.get_bin_path(f["save"], required=True)
         version = run(module, [ipt, "--version"])[1]
         # per source address (the family's mask) and the number asked, as iptables reads the rules back...
         # a chain ufw has not made (IPV6=no, ufw never enabled) holds no rules: not a failure
-        rules = uc.iptables_connlimit_rules(run(module, [ipt, "-w", "-S", f["chain"]], check_rc=False)[1], f["chain"],
-                                            f["mask"])
+        rules = ufw_connlimit.iptables_connlimit_rules(run(module, [ipt, "-w", "-S", f["chain"]], check_rc=False)[1], f["chain"],
+                                                       f["mask"])
         have = set(port for port, n in rules.items() if limit is None or n == limit)
         if nft and "nf_tables" in version:
             # ...and present in the kernel's nftables ruleset (the seed's check)
-            have &= uc.nft_connlimit_ports(run(module, [nft, "list", "ruleset"])[1], fam)
+            have &= ufw_connlimit.nft_connlimit_ports(run(module, [nft, "list", "ruleset"])[1], fam)
         if docker_ports:
             du = run(module, [ipt, "-w", "-S", "DOCKER-USER"], check_rc=False)[1]
-            ours = run(module, [ipt, "-w", "-S", uc.DOCKER_CHAIN], check_rc=False)[1]
-            state = uc.docker_user_state(du, ours)
+            ours = run(module, [ipt, "-w", "-S", ufw_connlimit.DOCKER_CHAIN], check_rc=False)[1]
+            state = ufw_connlimit.docker_user_state(du, ours)
             docker_user["ipv%d" % fam] = state
             if state["jump_first"]:
                 have |= set(state["ports"]) & set(docker_ports)
@@ -477,15 +477,15 @@ def read_limits(module, families, ports):
     """Every live limit on `ports`: `iptables -S` of every chain per family, and native nft rules."""
     found = []
     for fam in families:
-        ipt = module.get_bin_path(uc.FAMILIES[fam]["save"])
+        ipt = module.get_bin_path(ufw_connlimit.FAMILIES[fam]["save"])
         if ipt:
             out = run(module, [ipt, "-w", "-S"], check_rc=False)[1]
-            found += [dict(x, family="ipv%d" % fam, source="iptables") for x in uc.live_limits(out, ports)]
+            found += [dict(x, family="ipv%d" % fam, source="iptables") for x in ufw_connlimit.live_limits(out, ports)]
     nft = module.get_bin_path("nft")
     if nft:
         rc, out, err = run(module, [nft, "list", "ruleset"], check_rc=False)
         if rc == 0:
-            found += [dict(x, family="nft", source="nft") for x in uc.nft_limits(out, ports)]
+            found += [dict(x, family="nft", source="nft") for x in ufw_connlimit.nft_limits(out, ports)]
     return found
 
 
@@ -507,9 +507,9 @@ def refuse_others(module, found, live):
             "rule and rules of its shape in before.rules (-A ufw-before-input -p tcp --dport PORT -m connlimit "
             "--connlimit-above N -j REJECT --reject-with tcp-reset); remove or reshape these, or leave the port(s) "
             "out of ports; nothing was written."
-            % (", ".join(map(str, ports)), "; ".join(uc.describe(x) for x in refused), uc.effective_words(live, ports)),
+            % (", ".join(map(str, ports)), "; ".join(ufw_connlimit.describe(x) for x in refused), ufw_connlimit.effective_words(live, ports)),
         other_limits=refused,
-        effective=dict((str(k), v) for k, v in uc.effective_limits(live, module.params["ports"]).items()))
+        effective=dict((str(k), v) for k, v in ufw_connlimit.effective_limits(live, module.params["ports"]).items()))
 
 
 ARGUMENT_SPEC = dict(
@@ -522,7 +522,7 @@ ARGUMENT_SPEC = dict(
     docker_published=dict(type="str", choices=["fail", "docker_user", "ignore"], default="fail"),
     rules_dir=dict(type="path", default="/etc/ufw"),
     revert_id=dict(type="str"),
-    revert_dir=dict(type="path", default=ur.STATE_DIR),
+    revert_dir=dict(type="path", default=ufw_revert.STATE_DIR),
 )
 
 
@@ -556,17 +556,17 @@ def check_live(module, families, docker_ports, result):
         result["docker_user"] = docker_user
     live = read_limits(module, families, p["ports"])
     result["other_limits"] = theirs(live)
-    result["effective"] = dict((str(k), v) for k, v in uc.effective_limits(live, p["ports"]).items())
+    result["effective"] = dict((str(k), v) for k, v in ufw_connlimit.effective_limits(live, p["ports"]).items())
     enforce = not module.check_mode and (result["changed"] or p["reload"])
     if missing and enforce:
         module.fail_json(msg="the connlimit rules are not live for %s (for Docker ports, the jump to %s must be "
-                             "the first rule of DOCKER-USER)" % (", ".join(missing), uc.DOCKER_CHAIN), **result)
+                             "the first rule of DOCKER-USER)" % (", ".join(missing), ufw_connlimit.DOCKER_CHAIN), **result)
     if result["other_limits"] and enforce:
         module.fail_json(msg="a connection limit that is not the module's is live on the listed ports beside its own: "
                              "%s. The smaller one wins: the effective limit per port is %s, not %d. Remove it where "
                              "it is loaded, or leave the port out of ports."
-                             % ("; ".join(uc.describe(x) for x in result["other_limits"]),
-                                uc.effective_words(live, p["ports"]), p["limit"]), **result)
+                             % ("; ".join(ufw_connlimit.describe(x) for x in result["other_limits"]),
+                                ufw_connlimit.effective_words(live, p["ports"]), p["limit"]), **result)
 
 
 def not_yet_installed(module):
@@ -577,12 +577,12 @@ def not_yet_installed(module):
     result = dict(changed=True, ufw_installed=False, files=[],
                   msg="ufw is not installed: once it is (the role installs it first), the run adds connlimit %d/IP "
                       "on %s to %s" % (p["limit"], ", ".join(str(x) for x in p["ports"]),
-                                       " and ".join(os.path.join(p["rules_dir"], uc.FAMILIES[f]["file"])
+                                       " and ".join(os.path.join(p["rules_dir"], ufw_connlimit.FAMILIES[f]["file"])
                                                     for f in families)))
     if module._diff:
-        paths = dict((f, os.path.join(p["rules_dir"], uc.FAMILIES[f]["file"])) for f in families)
+        paths = dict((f, os.path.join(p["rules_dir"], ufw_connlimit.FAMILIES[f]["file"])) for f in families)
         result["diff"] = [{"before_header": "%s (as ufw installs it)" % paths[f], "after_header": paths[f],
-                           "before": "", "after": "".join(ln + "\n" for ln in uc.render_block(f, p["ports"], p["limit"]))}
+                           "before": "", "after": "".join(ln + "\n" for ln in ufw_connlimit.render_block(f, p["ports"], p["limit"]))}
                           for f in families]
     module.exit_json(**result)
 
@@ -591,11 +591,11 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     present = p["state"] == "present"
-    problems = uc.validate(p["ports"], p["limit"]) if present else []
+    problems = ufw_connlimit.validate(p["ports"], p["limit"]) if present else []
     if problems:
         module.fail_json(msg="; ".join(problems))
     require_root(module, "writes %s and reloads ufw" % p["rules_dir"])
-    if read(os.path.join(p["rules_dir"], uc.FAMILIES[4]["file"])) is None:
+    if read(os.path.join(p["rules_dir"], ufw_connlimit.FAMILIES[4]["file"])) is None:
         if not present:
             module.exit_json(changed=False, ufw_installed=False, files=[],
                              msg="ufw is not installed: there is no connlimit block to remove")
@@ -613,15 +613,15 @@ def main():
     if found.replaced:
         result["replaced"] = found.replaced
         module.warn("%s: taken over by the module's block (the lines are kept inside it, marked '%s'; state=absent "
-                    "puts them back): one limit per port, %d" % ("; ".join(uc.describe(x) for x in found.replaced),
-                                                                 uc.KEPT.strip(), p["limit"]))
+                    "puts them back): one limit per port, %d" % ("; ".join(ufw_connlimit.describe(x) for x in found.replaced),
+                                                                 ufw_connlimit.KEPT.strip(), p["limit"]))
     chains = [] if present else docker_chain_live(module, families)
     if chains:
         result["changed"] = True
         result["docker_chain_removed"] = chains
     if result["changed"] and not module.check_mode:
         if p["revert_id"]:
-            host.hold_revert(module, p["revert_dir"], p["revert_id"])
+            ufw_revert.hold_revert(module, p["revert_dir"], p["revert_id"])
         write_and_reload(module, changes, families, result)
     if chains and not module.check_mode:
         remove_docker_chain(module, chains)
@@ -637,8 +637,8 @@ def docker_chain_live(module, families):
     """The iptables commands (iptables, ip6tables) whose ruleset has the module's Docker chain."""
     found = []
     for fam in families:
-        ipt = module.get_bin_path(uc.FAMILIES[fam]["save"])
-        if ipt and run(module, [ipt, "-w", "-S", uc.DOCKER_CHAIN], check_rc=False)[0] == 0:
+        ipt = module.get_bin_path(ufw_connlimit.FAMILIES[fam]["save"])
+        if ipt and run(module, [ipt, "-w", "-S", ufw_connlimit.DOCKER_CHAIN], check_rc=False)[0] == 0:
             found.append(ipt)
     return found
 
@@ -649,16 +649,16 @@ def remove_docker_chain(module, commands):
     left = []
     for ipt in commands:
         for dummy in range(10):  # every jump of ours, at most ten (a bounded loop)
-            if run(module, [ipt, "-w", "-D", "DOCKER-USER", "-j", uc.DOCKER_CHAIN], check_rc=False)[0] != 0:
+            if run(module, [ipt, "-w", "-D", "DOCKER-USER", "-j", ufw_connlimit.DOCKER_CHAIN], check_rc=False)[0] != 0:
                 break
-        run(module, [ipt, "-w", "-F", uc.DOCKER_CHAIN], check_rc=False)
-        run(module, [ipt, "-w", "-X", uc.DOCKER_CHAIN], check_rc=False)
-        if run(module, [ipt, "-w", "-S", uc.DOCKER_CHAIN], check_rc=False)[0] == 0:
+        run(module, [ipt, "-w", "-F", ufw_connlimit.DOCKER_CHAIN], check_rc=False)
+        run(module, [ipt, "-w", "-X", ufw_connlimit.DOCKER_CHAIN], check_rc=False)
+        if run(module, [ipt, "-w", "-S", ufw_connlimit.DOCKER_CHAIN], check_rc=False)[0] == 0:
             left.append(ipt)
     if left:
         module.fail_json(msg="the chain %s could not be removed with %s (is a rule of yours jumping to it?): the files "
                              "no longer load it; remove it by hand (%s -D <chain> -j %s; %s -X %s)"
-                             % (uc.DOCKER_CHAIN, ", ".join(left), left[0], uc.DOCKER_CHAIN, left[0], uc.DOCKER_CHAIN))
+                             % (ufw_connlimit.DOCKER_CHAIN, ", ".join(left), left[0], ufw_connlimit.DOCKER_CHAIN, left[0], ufw_connlimit.DOCKER_CHAIN))
 
 
 def still_live(module, families, result):

@@ -204,9 +204,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import access as ufw_access
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import connlimit as ufw_connlimit
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import revert as ufw_revert
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV, read_text as read, require_root
 
@@ -220,7 +220,7 @@ def uptime():
 
 def own_start():
     """When this process started, on the clock of /proc/PID/stat (seconds since boot)."""
-    return ur.parse_stat(read("/proc/self/stat"))[2] / float(os.sysconf("SC_CLK_TCK"))
+    return ufw_revert.parse_stat(read("/proc/self/stat"))[2] / float(os.sysconf("SC_CLK_TCK"))
 
 
 def boot_id():
@@ -233,11 +233,11 @@ def login_chain():
     tick, chain, pid = float(os.sysconf("SC_CLK_TCK")), [], os.getpid()
     while pid > 1 and len(chain) < 64:
         try:
-            comm, ppid, start = ur.parse_stat(read("/proc/%d/stat" % pid, ""))
+            comm, ppid, start = ufw_revert.parse_stat(read("/proc/%d/stat" % pid, ""))
         except (IOError, OSError, ValueError, IndexError):
             break
         sockets = []
-        if comm in ur.SSHD_COMMS:
+        if comm in ufw_revert.SSHD_COMMS:
             try:
                 links = [os.readlink("/proc/%d/fd/%s" % (pid, fd)) for fd in os.listdir("/proc/%d/fd" % pid)]
             except OSError:
@@ -247,7 +247,7 @@ def login_chain():
         pid = ppid
     tables = {}
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        tables.update(ur.tcp_sockets(read(name, "")))
+        tables.update(ufw_revert.tcp_sockets(read(name, "")))
     return chain, tables
 
 
@@ -289,7 +289,7 @@ class Reverts(object):
 
     def describe(self, rid):
         meta = json.loads(read(self.path(rid, "meta.json"), "{}"))
-        where = ur.marker(os.listdir(self.path(rid)))
+        where = ufw_revert.marker(os.listdir(self.path(rid)))
         # a pid is this revert's timer only while that process runs its script (a restart reuses pids)
         pid_alive = (alive(meta["pid"]) and self.is_revert(meta)) if meta.get("pid") else None
         at, rc = read(self.path(rid, "reverted_at")), read(self.path(rid, "revert_rc"))
@@ -300,26 +300,26 @@ class Reverts(object):
             except OSError:
                 pass
             booted_at = time.time() - uptime()
-        return ur.describe(meta, where, int(time.time()), pid_alive, int(at) if at else None,
-                           int(rc) if rc and rc.strip().isdigit() else None, reverting_since=since,
-                           booted_at=booted_at)
+        return ufw_revert.describe(meta, where, int(time.time()), pid_alive, int(at) if at else None,
+                                   int(rc) if rc and rc.strip().isdigit() else None, reverting_since=since,
+                                   booted_at=booted_at)
 
     def all(self):
         return [self.describe(r) for r in self.ids()]
 
     def exit(self, **kw):
         reverts = self.all()
-        self.module.exit_json(reverts=reverts, pending=[r for r in reverts if r["state"] in ur.PENDING], **kw)
+        self.module.exit_json(reverts=reverts, pending=[r for r in reverts if r["state"] in ufw_revert.PENDING], **kw)
 
     def fail(self, msg, **kw):
         reverts = self.all()
         self.module.fail_json(msg=msg, reverts=reverts,
-                              pending=[r for r in reverts if r["state"] in ur.PENDING], **kw)
+                              pending=[r for r in reverts if r["state"] in ufw_revert.PENDING], **kw)
 
     # ---------------------------------------------------------------- armed
     def arm(self):
         p = self.module.params
-        problems = ur.check_timeout(p["timeout"])
+        problems = ufw_revert.check_timeout(p["timeout"])
         if problems:
             self.module.fail_json(msg="; ".join(problems) + "; nothing was changed")
         if not self.module.check_mode:
@@ -327,7 +327,7 @@ class Reverts(object):
             # this one, then finds its revert pending and refuses (the look and the armed marker are one step)
             if not os.path.isdir(self.dir):
                 os.makedirs(self.dir, 0o700)
-            self.lock = host.firewall_lock(self.module, self.dir)
+            self.lock = ufw_revert.firewall_lock(self.module, self.dir)
         for r in self.all():
             if r["state"] == "stalled":
                 self.fail("a revert of the change armed at %s was cut off half way (id %s: the host restarted, or "
@@ -344,20 +344,20 @@ class Reverts(object):
                              "Wait for it" if r["state"] != "missed" else
                              "Put that firewall back with homelab.edge.ufw_revert state=reverted id=%s, or keep the "
                              "firewall as it is with state=confirmed id=%s" % (r["id"], r["id"])))
-        was_enabled = ua.enabled(read("/etc/ufw/ufw.conf"))
+        was_enabled = ufw_access.enabled(read("/etc/ufw/ufw.conf"))
         boot_path = self.boot_path()
         if boot_path is None and self.module.check_mode:
             # a plan before ufw is installed (the role checks first, then installs, then arms): the real arm decides
-            self.module.warn("as the host is now, " + ur.no_boot_path_problem(refused=False))
+            self.module.warn("as the host is now, " + ufw_revert.no_boot_path_problem(refused=False))
         elif boot_path is None:
-            self.fail(ur.no_boot_path_problem())
+            self.fail(ufw_revert.no_boot_path_problem())
         hooks = self.hooks() if boot_path == "ufw-init" else {}
         if self.module.check_mode:
             self.exit(changed=True, was_enabled=was_enabled, timeout=p["timeout"], boot_path=boot_path)
         self.check_space()
         # every check of the snapshot before anything is written: a refusal leaves the host as it was
         saved = dict((fam, self.snapshot(fam)) for fam in ("iptables", "ip6tables"))
-        policy_conf = self.module.run_command(["sh", "-c", ur.policy_conf_cmd()], environ_update=C_ENV)[1]
+        policy_conf = self.module.run_command(["sh", "-c", ufw_revert.policy_conf_cmd()], environ_update=C_ENV)[1]
         now = int(time.time())
         rid = "%d-%d" % (now, os.getpid())
         d = self.path(rid)
@@ -366,7 +366,7 @@ class Reverts(object):
             self.install_hook(hooks)
         names = []
         with tarfile.open(self.path(rid, "files.tar"), "w") as tar:
-            for root in ur.ROOTS:
+            for root in ufw_revert.ROOTS:
                 if os.path.lexists(root):
                     tar.add(root, arcname=root.lstrip("/"))
                     names += self.files_under(root)
@@ -378,7 +378,7 @@ class Reverts(object):
         self.write(rid, "boot_id", boot_id() + "\n")
         self.write(rid, "was_enabled", "yes\n" if was_enabled else "no\n")
         script = self.path(rid, "revert.sh")
-        host.write_text(self.module, script, ur.script(d, p["timeout"], was_enabled), new_mode=0o700)
+        host.write_text(self.module, script, ufw_revert.script(d, p["timeout"], was_enabled), new_mode=0o700)
         # the deadline counts from here, after the snapshot; meta.json comes before the timer
         meta = {"id": rid, "armed_at": now, "fires_at": int(time.time()) + p["timeout"], "timeout": p["timeout"],
                 "was_enabled": was_enabled, "armed_start": own_start(), "boot_id": boot_id(), "boot_path": boot_path}
@@ -400,9 +400,9 @@ class Reverts(object):
             where = os.path.dirname(where)
         st = os.statvfs(where)
         free = st.f_bavail * st.f_frsize
-        if free < ur.MIN_FREE_BYTES:
+        if free < ufw_revert.MIN_FREE_BYTES:
             self.fail("%s has %d MiB free; a revert's copy of /etc/ufw and the ruleset needs at least %d MiB: free "
-                      "some space first; nothing was changed" % (where, free // 1048576, ur.MIN_FREE_BYTES // 1048576))
+                      "some space first; nothing was changed" % (where, free // 1048576, ufw_revert.MIN_FREE_BYTES // 1048576))
 
     def snapshot(self, fam):
         """The saved ruleset, validated, as {suffix: text} of the files kept: the save's exit code, a filter table,
@@ -421,21 +421,21 @@ class Reverts(object):
         if rc != 0:
             refuse("%s exited with %d: %s" % (save, rc, (err or out).strip()[-300:]))
         tool = self.module.get_bin_path(fam, required=True)
-        rc, live, e = self.module.run_command(["sh", "-c", ur.own_lines_cmd(tool)], environ_update=C_ENV)
-        out = ur.with_filter_table(out, live)
+        rc, live, e = self.module.run_command(["sh", "-c", ufw_revert.own_lines_cmd(tool)], environ_update=C_ENV)
+        out = ufw_revert.with_filter_table(out, live)
         try:
-            scoped = ur.scoped_restore(out)
-        except ur.SnapshotError as e:
+            scoped = ufw_revert.scoped_restore(out)
+        except ufw_revert.SnapshotError as e:
             refuse(str(e))
         rc, o, e = self.module.run_command([restore, "-w", "--test", "--noflush"], data=scoped, environ_update=C_ENV)
         if rc != 0:
             refuse("%s --test refuses its own part: %s" % (restore, (e or o).strip()[-300:]))
-        saved = "".join(x + "\n" for x in sorted(ur.own_part(out)))
+        saved = "".join(x + "\n" for x in sorted(ufw_revert.own_part(out)))
         if live != saved:
             refuse("the save does not read back as the live ruleset for ufw's chains")
         self.check_faithful(fam, tool, restore, out)
-        return {".save": out, ".scoped": scoped, ".expected": live, ".expected.order": ur.jumps_in_order(out),
-                ".policies": ur.policies(out)}
+        return {".save": out, ".scoped": scoped, ".expected": live, ".expected.order": ufw_revert.jumps_in_order(out),
+                ".policies": ufw_revert.policies(out)}
 
     def check_faithful(self, fam, tool, restore, save_text):
         """Where iptables is iptables-nft and nft shows our chains: the save loaded into a scratch network
@@ -444,7 +444,7 @@ class Reverts(object):
         version = self.module.run_command([tool, "-V"], environ_update=C_ENV)[1]
         if not nft or "nf_tables" not in version:
             return
-        rc, live, err = self.module.run_command([nft, "list", "table"] + ur.NFT_TABLE[fam].split(),
+        rc, live, err = self.module.run_command([nft, "list", "table"] + ufw_revert.NFT_TABLE[fam].split(),
                                                 environ_update=C_ENV)
         if rc != 0:  # no such table: nothing of ours is in nft's hands
             return
@@ -454,15 +454,15 @@ class Reverts(object):
                       "network namespace): install util-linux; no revert was armed and nothing was changed" % fam)
         rc, back, err = self.module.run_command(
             [unshare, "-n", "sh", "-c", '"$1" -w || exit 1; "$2" list table $3 2>/dev/null; exit 0', "scratch", restore, nft,
-             ur.NFT_TABLE[fam]],
-            data=ur.scratch_restore(save_text), environ_update=C_ENV)
+             ufw_revert.NFT_TABLE[fam]],
+            data=ufw_revert.scratch_restore(save_text), environ_update=C_ENV)
         if rc != 0:
             self.fail("%s: cannot check that the snapshot restores ufw's chains as they are (loading it into a scratch "
                       "network namespace failed: %s); no revert was armed and nothing was changed"
                       % (fam, (err or back).strip()[-300:]))
-        found = ur.unfaithful(ur.nft_chains(live), ur.nft_chains(back))
+        found = ufw_revert.unfaithful(ufw_revert.nft_chains(live), ufw_revert.nft_chains(back))
         if found:
-            self.fail(ur.unfaithful_problem(fam, found), unfaithful=[list(x) for x in found])
+            self.fail(ufw_revert.unfaithful_problem(fam, found), unfaithful=[list(x) for x in found])
 
     @staticmethod
     def files_under(root):
@@ -479,7 +479,7 @@ class Reverts(object):
         None (neither can)."""
         if self.module.get_bin_path("systemctl") and os.path.isdir("/run/systemd/system"):
             return "systemd"
-        if any(os.access(x, os.X_OK) for x in ur.UFW_INIT) and os.path.isdir(ur.ROOTS[0]):
+        if any(os.access(x, os.X_OK) for x in ufw_revert.UFW_INIT) and os.path.isdir(ufw_revert.ROOTS[0]):
             return "ufw-init"
         return None
 
@@ -488,23 +488,23 @@ class Reverts(object):
         planned before anything is written; refused for a file that is not executable and holds commands of the
         user's (making it executable would start running them) or whose block's markers are damaged."""
         out = {}
-        for name, stage in ur.HOOKS:
-            path = os.path.join(ur.ROOTS[0], name)
+        for name, stage in ufw_revert.HOOKS:
+            path = os.path.join(ufw_revert.ROOTS[0], name)
             text = read(path)
-            if text is not None and not os.access(path, os.X_OK) and not uc.is_stock_after_init(text, name):
+            if text is not None and not os.access(path, os.X_OK) and not ufw_connlimit.is_stock_after_init(text, name):
                 self.fail("%s is not executable and holds commands of yours: making it executable to call the "
                           "revert's boot hook would start running them. Make it executable yourself (or empty "
                           "it) and run again; no revert was armed and nothing was changed" % path)
             try:
-                out[path] = (text, ur.init_hook(text, self.dir, stage))
-            except uc.RulesError as e:
+                out[path] = (text, ufw_revert.init_hook(text, self.dir, stage))
+            except ufw_connlimit.RulesError as e:
                 self.fail("%s; no revert was armed and nothing was changed" % e)
         return out
 
     def install_hook(self, hooks):
         """boot.sh in the state directory and the planned init scripts (executable: ufw runs them only so). Once
         in place, each arm finds them as they are."""
-        boot, text = os.path.join(self.dir, ur.BOOT_SCRIPT), ur.boot_script(self.dir)
+        boot, text = os.path.join(self.dir, ufw_revert.BOOT_SCRIPT), ufw_revert.boot_script(self.dir)
         if read(boot) != text:
             host.write_text(self.module, boot, text, new_mode=0o700)
         for path, (old, new) in sorted(hooks.items()):
@@ -518,12 +518,12 @@ class Reverts(object):
         systemctl = self.module.get_bin_path("systemctl")
         if not systemctl or not os.path.isdir("/run/systemd/system"):
             return False
-        path = os.path.join("/etc/systemd/system", ur.BOOT_UNIT)
-        text = ur.boot_unit(self.dir)
+        path = os.path.join("/etc/systemd/system", ufw_revert.BOOT_UNIT)
+        text = ufw_revert.boot_unit(self.dir)
         if read(path) != text:
             host.write_text(self.module, path, text)
             self.module.run_command([systemctl, "daemon-reload"], environ_update=C_ENV)
-        rc, out, err = self.module.run_command([systemctl, "enable", ur.BOOT_UNIT], environ_update=C_ENV)
+        rc, out, err = self.module.run_command([systemctl, "enable", ufw_revert.BOOT_UNIT], environ_update=C_ENV)
         if rc != 0:
             self.module.warn("the boot-time revert unit could not be enabled (%s): a restart inside the window keeps "
                              "the unconfirmed change until the revert is settled" % (err or out).strip())
@@ -533,12 +533,12 @@ class Reverts(object):
         sh = self.module.get_bin_path("sh", required=True)
         systemd_run = self.module.get_bin_path("systemd-run")
         if systemd_run and os.path.isdir("/run/systemd/system"):
-            unit = ur.UNIT_PREFIX + rid
-            rc, out, err = self.module.run_command(ur.systemd_run_argv(systemd_run, unit, timeout, sh, script),
+            unit = ufw_revert.UNIT_PREFIX + rid
+            rc, out, err = self.module.run_command(ufw_revert.systemd_run_argv(systemd_run, unit, timeout, sh, script),
                                                    environ_update=C_ENV)
             if rc == 0:
                 return {"timer": "systemd-run", "unit": unit}
-            if ur.kills_user_processes(logind_conf()):
+            if ufw_revert.kills_user_processes(logind_conf()):
                 shutil.rmtree(self.path(rid), ignore_errors=True)
                 self.module.fail_json(msg="systemd-run failed (%s), and logind here kills a session's processes when "
                                           "it ends (KillUserProcesses=yes): a revert timer started from this SSH "
@@ -562,7 +562,7 @@ class Reverts(object):
 
     def prune(self):
         for rid in self.ids()[KEEP:]:
-            if ur.marker(os.listdir(self.path(rid))) in ("confirmed", "reverted"):
+            if ufw_revert.marker(os.listdir(self.path(rid))) in ("confirmed", "reverted"):
                 shutil.rmtree(self.path(rid), ignore_errors=True)
 
     # ---------------------------------------------------------------- settle
@@ -592,7 +592,7 @@ class Reverts(object):
         stalled = self.describe(rid)["state"] == "stalled"
         if stalled:  # the script as this release writes it (one armed by an earlier release has no resume mode)
             host.write_text(self.module, self.path(rid, "revert.sh"),
-                            ur.script(self.path(rid), meta["timeout"], meta["was_enabled"]), new_mode=0o700)
+                            ufw_revert.script(self.path(rid), meta["timeout"], meta["was_enabled"]), new_mode=0o700)
         self.module.run_command([self.module.get_bin_path("sh", required=True), self.path(rid, "revert.sh"),
                                  "resume" if stalled else "now"], environ_update=C_ENV)
         self.stop_timer(meta)
@@ -623,12 +623,12 @@ class Reverts(object):
                       "change; raise the timeout if a new login takes longer" % (rid, meta["timeout"]), id=rid)
         if where == "confirmed":
             self.exit(changed=False, id=rid, outcome="confirmed", cut=[])
-        login = ur.ssh_login(*login_chain())
+        login = ufw_revert.ssh_login(*login_chain())
         if p["require_new_login"]:
             armed_start = meta.get("armed_start")
             if armed_start is None:  # armed by an earlier release: its Unix time on the boot clock
                 armed_start = meta["armed_at"] - (time.time() - uptime())
-            problem = ur.new_login_problem(login, armed_start, same_boot=meta.get("boot_id") in (None, boot_id()))
+            problem = ufw_revert.new_login_problem(login, armed_start, same_boot=meta.get("boot_id") in (None, boot_id()))
             if problem:
                 self.fail("not confirmed: %s. The firewall was put back as it was (%s). Confirm over a new SSH login "
                           "from outside, or set require_new_login=false once you checked the way in yourself"
@@ -655,13 +655,13 @@ class Reverts(object):
     def cut(self, must_stay):
         """Ports of must_stay that the rules as they are now let no new client into."""
         try:
-            specs = ua.port_specs(must_stay, "must_stay")
-        except ua.AccessError as e:
+            specs = ufw_access.port_specs(must_stay, "must_stay")
+        except ufw_access.AccessError as e:
             self.fail(str(e))
-        enabled = ua.enabled(read("/etc/ufw/ufw.conf"))
-        rules = ua.user_rules(read("/etc/ufw/user.rules", ""))
-        policy = ua.default_input_policy(read("/etc/default/ufw", ""))
-        return [s for s in specs if s not in ua.reachable([s], enabled, rules, policy)]
+        enabled = ufw_access.enabled(read("/etc/ufw/ufw.conf"))
+        rules = ufw_access.user_rules(read("/etc/ufw/user.rules", ""))
+        policy = ufw_access.default_input_policy(read("/etc/default/ufw", ""))
+        return [s for s in specs if s not in ufw_access.reachable([s], enabled, rules, policy)]
 
 
 def main():
@@ -672,12 +672,12 @@ def main():
             timeout=dict(type="int", default=120),
             must_stay=dict(type="list", elements="str", default=[]),
             require_new_login=dict(type="bool", default=True),
-            state_dir=dict(type="path", default=ur.STATE_DIR),
+            state_dir=dict(type="path", default=ufw_revert.STATE_DIR),
         ),
         required_if=[("state", "confirmed", ["id"]), ("state", "reverted", ["id"])],
         supports_check_mode=True,
     )
-    if not ur.SAFE_PATH.match(module.params["state_dir"]):
+    if not ufw_revert.SAFE_PATH.match(module.params["state_dir"]):
         module.fail_json(msg="state_dir %r: use an absolute path of letters, digits, '/', '.', '_' and '-' only (it "
                              "goes into a shell script and a systemd unit); nothing was changed" % module.params["state_dir"])
     reverts = Reverts(module)

@@ -9,14 +9,14 @@ import re
 import yaml
 
 from ansible_collections.homelab.edge.plugins.filter import runbook
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import fix as k3d_fix
 
 from .conftest import ROOT
 
 
 def test_the_demo_and_molecule_take_the_keeper_config_and_render_timeout_from_their_home():
     with open(os.path.join(ROOT, "molecule", "default", "destroy.yml")) as f:
-        assert lb.KEEPER_CONFIG in f.read()
+        assert k3d_fix.KEEPER_CONFIG in f.read()
     literal = re.compile(r"render_timeout=\d|/etc/homelab-edge/k3d-serverlb\.json")
     with open(os.path.join(ROOT, "demo", "demo.py")) as f:
         found = [m.group(0) for m in literal.finditer(f.read())]

@@ -29,18 +29,15 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CACHE = os.environ.get("HOMELAB_EDGE_CACHE", "/var/cache/homelab-edge")
-sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
-import k3d_serverlb as lb  # noqa: E402
-import k3d_serverlb_container as lb_container  # noqa: E402
-import k3d_serverlb_template as lb_template  # noqa: E402
+sys.path[:0] = [os.path.join(ROOT, "plugins"), os.path.join(ROOT, "tests", "support")]
+import keeper_library  # noqa: E402
+from module_utils.k3d_serverlb import fix as k3d_fix  # noqa: E402
+from module_utils.k3d_serverlb import container as k3d_container  # noqa: E402
+from module_utils.k3d_serverlb import template as k3d_template  # noqa: E402
 
 HOST = "hle-engine29"
 LB_IMAGE = "homelab-edge/k3d-proxy:lab"
 VALUES = "ports:\n  53.udp:\n  - 127.0.0.1\n  6443.tcp:\n  - 127.0.0.1\nsettings:\n  workerConnections: 1026\n"
-KEEPER_FILES = [os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py"),
-                os.path.join(ROOT, "plugins", "module_utils", "nginx_stream.py")] + [
-    os.path.join(ROOT, "plugins", "module_utils", f) for f in os.listdir(os.path.join(ROOT, "plugins", "module_utils"))
-    if f.startswith("k3d_serverlb")]
 
 
 def sh(*argv, **kw):
@@ -100,21 +97,20 @@ def test_engine_29_events_have_no_id_and_no_status(engine):
     finally:
         c.remove(force=True)
     assert created and "id" not in created[0] and "status" not in created[0], created
-    assert lb_container.event_of(created[0]) == (c.id, "create")
+    assert k3d_container.event_of(created[0]) == (c.id, "create")
 
 
 def keeper(tmp, docker_host, old_events=False):
     lib = os.path.join(tmp, "lib")
     os.makedirs(lib)
-    for f in KEEPER_FILES:
-        shutil.copy(f, lib)
+    keeper_library.install(lib)
     if old_events:  # the net removed: the keeper as it read events before Engine 29
-        path = os.path.join(lib, "k3d_serverlb_container.py")
+        path = os.path.join(lib, "module_utils", "k3d_serverlb", "container.py")
         with open(path, "a") as f:
             f.write("\n\ndef event_of(event):\n    return event[\"id\"], event[\"status\"]\n")
     config = os.path.join(tmp, "k3d-serverlb-d29.json")
     with open(config, "w") as f:
-        json.dump(dict(lb.DEFAULTS, clusters=["d29"], names=[], render_timeout=30, metrics_dir="",
+        json.dump(dict(k3d_fix.DEFAULTS, clusters=["d29"], names=[], render_timeout=30, metrics_dir="",
                        metrics_interval=30), f)
     log = open(os.path.join(tmp, "keeper.log"), "w")
     proc = subprocess.Popen([sys.executable, os.path.join(lib, "k3d-serverlb-keeper.py"), "--config", config],
@@ -138,7 +134,7 @@ def k3d_creates_a_load_balancer(client):
 
 def template(c):
     """The confd template in a container that has not started (the archive API)."""
-    stream, dummy = c.get_archive(lb_container.TEMPLATE_PATH)
+    stream, dummy = c.get_archive(k3d_container.TEMPLATE_PATH)
     with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
         return tar.extractfile(tar.getmembers()[0]).read().decode()
 
@@ -158,7 +154,7 @@ def test_the_keeper_patches_a_load_balancer_created_on_engine_29(engine, old_eve
             assert "proxy_responses 1;" not in template(c), text
             assert "KeyError" in text and "before its first render" not in text, text
         else:
-            assert "proxy_responses 1;" in template(c) and lb_template.is_patched(template(c)), text
+            assert "proxy_responses 1;" in template(c) and k3d_template.is_patched(template(c)), text
             assert "created; template patched before its first render" in text, text
     finally:
         proc.terminate()

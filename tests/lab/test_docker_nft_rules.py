@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
-import ufw_connlimit as uc  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "plugins"))
+from module_utils.ufw import connlimit as ufw_connlimit  # noqa: E402
 
 PUBLISHED, CONTAINER_PORT, LIMIT, EXTRA = 8443, 8443, 10, 5  # the same port: only DNAT tells them apart
 CLIENT_IP, VPS_OUT, VPS_IN, CONTAINER_IP = "10.77.1.2", "10.77.1.1", "10.77.2.1", "10.77.2.2"
@@ -34,7 +34,7 @@ SERVER = ("import socket, time\ns = socket.socket(); s.setsockopt(socket.SOL_SOC
           "    except OSError:\n        pass\n" % CONTAINER_PORT)
 COUNT = ("import sys; sys.path.insert(0, %r); import prove_net; c = prove_net.hold(sys.argv[1], %d, %d, 3.0, 0.5); "
          "print(c['established'], c['reset'], c['timeout'])"
-         % (os.path.join(ROOT, "plugins", "module_utils"), PUBLISHED, LIMIT + EXTRA))
+         % (os.path.join(ROOT, "plugins"), PUBLISHED, LIMIT + EXTRA))
 
 
 def ip(*argv):
@@ -93,7 +93,7 @@ def wait_listening(client):
 
 
 def test_the_table_holds_one_client_at_the_limit_on_a_dnat_port(path):
-    rules = uc.docker_nft_rules([PUBLISHED], LIMIT)
+    rules = ufw_connlimit.docker_nft_rules([PUBLISHED], LIMIT)
     assert nx(path["vps"], "nft", "-c", "-f", "-", input=rules).returncode == 0  # what the refusal hands over parses
     nx(path["vps"], "nft", "-f", "-", input=rules, check=True)
     wait_listening(path["client"])
@@ -103,7 +103,7 @@ def test_the_table_holds_one_client_at_the_limit_on_a_dnat_port(path):
     assert counts(path["client"], CONTAINER_IP) == {"established": LIMIT + EXTRA, "reset": 0, "timeout": 0}
     # loaded again (a second run, a reload): the table is replaced, not doubled
     nx(path["vps"], "nft", "-f", "-", input=rules, check=True)
-    listed = nx(path["vps"], "nft", "list", "table", "inet", uc.DOCKER_NFT_TABLE, check=True).stdout
+    listed = nx(path["vps"], "nft", "list", "table", "inet", ufw_connlimit.DOCKER_NFT_TABLE, check=True).stdout
     assert listed.count("ct count over %d" % LIMIT) == rules.count("ct count over %d" % LIMIT) == 2, listed  # IPv4, IPv6
 
 

@@ -17,8 +17,8 @@ import uuid
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
-import ufw_revert as ur  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "plugins"))
+from module_utils.ufw import revert as ufw_revert  # noqa: E402
 
 ARMED = """*nat
 :PREROUTING ACCEPT [0:0]
@@ -95,18 +95,18 @@ def arm(ns, tmp_path, ufw_conf=None):
     d.mkdir()
     if ufw_conf is not None:
         (tmp_path / "etc-ufw" / "ufw.conf").write_text(ufw_conf)
-        (d / "ufw.policy").write_text(sh(ns, ur.policy_conf_cmd((str(tmp_path / "etc-ufw" / "ufw.conf"),))).stdout)
-    live = sh(ns, ur.own_lines_cmd("iptables")).stdout
-    save = ur.with_filter_table(sh(ns, "iptables-save").stdout, live)
-    scoped = ur.scoped_restore(save)
+        (d / "ufw.policy").write_text(sh(ns, ufw_revert.policy_conf_cmd((str(tmp_path / "etc-ufw" / "ufw.conf"),))).stdout)
+    live = sh(ns, ufw_revert.own_lines_cmd("iptables")).stdout
+    save = ufw_revert.with_filter_table(sh(ns, "iptables-save").stdout, live)
+    scoped = ufw_revert.scoped_restore(save)
     assert sh(ns, "iptables-restore -w --test --noflush", scoped, check=False).returncode == 0
-    live = sh(ns, ur.own_lines_cmd("iptables")).stdout
-    assert live == "".join(x + "\n" for x in sorted(ur.own_part(save)))  # the arm's round-trip check, on real iptables
+    live = sh(ns, ufw_revert.own_lines_cmd("iptables")).stdout
+    assert live == "".join(x + "\n" for x in sorted(ufw_revert.own_part(save)))  # the arm's round-trip check, on real iptables
     subprocess.run(["tar", "-C", "/", "-cf", str(d / "files.tar"), str(tmp_path / "etc-ufw").lstrip("/")], check=True)
     for name, text in (("files.list", ""), ("armed", ""), ("iptables.save", save), ("iptables.scoped", scoped),
-                       ("iptables.expected", live), ("iptables.expected.order", ur.jumps_in_order(save)),
-                       ("iptables.policies", ur.policies(save)),
-                       ("revert.sh", ur.script(str(d), 1, True, roots=(str(tmp_path / "etc-ufw"),)))):
+                       ("iptables.expected", live), ("iptables.expected.order", ufw_revert.jumps_in_order(save)),
+                       ("iptables.policies", ufw_revert.policies(save)),
+                       ("revert.sh", ufw_revert.script(str(d), 1, True, roots=(str(tmp_path / "etc-ufw"),)))):
         (d / name).write_text(text)
     return d, live
 
@@ -128,10 +128,10 @@ def others(ns):
 def test_the_revert_puts_back_ufws_part_and_leaves_everyone_elses(ns, tmp_path):
     d, armed = arm(ns, tmp_path)
     window(ns)
-    assert sh(ns, ur.own_lines_cmd("iptables")).stdout != armed
+    assert sh(ns, ufw_revert.own_lines_cmd("iptables")).stdout != armed
     sh(ns, "sh %s now" % (d / "revert.sh"))
     assert (d / "revert_rc").read_text().strip() == "0", (d / "revert.log").read_text()
-    assert sh(ns, ur.own_lines_cmd("iptables")).stdout == armed
+    assert sh(ns, ufw_revert.own_lines_cmd("iptables")).stdout == armed
     assert others(ns) == dict.fromkeys(others(ns), True)
     rules = sh(ns, "iptables -S DOCKER-USER").stdout.splitlines()
     assert rules[1] == "-A DOCKER-USER -j homelab-edge-docker"  # ours first again
@@ -146,7 +146,7 @@ def test_without_the_net_the_whole_restore_loses_what_others_did_in_the_window(n
     d, armed = arm(ns, tmp_path)
     window(ns)
     sh(ns, "iptables-restore <%s" % (d / "iptables.save"))
-    assert sh(ns, ur.own_lines_cmd("iptables")).stdout == armed  # ufw's part back, too...
+    assert sh(ns, ufw_revert.own_lines_cmd("iptables")).stdout == armed  # ufw's part back, too...
     assert others(ns) == dict.fromkeys(others(ns), False)  # ...and everything the others did in the window gone
 
 
@@ -166,7 +166,7 @@ def test_a_revert_whose_part_does_not_come_back_says_so_and_falls_back(ns, tmp_p
 
 
 def racing_change(ns, d, tmp_path, with_lock):
-    """The timer fires while the change module runs: the module holds the lock (as host.hold_revert does),
+    """The timer fires while the change module runs: the module holds the lock (as ufw_revert.hold_revert does),
     the revert starts, the change then lands and the module lets go."""
     import fcntl
     import time
@@ -189,13 +189,13 @@ def test_a_revert_that_fires_during_a_change_waits_for_it_then_puts_it_back(ns, 
     d, armed = arm(ns, tmp_path)
     assert racing_change(ns, d, tmp_path, with_lock=True) is False
     assert (d / "revert_rc").read_text().strip() == "0"
-    assert sh(ns, ur.own_lines_cmd("iptables")).stdout == armed  # the late change is reverted too
+    assert sh(ns, ufw_revert.own_lines_cmd("iptables")).stdout == armed  # the late change is reverted too
 
 
 def test_without_the_lock_a_change_lands_after_its_revert_and_stays(ns, tmp_path):
     d, armed = arm(ns, tmp_path)
     assert racing_change(ns, d, tmp_path, with_lock=False) is True
-    assert "--dport 8443 -j DROP" in sh(ns, ur.own_lines_cmd("iptables")).stdout  # live, with no revert left
+    assert "--dport 8443 -j DROP" in sh(ns, ufw_revert.own_lines_cmd("iptables")).stdout  # live, with no revert left
 
 
 def test_a_fresh_host_whose_filter_table_was_never_used_gets_it_back_empty(tmp_path):
@@ -208,13 +208,13 @@ def test_a_fresh_host_whose_filter_table_was_never_used_gets_it_back_empty(tmp_p
     try:
         assert "*filter" not in sh(name, "iptables-save").stdout
         d, armed = arm(name, tmp_path)
-        assert armed == ur.EMPTY_LIVE
+        assert armed == ufw_revert.EMPTY_LIVE
         for rule in ("-N ufw-before-input", "-A INPUT -j ufw-before-input", "-A ufw-before-input -j DROP",
                      "-P INPUT DROP"):
             sh(name, "iptables -w %s" % rule)
         sh(name, "sh %s now" % (d / "revert.sh"))
         assert (d / "revert_rc").read_text().strip() == "0", (d / "revert.log").read_text()
-        assert sh(name, ur.own_lines_cmd("iptables")).stdout == ur.EMPTY_LIVE
+        assert sh(name, ufw_revert.own_lines_cmd("iptables")).stdout == ufw_revert.EMPTY_LIVE
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
 
@@ -228,11 +228,11 @@ def test_a_revert_cut_off_half_way_is_finished_by_resume_and_at_boot_and_by_noth
     window(ns)
     os.rename(str(d / "armed"), str(d / "reverting"))  # cut off right after taking its marker
     sh(ns, "sh %s now" % (d / "revert.sh"))
-    assert not (d / "reverted").exists() and sh(ns, ur.own_lines_cmd("iptables")).stdout != armed
+    assert not (d / "reverted").exists() and sh(ns, ufw_revert.own_lines_cmd("iptables")).stdout != armed
     sh(ns, "sh %s resume" % (d / "revert.sh"))
     assert (d / "reverted").exists() and not (d / "reverting").exists()
     assert (d / "revert_rc").read_text().strip() == "0", (d / "revert.log").read_text()
-    assert sh(ns, ur.own_lines_cmd("iptables")).stdout == armed
+    assert sh(ns, ufw_revert.own_lines_cmd("iptables")).stdout == armed
     # at boot: the files back (the ruleset is empty at boot: ufw.service loads the files next)
     (tmp_path / "etc-ufw" / "added-in-the-window").write_text("x")
     os.rename(str(d / "reverted"), str(d / "reverting"))
@@ -268,8 +268,8 @@ def test_native_nft_rules_in_ufws_chains_are_found_by_a_scratch_restore(ns):
 
     def check():
         save = sh(ns, "iptables-save").stdout
-        back = sh(ns, "unshare -n sh -c 'iptables-restore -w && nft list table ip filter'", ur.scratch_restore(save))
-        return save, ur.unfaithful(ur.nft_chains(sh(ns, "nft list table ip filter").stdout), ur.nft_chains(back.stdout))
+        back = sh(ns, "unshare -n sh -c 'iptables-restore -w && nft list table ip filter'", ufw_revert.scratch_restore(save))
+        return save, ufw_revert.unfaithful(ufw_revert.nft_chains(sh(ns, "nft list table ip filter").stdout), ufw_revert.nft_chains(back.stdout))
 
     assert check()[1] == []
     sh(ns, "nft add set ip filter blocked '{ type ipv4_addr; }'; nft add element ip filter blocked '{ 203.0.113.5 }';"

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "plugins", "module_utils"))
 __import__("conftest")  # tests/unit's: the collection importable as ansible_collections.homelab.edge
 import test_traefik_guides as guides  # noqa: E402
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik  # noqa: E402
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
 
 IMAGES = {3: "homelab-edge/nas:lab", 2: "homelab-edge/nas-v2:lab"}
 # (case, kind, the Traefik major it runs on: None - the image tag's)
@@ -67,8 +67,8 @@ def holder(image, ports):
            "%s exec sleep 600" % listen)
     for dummy in range(40):
         got = docker("exec", name, "sh", "-c", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true", check=False)
-        if set(ports) <= traefik.listening_ports(got.stdout):
-            return name, traefik.listening_ports(got.stdout)
+        if set(ports) <= traefik_inflight.listening_ports(got.stdout):
+            return name, traefik_inflight.listening_ports(got.stdout)
         time.sleep(0.25)
     raise AssertionError("the ports %s were not held in %s" % (ports, name))
 
@@ -94,19 +94,19 @@ def test_the_real_traefik_runs_with_the_users_values_and_on_the_hosts_network(na
                 volumes += ["-v", "%s:%s:ro" % (os.path.realpath(m["Source"]), m["Destination"])]
         network = "container:%s" % netns if netns else "none"
         docker("run", "-d", "--network", network, "--name", container, *volumes, image,
-               *traefik.traefik_args(inspect))
+               *traefik_inflight.traefik_args(inspect))
         eps = api_entrypoints(container)
         for ep in plan["entrypoints"]:
             assert "inflight-limit@file" in ((eps[ep].get("http") or {}).get("middlewares") or []), eps[ep]
         for ep, streams in want.get("streams", {}).items():
             assert (eps[ep].get("http2") or {}).get("maxConcurrentStreams") == streams, eps[ep]
         if want["ping"].startswith("127.0.0.1:"):
-            assert eps[traefik.PING_ENTRYPOINT]["address"] == want["ping"]
+            assert eps[traefik_inflight.PING_ENTRYPOINT]["address"] == want["ping"]
             held = docker("exec", container, "sh", "-c", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true").stdout
-            assert 8080 not in traefik.listening_ports(held), "something listens on 8080: Traefik's default entrypoint"
+            assert 8080 not in traefik_inflight.listening_ports(held), "something listens on 8080: Traefik's default entrypoint"
         # the health check (the user's own, or the one the role adds) finds ping
-        svc = traefik.lookup(guides.yaml.safe_load(open(plan["compose"]["path"]).read()),
-                             ["services", facts["compose"]["service"]])
+        svc = traefik_inflight.lookup(guides.yaml.safe_load(open(plan["compose"]["path"]).read()),
+                                      ["services", facts["compose"]["service"]])
         test = svc["healthcheck"]["test"]
         argv = ["sh", "-c", test] if isinstance(test, str) else test[1:]
         said = docker("exec", container, *argv, check=False)
@@ -156,18 +156,18 @@ def write_out(facts, plan):
             with open(plan[key]["path"], "w", newline="") as f:
                 f.write(plan[key]["new"])
     with open(os.path.join(provider["dir_host"], "inflight-limit.yml"), "w") as f:
-        f.write(traefik.dynamic_text({"name": "inflight-limit", "amount": 400}))
+        f.write(traefik_inflight.dynamic_text({"name": "inflight-limit", "amount": 400}))
 
 
 @pytest.mark.parametrize("name, kind, major", CASES)
 def test_the_real_traefik_runs_what_the_module_wrote(name, kind, major, tmp_path):
     facts, plan, opts = guides.run_case(name, tmp_path)
     assert (facts["source"]["mode"] == "flags") == (kind == "flags")
-    assert plan["static"] is None or traefik.static_format(plan["static"]["path"]) == kind or kind == "flags"
+    assert plan["static"] is None or traefik_inflight.static_format(plan["static"]["path"]) == kind or kind == "flags"
     write_out(facts, plan)
     # the container as the new files make it
     inspect, dummy = guides.from_compose(str(tmp_path / name))
-    args = traefik.traefik_args(inspect)
+    args = traefik_inflight.traefik_args(inspect)
     volumes = []
     for m in inspect["Mounts"]:
         if m["Type"] == "bind" and os.path.exists(m["Source"]) and "docker.sock" not in m["Source"]:
@@ -183,8 +183,8 @@ def test_the_real_traefik_runs_what_the_module_wrote(name, kind, major, tmp_path
                                "http://127.0.0.1:9099/api/http/middlewares/inflight-limit@file").stdout)
         assert mw["status"] == "enabled" and mw["inFlightReq"]["amount"] == 400
         # the health check the role adds finds ping
-        svc = traefik.lookup(guides.yaml.safe_load(open(plan["compose"]["path"]).read()),
-                             ["services", facts["compose"]["service"]])
+        svc = traefik_inflight.lookup(guides.yaml.safe_load(open(plan["compose"]["path"]).read()),
+                                      ["services", facts["compose"]["service"]])
         test = svc["healthcheck"]["test"][1:]
         said = docker("exec", container, *test, check=False)
         assert said.returncode == 0 and [ln for ln in said.stdout.splitlines() if ln.startswith("OK")], \

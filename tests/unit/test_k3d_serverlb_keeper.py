@@ -9,9 +9,9 @@ import types
 
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import fix as k3d_fix
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import container as k3d_container
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import template as k3d_template
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 KEEPER = os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py")
@@ -49,7 +49,7 @@ def keeper(monkeypatch):
     spec = importlib.util.spec_from_file_location("k3d_serverlb_keeper", KEEPER)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod.lb, mod.lb_container, mod.lb_template = lb, lb_container, lb_template
+    mod.k3d_fix, mod.k3d_container, mod.k3d_template = k3d_fix, k3d_container, k3d_template
     sleeps = []
 
     def sleep(seconds):
@@ -58,15 +58,15 @@ def keeper(monkeypatch):
             raise Stop()
     monkeypatch.setattr(mod.time, "sleep", sleep)
     monkeypatch.setattr(mod, "log", lambda msg: None)
-    monkeypatch.setattr(lb_container, "find_load_balancers", lambda client, names, clusters, not_found: [
+    monkeypatch.setattr(k3d_container, "find_load_balancers", lambda client, names, clusters, not_found: [
         (name, types.SimpleNamespace(name=name, status="running"), False) for name in client.running])
-    monkeypatch.setattr(lb_container, "wanted", lambda container, names, clusters: True)
+    monkeypatch.setattr(k3d_container, "wanted", lambda container, names, clusters: True)
     return mod
 
 
 def run(keeper, engine, monkeypatch):
     fixed = []
-    k = keeper.Keeper(dict(lb.DEFAULTS))
+    k = keeper.Keeper(dict(k3d_fix.DEFAULTS))
     monkeypatch.setattr(k, "fix", lambda container: fixed.append(container.name))
     monkeypatch.setattr(keeper.threading, "Thread", lambda target, args, daemon: types.SimpleNamespace(
         start=lambda: target(*args)))
@@ -113,7 +113,7 @@ def test_an_event_without_a_container_is_skipped_not_a_reconnect(keeper, monkeyp
     ({"Type": "container"}, (None, None)),
 ])
 def test_event_of(event, want):
-    assert lb_container.event_of(event) == want
+    assert k3d_container.event_of(event) == want
 
 
 def test_the_keeper_applies_the_profiles_the_role_wrote(keeper, monkeypatch):
@@ -121,16 +121,16 @@ def test_the_keeper_applies_the_profiles_the_role_wrote(keeper, monkeypatch):
     re-creates gets the same profiles as the module's run - DNS ports end at a reply, the tunnel keeps its
     datagrams."""
     import json
-    cfg = json.loads(json.dumps(dict(lb.DEFAULTS, udp_ports={53: "dns", 1053: "dns", 51820: "stream"},
+    cfg = json.loads(json.dumps(dict(k3d_fix.DEFAULTS, udp_ports={53: "dns", 1053: "dns", 51820: "stream"},
                                      udp_stream_timeout=180)))
     k = keeper.Keeper(cfg)
     handled = []
-    monkeypatch.setattr(lb, "handle", lambda container, name, explicit, want, **kw: handled.append(want) or {
+    monkeypatch.setattr(k3d_fix, "handle", lambda container, name, explicit, want, **kw: handled.append(want) or {
         "failed": False, "state_text": "fixed", "changed": False, "reasons": []})
     assert k.fix(types.SimpleNamespace(name="k3d-a-serverlb"))
     want, = handled
     assert want["udp_ports"] == {"53": "dns", "1053": "dns", "51820": "stream"} and want["udp_stream_timeout"] == 180
-    template = lb_template.patch_template(
+    template = k3d_template.patch_template(
         open(os.path.join(os.path.dirname(__file__), "fixtures", "k3d_nginx.tmpl")).read(), want)
     assert '{{- if (eq $port "1053" "53") }}' in template and "proxy_timeout 180s;" in template
 
@@ -141,7 +141,7 @@ def test_the_keeper_applies_the_profiles_the_role_wrote(keeper, monkeypatch):
     ({"udp_stream_timeout": None, "drop": "udp_stream_timeout"}, "lacks udp_stream_timeout"),
 ])
 def test_the_keeper_refuses_a_configuration_without_good_profiles(keeper, change, words):
-    cfg = dict(lb.DEFAULTS, **dict((k, v) for k, v in change.items() if k != "drop"))
+    cfg = dict(k3d_fix.DEFAULTS, **dict((k, v) for k, v in change.items() if k != "drop"))
     cfg.pop(change.get("drop", "-"), None)
     with pytest.raises(SystemExit, match=words):
         keeper.Keeper(cfg)

@@ -15,9 +15,9 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.homelab.edge.plugins.module_utils import diagnose as dg
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
+from ansible_collections.homelab.edge.plugins.module_utils import diagnose
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import fix as k3d_fix
+from ansible_collections.homelab.edge.plugins.module_utils.tcp_drain import sysctl as tcp_drain_sysctl
 
 from .conftest import ROOT
 
@@ -71,13 +71,13 @@ def test_k3d_numbers_have_one_home():
     role = load("roles", "k3d_serverlb", "defaults", "main.yml")
     spec = load("roles", "k3d_serverlb", "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
     docs = dict((m, module_options(m)) for m in ("k3d_serverlb", "k3d_serverlb_info", "prove_k3d_serverlb"))
-    for key, value in lb.DEFAULTS.items():
+    for key, value in k3d_fix.DEFAULTS.items():
         assert role["k3d_serverlb_" + key] == value, key
         assert spec["k3d_serverlb_" + key]["default"] == value, key
-        assert lb.option_spec()[key]["default"] == value, key
+        assert k3d_fix.option_spec()[key]["default"] == value, key
         for module, options in docs.items():
             assert options[key]["default"] == value, (module, key)
-    assert spec["k3d_serverlb_budget_log_level"]["choices"] == list(lb.LOG_LEVELS)
+    assert spec["k3d_serverlb_budget_log_level"]["choices"] == list(k3d_fix.LOG_LEVELS)
 
 
 SHOWN = re.compile(r"^# ([a-z0-9_]+): (.+?)(?:\s+#(.*))?$")
@@ -175,27 +175,27 @@ def test_a_role_and_the_module_it_calls_share_each_default_they_share():
 
 def test_the_drain_numbers_have_one_home():
     drain = load("roles", "tcp_drain", "defaults", "main.yml")
-    assert drain["tcp_drain_fin_timeout"] == td.RECOMMENDED[td.FIN_TIMEOUT]
-    assert drain["tcp_drain_abort_on_overflow"] == td.RECOMMENDED[td.ABORT_ON_OVERFLOW]
-    assert drain["tcp_drain_conntrack_time_wait"] == td.RECOMMENDED[td.CT_TIME_WAIT]
+    assert drain["tcp_drain_fin_timeout"] == tcp_drain_sysctl.RECOMMENDED[tcp_drain_sysctl.FIN_TIMEOUT]
+    assert drain["tcp_drain_abort_on_overflow"] == tcp_drain_sysctl.RECOMMENDED[tcp_drain_sysctl.ABORT_ON_OVERFLOW]
+    assert drain["tcp_drain_conntrack_time_wait"] == tcp_drain_sysctl.RECOMMENDED[tcp_drain_sysctl.CT_TIME_WAIT]
     traefik = load("roles", "traefik_inflight", "defaults", "main.yml")["traefik_inflight_sysctls"]
-    assert traefik == dict((k, td.RECOMMENDED[k]) for k in (td.FIN_TIMEOUT, td.ABORT_ON_OVERFLOW))
-    assert dg.DRAIN_WANT == traefik
+    assert traefik == dict((k, tcp_drain_sysctl.RECOMMENDED[k]) for k in (tcp_drain_sysctl.FIN_TIMEOUT, tcp_drain_sysctl.ABORT_ON_OVERFLOW))
+    assert diagnose.DRAIN_WANT == traefik
     spec = load("roles", "traefik_inflight", "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
-    assert "tcp_fin_timeout %d, tcp_abort_on_overflow %d" % (traefik[td.FIN_TIMEOUT], traefik[td.ABORT_ON_OVERFLOW]) \
+    assert "tcp_fin_timeout %d, tcp_abort_on_overflow %d" % (traefik[tcp_drain_sysctl.FIN_TIMEOUT], traefik[tcp_drain_sysctl.ABORT_ON_OVERFLOW]) \
         in spec["traefik_inflight_sysctls"]["description"]
     with open(os.path.join(ROOT, "roles", "tcp_drain", "vars", "main.yml")) as f:
         values = f.read()
-    for key in td.RECOMMENDED:
+    for key in tcp_drain_sysctl.RECOMMENDED:
         assert key in values, "tcp_drain's values (main, status and diagnose) miss %s" % key
 
 
 def test_the_render_timeout_and_the_keeper_config_have_one_home():
     role = load("roles", "k3d_serverlb", "defaults", "main.yml")
     spec = load("roles", "k3d_serverlb", "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
-    assert role["k3d_serverlb_render_timeout"] == spec["k3d_serverlb_render_timeout"]["default"] == lb.RENDER_TIMEOUT
-    assert module_options("k3d_serverlb")["render_timeout"]["default"] == lb.RENDER_TIMEOUT
-    assert role["k3d_serverlb_keeper_config"] == spec["k3d_serverlb_keeper_config"]["default"] == lb.KEEPER_CONFIG
+    assert role["k3d_serverlb_render_timeout"] == spec["k3d_serverlb_render_timeout"]["default"] == k3d_fix.RENDER_TIMEOUT
+    assert module_options("k3d_serverlb")["render_timeout"]["default"] == k3d_fix.RENDER_TIMEOUT
+    assert role["k3d_serverlb_keeper_config"] == spec["k3d_serverlb_keeper_config"]["default"] == k3d_fix.KEEPER_CONFIG
     # the demo and Molecule's clean-up (not shipped): tests/dev/test_one_home.py
     literal = re.compile(r"render_timeout=\d|/etc/homelab-edge/k3d-serverlb\.json")
     for path in glob.glob(os.path.join(ROOT, "plugins", "**", "*.py"), recursive=True) + \
@@ -203,7 +203,7 @@ def test_the_render_timeout_and_the_keeper_config_have_one_home():
         with open(path) as f:
             text = f.read()
         found = [m.group(0) for m in literal.finditer(text)]
-        if path.endswith(os.path.join("module_utils", "k3d_serverlb.py")):
-            assert found == [lb.KEEPER_CONFIG], found  # its one home
+        if path.endswith(os.path.join("module_utils", "k3d_serverlb", "fix.py")):
+            assert found == [k3d_fix.KEEPER_CONFIG], found  # its one home
         else:
             assert found == [], "%s repeats %s" % (path, found)

@@ -14,12 +14,12 @@ import pytest
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins", "module_utils")]
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins")]
 import adhoc  # noqa: E402
 import hosts  # noqa: E402
 import k3d  # noqa: E402
-import k3d_serverlb as lb  # noqa: E402
-import k3d_serverlb_container as lb_container  # noqa: E402
+from module_utils.k3d_serverlb import fix as k3d_fix  # noqa: E402
+from module_utils.k3d_serverlb import container as k3d_container  # noqa: E402
 import monitoring  # noqa: E402
 import probes  # noqa: E402
 import upstream_images  # noqa: E402
@@ -50,7 +50,7 @@ def snapshot(client):
 
 
 def lb_files(container):
-    return tuple(container.exec_run(["cat", p]).output for p in (lb_container.TEMPLATE_PATH, lb_container.VALUES_PATH))
+    return tuple(container.exec_run(["cat", p]).output for p in (k3d_container.TEMPLATE_PATH, k3d_container.VALUES_PATH))
 
 
 def diagnose(client, *args, window=20):
@@ -82,7 +82,7 @@ def test_a_healthy_lab_has_no_findings(client):
 def test_k3d_defaults_under_dns_load(client):
     """The keeper stopped, k3d re-creates lab2's load balancer (stock again),
     100 DNS queries/s: seed 000, named as one cause."""
-    subprocess.run([sys.executable, KEEPER, "--config", lb.KEEPER_CONFIG, "--stop"], check=True,
+    subprocess.run([sys.executable, KEEPER, "--config", k3d_fix.KEEPER_CONFIG, "--stop"], check=True,
                    capture_output=True)
     try:
         k3d.port_add("lab2", "127.0.0.1:10185:853/udp@loadbalancer")
@@ -117,9 +117,9 @@ def test_the_dns_server_hung(client):
 
 def test_connections_above_the_open_file_limit(client):
     c = client.containers.get(k3d.lb_name("lab"))
-    values = c.exec_run(["cat", lb_container.VALUES_PATH]).output.decode()
+    values = c.exec_run(["cat", k3d_container.VALUES_PATH]).output.decode()
     t0 = time.time()
-    lb_container.replace_file(c, lb_container.VALUES_PATH, values.replace("workerConnections: 1024", "workerConnections: 40000"))
+    k3d_container.replace_file(c, k3d_container.VALUES_PATH, values.replace("workerConnections: 1024", "workerConnections: 40000"))
     try:
         for dummy in range(30):  # rendered by confd's watch, or by the keeper
             if "worker_connections exceed" in c.logs(since=int(t0)).decode():
@@ -127,7 +127,7 @@ def test_connections_above_the_open_file_limit(client):
             time.sleep(1)
         found = diagnose(client, "--tags", "k3d")
     finally:
-        lb_container.replace_file(c, lb_container.VALUES_PATH, values)
+        k3d_container.replace_file(c, k3d_container.VALUES_PATH, values)
     over = [f for f in found if f["finding"] == "k3d-lab-serverlb has more connections than it may open files"]
     assert over and "40000 worker_connections exceed open file resource limit: 16384" in over[0]["evidence"]
 

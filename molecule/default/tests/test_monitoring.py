@@ -19,12 +19,12 @@ import pytest
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins", "module_utils")]
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins")]
 import adhoc  # noqa: E402
 import dashboards  # noqa: E402
 import hosts  # noqa: E402
 import k3d  # noqa: E402
-import k3d_serverlb as lb  # noqa: E402
+from module_utils.k3d_serverlb import fix as k3d_fix  # noqa: E402
 import monitoring  # noqa: E402
 import probes  # noqa: E402
 import svgplot  # noqa: E402
@@ -269,7 +269,7 @@ def test_a_dns_server_hung_behind_the_load_balancer_fires_the_symptom_alert_and_
     start = time.time()
     with k3d.dns_server_hung(client, "lab"):
         alerts = wait("K3dLoadBalancerNotAnswering firing", lambda: firing(k3d_prometheus(),
-                                                                            "K3dLoadBalancerNotAnswering"), 60)
+                                                                           "K3dLoadBalancerNotAnswering"), 60)
         adhoc.record("monitoring", "alert_k3d_not_answering", instances=[a["labels"]["instance"] for a in alerts],
                      value=alerts[0]["value"])
         assert [(a["labels"]["instance"], a["labels"]["k3d_cluster"]) for a in alerts] == [(dns, "lab")], alerts
@@ -350,16 +350,16 @@ def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_th
     balancer (stock), 100 DNS queries/s; the keeper's metrics written once
     before the load (each server's count at 0) and once after (it fixes
     nothing then): the count rose. Then the k3d tag, the same load: quiet."""
-    subprocess.run([sys.executable, KEEPER, "--config", lb.KEEPER_CONFIG, "--stop"], check=True, capture_output=True)
+    subprocess.run([sys.executable, KEEPER, "--config", k3d_fix.KEEPER_CONFIG, "--stop"], check=True, capture_output=True)
     ep = k3d.endpoints(10100)
     try:
         k3d.port_add("lab2", "127.0.0.1:10186:854/udp@loadbalancer")
         k3d.wait_serving(client, "lab2")
-        subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", lb.KEEPER_CONFIG, "--metrics-once"],
+        subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", k3d_fix.KEEPER_CONFIG, "--metrics-once"],
                        check=True, capture_output=True, timeout=120)
         time.sleep(6)  # Prometheus scrapes every 2 s: the counts at 0 are in
         probes.dns_load("127.0.0.1", ep["dns"], rate=100, count=1500)
-        subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", lb.KEEPER_CONFIG, "--metrics-once"],
+        subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", k3d_fix.KEEPER_CONFIG, "--metrics-once"],
                        check=True, capture_output=True, timeout=120)
         high = wait("K3dLoadBalancerConnectionsHigh firing", lambda: [
             a for a in firing(k3d_prometheus(), "K3dLoadBalancerConnectionsHigh")
@@ -393,14 +393,14 @@ def test_keeper_metrics_absent_fires_when_no_series_reaches_prometheus():
     series at all, which K3dKeeperMetricsStale cannot see; K3dKeeperMetricsAbsent fires, and is quiet once the
     keeper writes again."""
     textfile = os.path.join(monitoring.K3D_DIR, "textfile", "homelab_edge_k3d.prom")
-    subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", lb.KEEPER_CONFIG, "--stop"], check=True,
+    subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", k3d_fix.KEEPER_CONFIG, "--stop"], check=True,
                    capture_output=True)
     try:
         os.unlink(textfile)
         absent = wait("K3dKeeperMetricsAbsent firing", lambda: firing(k3d_prometheus(), "K3dKeeperMetricsAbsent"), 30)
         adhoc.record("monitoring", "alert_keeper_absent", labels=absent[0]["labels"])
     finally:
-        subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", lb.KEEPER_CONFIG, "--daemon"], check=True,
+        subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", k3d_fix.KEEPER_CONFIG, "--daemon"], check=True,
                        capture_output=True)
     wait("K3dKeeperMetricsAbsent quiet", lambda: not firing(k3d_prometheus(), "K3dKeeperMetricsAbsent"), 30)
     assert firing(k3d_prometheus(), "K3dKeeperMetricsStale") == []
@@ -432,7 +432,7 @@ def test_the_container_counters_writer_stopped_gone_and_a_container_not_running_
 def lan_site(path, host="site.nas.lab"):
     """curl's command for a host name on the NAS, from the LAN (straight to Traefik's port 443, not through the VPS)."""
     return "curl -sk -o /dev/null --resolve %s:443:%s https://%s%s" % (host, hosts.address("lab-nas", "lab-lan"), host,
-                                                                      path)
+                                                                       path)
 
 
 def test_slow_requests_fire_traefik_slow_and_quiet_after(client):

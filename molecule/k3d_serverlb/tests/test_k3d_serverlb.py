@@ -17,12 +17,12 @@ import docker
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins", "module_utils")]
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins")]
 import adhoc  # noqa: E402
 import k3d  # noqa: E402
-import k3d_serverlb as lb  # noqa: E402
-import k3d_serverlb_config as lb_config  # noqa: E402
-import k3d_serverlb_container as lb_container  # noqa: E402
+from module_utils.k3d_serverlb import fix as k3d_fix  # noqa: E402
+from module_utils.k3d_serverlb import config as k3d_config  # noqa: E402
+from module_utils.k3d_serverlb import container as k3d_container  # noqa: E402
 import lb_check  # noqa: E402
 import probes  # noqa: E402
 
@@ -30,7 +30,7 @@ CLUSTER, BASE = "mol", 30000
 STOCK, STOCK_BASE = "molstock", 30100
 HOST = "127.0.0.1"
 # the profiles molecule.yml gives the role (and so the keeper): DNS on 53 and 1053
-WANT = dict(lb.DEFAULTS, udp_ports=k3d.UDP_PROFILES)
+WANT = dict(k3d_fix.DEFAULTS, udp_ports=k3d.UDP_PROFILES)
 KEEPER = os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py")
 KEEPER_CONFIG = "/etc/homelab-edge/k3d-serverlb-mol.json"
 INSTALLED_KEEPER = "/usr/local/lib/homelab-edge/k3d-serverlb-keeper.py"
@@ -59,7 +59,7 @@ def wait_fixed(client, cluster=CLUSTER, seconds=30):
 
 
 def values_connections(container):
-    return int(lb_config.parse_values(lb_check.read(container, lb_container.VALUES_PATH))["settings"]["workerConnections"])
+    return int(k3d_config.parse_values(lb_check.read(container, k3d_container.VALUES_PATH))["settings"]["workerConnections"])
 
 
 def test_live_config_has_the_fix(client):
@@ -142,9 +142,9 @@ def test_budget_side_by_side_with_the_dns_server_hung(client):
     stock = load_balancer(client, STOCK)
     res = adhoc.run_module("k3d_serverlb", {"names": [stock.name], "udp_ports": k3d.UDP_PROFILES})
     assert not res.get("failed"), res.get("msg")
-    lb_container.replace_file(stock, lb_container.TEMPLATE_PATH, lb_check.without_budget(lb_check.read(stock, lb_container.TEMPLATE_PATH)))
-    lb_container.render(stock, 30)
-    udp = lb_check.nginx_conf.summary(lb_check.read(stock, lb_container.NGINX_CONF))["udp"]
+    k3d_container.replace_file(stock, k3d_container.TEMPLATE_PATH, lb_check.without_budget(lb_check.read(stock, k3d_container.TEMPLATE_PATH)))
+    k3d_container.render(stock, 30)
+    udp = lb_check.nginx_conf.summary(lb_check.read(stock, k3d_container.NGINX_CONF))["udp"]
     assert udp and all(u["limit_conn"] is None and u["proxy_responses"] == "1" for u in udp.values())
     without = hung_dns(client, STOCK, STOCK_BASE)
     adhoc.record("k3d_serverlb", "hung_dns_without_budget", **without)
@@ -163,11 +163,11 @@ def test_node_create_and_delete_keep_the_fix_whole(client):
     c = load_balancer(client)
     assert values_connections(c) == 1024 + 5 * 2  # k3d's own number: 5 ports (api included), 2 servers
     assert lb_check.shortfalls(c, WANT) == []
-    assert lb_check.nginx_conf.summary(lb_check.read(c, lb_container.NGINX_CONF))["worker_connections"] == WANT["worker_connections"]
+    assert lb_check.nginx_conf.summary(lb_check.read(c, k3d_container.NGINX_CONF))["worker_connections"] == WANT["worker_connections"]
     k3d.node_delete(node)
     assert values_connections(c) == 1024 + 5  # the seed's 1029
     assert wait_fixed(client, seconds=10) is not None
-    conf = lb_check.read(c, lb_container.NGINX_CONF)
+    conf = lb_check.read(c, k3d_container.NGINX_CONF)
     assert "molextra" not in conf  # k3d's change is rendered too
 
 
@@ -196,7 +196,7 @@ class Watch(threading.Thread):
             try:
                 c = self.client.containers.get(self.name)
                 if c.id != self.old_id:
-                    if self.rendered is None and "proxy_responses 1;" in lb_check.read(c, lb_container.NGINX_CONF):
+                    if self.rendered is None and "proxy_responses 1;" in lb_check.read(c, k3d_container.NGINX_CONF):
                         self.rendered = time.time()
                     limits = lb_check.nginx_conf.worker_open_file_limits(c)
                     if limits and self.serving is None:
@@ -234,7 +234,7 @@ def test_cluster_edit_recreates_the_load_balancer_and_the_keeper_fixes_it(client
     assert figures["rendered_fixed_after_start_s"] < 5
     # nginx never served without the fix: its first workers already had the rlimit
     assert figures["first_workers_limits"] == [WANT["worker_rlimit_nofile"]]
-    assert [c.name for c in client.containers.list(all=True) if lb_container.is_renamed_leftover(c.name)] == []
+    assert [c.name for c in client.containers.list(all=True) if k3d_container.is_renamed_leftover(c.name)] == []
 
 
 def test_a_second_cluster_created_after_the_role_is_fixed_by_the_keeper(client):

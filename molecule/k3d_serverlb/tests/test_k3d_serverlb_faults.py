@@ -8,11 +8,11 @@ import docker
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins", "module_utils")]
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins")]
 import adhoc  # noqa: E402
 import k3d  # noqa: E402
-import k3d_serverlb as lb  # noqa: E402
-import k3d_serverlb_container as lb_container  # noqa: E402
+from module_utils.k3d_serverlb import fix as k3d_fix  # noqa: E402
+from module_utils.k3d_serverlb import container as k3d_container  # noqa: E402
 import lb_check  # noqa: E402
 
 FAULT, FAULT_BASE = "molf", 30300
@@ -33,7 +33,7 @@ def lbc(client):
 
 
 def files(container):
-    return lb_check.read(container, lb_container.TEMPLATE_PATH), lb_check.read(container, lb_container.VALUES_PATH)
+    return lb_check.read(container, k3d_container.TEMPLATE_PATH), lb_check.read(container, k3d_container.VALUES_PATH)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -57,7 +57,7 @@ def test_check_mode_reports_and_touches_nothing(lbc):
     res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]}, check=True)
     assert res["changed"] and res["load_balancers"][0]["msg"].startswith("would fix: template not patched")
     assert files(lbc) == before
-    assert lb_check.shortfalls(lbc, dict(lb.DEFAULTS))
+    assert lb_check.shortfalls(lbc, dict(k3d_fix.DEFAULTS))
 
 
 def test_stopped_load_balancer(client, lbc):
@@ -76,15 +76,15 @@ def test_stopped_load_balancer(client, lbc):
 
 
 def test_unexpected_template_shape_changes_nothing(lbc):
-    good = lb_check.read(lbc, lb_container.TEMPLATE_PATH)
-    lb_container.replace_file(lbc, lb_container.TEMPLATE_PATH, good.replace("proxy_timeout {{", "proxy_read_timeout {{"))
+    good = lb_check.read(lbc, k3d_container.TEMPLATE_PATH)
+    k3d_container.replace_file(lbc, k3d_container.TEMPLATE_PATH, good.replace("proxy_timeout {{", "proxy_read_timeout {{"))
     try:
         before = files(lbc)
         res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name]})
         assert res.get("failed") and "expected exactly one 'proxy_timeout" in res["msg"]
         assert files(lbc) == before
     finally:
-        lb_container.replace_file(lbc, lb_container.TEMPLATE_PATH, good)
+        k3d_container.replace_file(lbc, k3d_container.TEMPLATE_PATH, good)
 
 
 def test_rejected_render_is_rolled_back_and_others_still_fixed(client, lbc):
@@ -116,7 +116,7 @@ def test_consecutive_changes_are_all_rendered(client):
     for connections in (4096, 8192, 2048):
         res = adhoc.run_module("k3d_serverlb", {"names": [lbc.name], "worker_connections": connections})
         assert not res.get("failed"), res.get("msg")
-        want = dict(lb.DEFAULTS, worker_connections=connections)
+        want = dict(k3d_fix.DEFAULTS, worker_connections=connections)
         assert lb_check.shortfalls(lbc, want) == []
     rc, dummy = lbc.exec_run(["pgrep", "-f", "confd -watch"])
     assert rc == 0, "confd's watch process died"

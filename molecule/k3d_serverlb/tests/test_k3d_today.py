@@ -7,7 +7,6 @@ a BusyBox userland, as in k3d's real Alpine-based image.
 
 The load balancers are judged from the outside (lb_check, crossplane and
 /proc), not with the module's own parser."""
-import glob
 import json
 import os
 import subprocess
@@ -20,19 +19,19 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"),
-                os.path.join(ROOT, "plugins", "module_utils"), os.path.dirname(__file__)]
+                os.path.join(ROOT, "plugins"), os.path.dirname(__file__)]
 import adhoc  # noqa: E402
 import k3d  # noqa: E402
-import k3d_serverlb as lb  # noqa: E402
-import k3d_serverlb_capacity as lb_capacity  # noqa: E402
-import k3d_serverlb_container as lb_container  # noqa: E402
+import keeper_library  # noqa: E402
+from module_utils.k3d_serverlb import fix as k3d_fix  # noqa: E402
+from module_utils.k3d_serverlb import capacity as k3d_capacity  # noqa: E402
+from module_utils.k3d_serverlb import container as k3d_container  # noqa: E402
 import lb_check  # noqa: E402
 import test_k3d_serverlb as base  # noqa: E402  (the shared load and hung-DNS probes)
 
 CAPPED, CAPPED_BASE = "molcap", 30400
 BUSYBOX, BUSYBOX_BASE = "molbb", 30500
 CAP = 1024
-KEEPER = os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py")
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +40,11 @@ def client():
 
 
 # the lab's DNS ports, as molecule.yml declares them
-LAB = dict(lb.DEFAULTS, udp_ports=k3d.UDP_PROFILES)
+LAB = dict(k3d_fix.DEFAULTS, udp_ports=k3d.UDP_PROFILES)
 
 
 def capped_want():
-    return lb_capacity.capped_want(dict(LAB), CAP)[0]
+    return k3d_capacity.capped_want(dict(LAB), CAP)[0]
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +79,7 @@ def test_capped_load_balancer_gets_the_dns_fix_and_says_fixed_with_a_cap(client,
     assert any("--runtime-ulimit nofile=16384:16384" in w for w in res.get("warnings", [])), res.get("warnings")
     c = client.containers.get(k3d.lb_name(CAPPED))
     assert lb_check.shortfalls(c, capped_want()) == []  # proxy_responses 1, 5 s, budget, rlimit 1024
-    s = lb_check.nginx_conf.summary(lb_check.read(c, lb_container.NGINX_CONF))
+    s = lb_check.nginx_conf.summary(lb_check.read(c, k3d_container.NGINX_CONF))
     assert s["worker_connections"] <= CAP and s["worker_rlimit_nofile"] == CAP
     assert all(u["proxy_responses"] == "1" and u["limit_conn"] == s["worker_connections"] * 50 // 200
                for u in s["udp"].values())
@@ -109,20 +108,20 @@ def test_without_the_capped_path_the_capped_load_balancer_keeps_the_600_s_hold(c
     c = client.containers.get(k3d.lb_name(CAPPED))
     # k3d's own template again (k3d cluster edit would recreate the load balancer without the ulimit)
     stock = subprocess.run(["docker", "run", "--rm", "--entrypoint", "cat", k3d.ENV["K3D_IMAGE_LOADBALANCER"],
-                            lb_container.TEMPLATE_PATH], capture_output=True, text=True, check=True).stdout
-    lb_container.replace_file(c, lb_container.TEMPLATE_PATH, stock)
-    lb_container.render(c, 30)
+                            k3d_container.TEMPLATE_PATH], capture_output=True, text=True, check=True).stdout
+    k3d_container.replace_file(c, k3d_container.TEMPLATE_PATH, stock)
+    k3d_container.render(c, 30)
     time.sleep(2)
-    original = lb_capacity.capped_want
-    lb_capacity.capped_want = lambda want, hard: (want, None)
+    original = k3d_capacity.capped_want
+    k3d_capacity.capped_want = lambda want, hard: (want, None)
     try:
-        with pytest.raises(lb_container.ApplyError, match="open-file limit 1024"):
-            lb.apply(c, dict(LAB), render_timeout=10)
+        with pytest.raises(k3d_container.ApplyError, match="open-file limit 1024"):
+            k3d_fix.apply(c, dict(LAB), render_timeout=10)
     finally:
-        lb_capacity.capped_want = original
-    udp = lb_check.nginx_conf.summary(lb_check.read(c, lb_container.NGINX_CONF))["udp"]
+        k3d_capacity.capped_want = original
+    udp = lb_check.nginx_conf.summary(lb_check.read(c, k3d_container.NGINX_CONF))["udp"]
     assert udp and all(u["proxy_timeout"] == "600" and u["proxy_responses"] is None for u in udp.values())
-    assert lb.handle(c, c.name, True, dict(LAB))["state"] == "capped"  # and with it: fixed again
+    assert k3d_fix.handle(c, c.name, True, dict(LAB))["state"] == "capped"  # and with it: fixed again
 
 
 def test_status_and_diagnose_say_fixed_with_a_cap(capped):
@@ -170,10 +169,7 @@ def test_busybox_userland_keeper_fixes_a_recreated_load_balancer(client, busybox
     with open(cfg_path, "w") as f:
         json.dump(dict(LAB, clusters=[BUSYBOX], names=[], render_timeout=30), f)
     lib = os.path.dirname(cfg_path)
-    library = glob.glob(os.path.join(ROOT, "plugins", "module_utils", "k3d_serverlb*.py"))
-    for src in [KEEPER, os.path.join(ROOT, "plugins", "module_utils", "nginx_stream.py")] + library:
-        subprocess.run(["cp", src, lib], check=True)
-    keeper = os.path.join(lib, os.path.basename(KEEPER))
+    keeper = keeper_library.install(lib)
     subprocess.run([sys.executable, keeper, "--config", cfg_path, "--daemon"], check=True, capture_output=True)
     try:
         k3d.port_add(BUSYBOX, "127.0.0.1:%d:853/udp@loadbalancer" % (BUSYBOX_BASE + 85), lb_image=k3d.BUSYBOX_LB)

@@ -6,7 +6,6 @@ fixed; run both ways: the same test with every UDP port on proxy_responses 1
 (the fix before the profiles) loses the tunnel's datagrams. The keeper applies
 the same profiles to a load balancer k3d re-creates, and a real WireGuard
 (wireguard-go) handshakes and pings through it."""
-import glob
 import json
 import os
 import socket
@@ -20,10 +19,11 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"),
-                os.path.join(ROOT, "plugins", "module_utils"), os.path.dirname(__file__)]
+                os.path.join(ROOT, "plugins"), os.path.dirname(__file__)]
 import adhoc  # noqa: E402
 import k3d  # noqa: E402
-import k3d_serverlb as lb  # noqa: E402
+import keeper_library  # noqa: E402
+from module_utils.k3d_serverlb import fix as k3d_fix  # noqa: E402
 import lb_check  # noqa: E402
 import probes  # noqa: E402
 import test_k3d_serverlb as base  # noqa: E402  (the shared DNS load)
@@ -31,8 +31,7 @@ import test_k3d_serverlb as base  # noqa: E402  (the shared DNS load)
 CLUSTER, BASE = "molu", 30600
 TUNNEL, WG = 51820, 51821
 PROFILES = {53: "dns", 1053: "dns", TUNNEL: "stream", WG: "stream"}
-WANT = dict(lb.DEFAULTS, udp_ports=PROFILES)
-KEEPER = os.path.join(ROOT, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py")
+WANT = dict(k3d_fix.DEFAULTS, udp_ports=PROFILES)
 # each datagram: 3 replies at once and one a second later, from the same socket (one 5-tuple, as a tunnel)
 SERVICE = """
 import socket, threading
@@ -170,10 +169,7 @@ def test_the_keeper_gives_a_recreated_load_balancer_the_same_profiles(client):
     with open(cfg_path, "w") as f:
         json.dump(dict(WANT, clusters=[CLUSTER], names=[], render_timeout=30), f)
     lib = os.path.dirname(cfg_path)
-    library = glob.glob(os.path.join(ROOT, "plugins", "module_utils", "k3d_serverlb*.py"))
-    for src in [KEEPER, os.path.join(ROOT, "plugins", "module_utils", "nginx_stream.py")] + library:
-        subprocess.run(["cp", src, lib], check=True)
-    keeper = os.path.join(lib, os.path.basename(KEEPER))
+    keeper = keeper_library.install(lib)
     subprocess.run([sys.executable, keeper, "--config", cfg_path, "--daemon"], check=True, capture_output=True)
     try:
         old = client.containers.get(k3d.lb_name(CLUSTER)).id
@@ -228,7 +224,7 @@ def test_a_real_wireguard_peer_handshakes_and_pings_through_the_fixed_load_balan
                    "AllowedIPs = 10.77.0.2/32\n" % (WG, keys[WG_SERVER][0], keys[WG_CLIENT][1]),
         WG_CLIENT: "[Interface]\nAddress = 10.77.0.2/24\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nEndpoint = %s:%d\n"
                    "AllowedIPs = 10.77.0.1/32\nPersistentKeepalive = 5\n" % (keys[WG_CLIENT][0], keys[WG_SERVER][1],
-                                                                            lb_address(client), WG),
+                                                                             lb_address(client), WG),
     }
     for name in (WG_SERVER, WG_CLIENT):
         subprocess.run(["docker", "exec", "-i", name, "sh", "-c",

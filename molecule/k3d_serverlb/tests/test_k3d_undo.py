@@ -13,10 +13,10 @@ import docker
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins", "module_utils"),
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins"),
                 os.path.dirname(__file__)]
 import k3d  # noqa: E402
-import k3d_serverlb_container as lb_container  # noqa: E402
+from module_utils.k3d_serverlb import container as k3d_container  # noqa: E402
 import lb_check  # noqa: E402
 import test_k3d_serverlb as base  # noqa: E402
 
@@ -51,13 +51,13 @@ def run_role(state, tmp):
 
 def stock_template():
     return subprocess.run(["docker", "run", "--rm", "--entrypoint", "cat", k3d.ENV["K3D_IMAGE_LOADBALANCER"],
-                           lb_container.TEMPLATE_PATH], capture_output=True, text=True, check=True).stdout
+                           k3d_container.TEMPLATE_PATH], capture_output=True, text=True, check=True).stdout
 
 
 def assert_k3ds_own(client, cluster):
     c = base.load_balancer(client, cluster)
-    assert lb_check.read(c, lb_container.TEMPLATE_PATH) == stock_template()
-    live = lb_check.nginx_conf.summary(lb_check.read(c, lb_container.NGINX_CONF))
+    assert lb_check.read(c, k3d_container.TEMPLATE_PATH) == stock_template()
+    live = lb_check.nginx_conf.summary(lb_check.read(c, k3d_container.NGINX_CONF))
     assert live["udp"] and all(u["proxy_responses"] is None and u["proxy_timeout"] == "600" and u["limit_conn"] is None
                                for u in live["udp"].values()), live
     assert live["worker_rlimit_nofile"] is None and live["worker_connections"] == base.values_connections(c)

@@ -24,9 +24,9 @@ import pytest
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "plugins", "module_utils"), os.path.join(ROOT, "tests", "support")]
+sys.path[:0] = [os.path.join(ROOT, "plugins"), os.path.join(ROOT, "tests", "support")]
 import adhoc  # noqa: E402
-import ufw_revert as ur  # noqa: E402
+from module_utils.ufw import revert as ufw_revert  # noqa: E402
 
 VPS = testinfra.get_host("docker://vps-lab")
 CLIENT = testinfra.get_host("docker://vps-client1")
@@ -124,7 +124,7 @@ def window():
     VPS.check_output("docker compose -p window -f /root/window-compose.yml up -d --quiet-pull 2>&1")
     assert until(lambda: answers(MOVED_PORT) and answers(COMPOSE_PORT), 30)
     assert banned() == (True, True)
-    state = VPS.run("ls %s/%s" % (ur.STATE_DIR, res["id"])).stdout.split()
+    state = VPS.run("ls %s/%s" % (ufw_revert.STATE_DIR, res["id"])).stdout.split()
     assert "armed" in state, "the window's work outlasted the window (%d s): %s" % (WINDOW_S, state)
     return res["id"]
 
@@ -133,11 +133,11 @@ def reverted(rid):
     """Until the timer's revert has run (bounded: the window and 2 minutes, for a loaded machine); its outcome:
     the revert's files, and what it and its unit logged (printed when an assertion on it fails)."""
     def state():
-        return VPS.run("ls %s/%s" % (ur.STATE_DIR, rid)).stdout.split()
+        return VPS.run("ls %s/%s" % (ufw_revert.STATE_DIR, rid)).stdout.split()
     until(lambda: "reverted" in state(), WINDOW_S + 120)
-    unit = ur.UNIT_PREFIX + rid
-    return {"files": state(), "rc": VPS.run("cat %s/%s/revert_rc" % (ur.STATE_DIR, rid)).stdout.strip(),
-            "log": VPS.run("cat %s/%s/revert.log" % (ur.STATE_DIR, rid)).stdout,
+    unit = ufw_revert.UNIT_PREFIX + rid
+    return {"files": state(), "rc": VPS.run("cat %s/%s/revert_rc" % (ufw_revert.STATE_DIR, rid)).stdout.strip(),
+            "log": VPS.run("cat %s/%s/revert.log" % (ufw_revert.STATE_DIR, rid)).stdout,
             "unit": VPS.run("systemctl status --no-pager %s.service %s.timer; journalctl --no-pager -n 40 -u %s.service"
                             % (unit, unit, unit)).stdout}
 
@@ -146,7 +146,7 @@ def undo_window():
     """What window() did beside the change, taken back (the ban, the compose project, the container's address),
     so that one test's failure does not carry into the next; a revert still armed (the window failed half way)
     runs now instead of firing inside the next test's window."""
-    VPS.run("for d in %s/*/; do if [ -e \"${d}armed\" ]; then sh \"${d}revert.sh\" now; fi; done" % ur.STATE_DIR)
+    VPS.run("for d in %s/*/; do if [ -e \"${d}armed\" ]; then sh \"${d}revert.sh\" now; fi; done" % ufw_revert.STATE_DIR)
     VPS.run("fail2ban-client set sshd unbanip %s; docker compose -p window -f /root/window-compose.yml down "
             ">/dev/null 2>&1" % BANNED)
     if "--to-destination %s:8443" % MOVED_OLD not in VPS.run("iptables -w -t nat -S").stdout:

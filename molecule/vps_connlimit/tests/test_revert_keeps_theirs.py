@@ -15,9 +15,9 @@ import sys
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "plugins", "module_utils"), os.path.join(ROOT, "tests", "support")]
+sys.path[:0] = [os.path.join(ROOT, "plugins"), os.path.join(ROOT, "tests", "support")]
 import adhoc  # noqa: E402
-import ufw_revert as ur  # noqa: E402
+from module_utils.ufw import revert as ufw_revert  # noqa: E402
 from test_revert_beside_others import until  # noqa: E402  (one bounded wait for the scenario's tests)
 
 VPS = testinfra.get_host("docker://vps-lab")
@@ -40,7 +40,7 @@ def new_connection(host, port):
 
 
 def reverts(host):
-    return set(host.run("ls %s" % ur.STATE_DIR).stdout.split())
+    return set(host.run("ls %s" % ufw_revert.STATE_DIR).stdout.split())
 
 
 def arm(target, timeout=WINDOW_S):
@@ -50,15 +50,15 @@ def arm(target, timeout=WINDOW_S):
 
 def settle(host, target, rid):
     """A revert still armed after a test (it failed half way) runs now."""
-    if rid and "armed" in host.run("ls %s/%s" % (ur.STATE_DIR, rid)).stdout.split():
+    if rid and "armed" in host.run("ls %s/%s" % (ufw_revert.STATE_DIR, rid)).stdout.split():
         adhoc.run_module("ufw_revert", {"state": "reverted", "id": rid}, target=target, inventory=INVENTORY,
                          become=True)
 
 
 def wait_reverted(host, rid, seconds=WINDOW_S + 120):
-    until(lambda: "reverted" in host.run("ls %s/%s" % (ur.STATE_DIR, rid)).stdout.split(), seconds)
-    return host.run("ls %s/%s" % (ur.STATE_DIR, rid)).stdout.split(), host.run(
-        "cat %s/%s/revert.log" % (ur.STATE_DIR, rid)).stdout
+    until(lambda: "reverted" in host.run("ls %s/%s" % (ufw_revert.STATE_DIR, rid)).stdout.split(), seconds)
+    return host.run("ls %s/%s" % (ufw_revert.STATE_DIR, rid)).stdout.split(), host.run(
+        "cat %s/%s/revert.log" % (ufw_revert.STATE_DIR, rid)).stdout
 
 
 # ------------------------------------------------------------ a lossy snapshot: no arm
@@ -79,7 +79,7 @@ def test_native_nft_rules_in_ufws_chains_are_refused_before_anything_is_written(
         save = VPS.check_output("iptables-save -t filter")
         assert "-A ufw-user-input -j DROP" in save
         assert new_connection(VPS, 22)
-        VPS.check_output("printf %%s %s | iptables-restore -w --noflush" % shlex.quote(ur.scoped_restore(save)))
+        VPS.check_output("printf %%s %s | iptables-restore -w --noflush" % shlex.quote(ufw_revert.scoped_restore(save)))
         assert not new_connection(VPS, 22)
     finally:
         VPS.run("ufw reload; nft delete set ip filter hle_blocked")
@@ -95,12 +95,12 @@ def ban_window(net=True):
     rid = res["id"]
     if not net:
         VPS.check_output("sed -i -e 's/^  for f in user.rules user6.rules; do keep_bans .*$/  :/' "
-                         "-e 's/^  ban_live ip.*$/  :/' %s/%s/revert.sh" % (ur.STATE_DIR, rid))
+                         "-e 's/^  ban_live ip.*$/  :/' %s/%s/revert.sh" % (ufw_revert.STATE_DIR, rid))
     VPS.check_output("ufw deny 8088/tcp >/dev/null")
     VPS.check_output("fail2ban-client set sshd banip %s" % BANNED)
     VPS.check_output("printf '[hle-window]\\ntitle=t\\ndescription=d\\nports=4242/tcp\\n' >%s" % PROFILE)
     VPS.check_output("iptables -w -P FORWARD ACCEPT")  # a WireGuard guide's policy, inside the window
-    assert "armed" in VPS.run("ls %s/%s" % (ur.STATE_DIR, rid)).stdout.split(), "the window outlasted %d s" % WINDOW_S
+    assert "armed" in VPS.run("ls %s/%s" % (ufw_revert.STATE_DIR, rid)).stdout.split(), "the window outlasted %d s" % WINDOW_S
     return rid
 
 
@@ -117,7 +117,7 @@ def test_a_fail2ban_ufw_ban_a_profile_and_a_policy_made_inside_the_window_surviv
         rid = ban_window()
         assert ban_live()
         files, log = wait_reverted(VPS, rid)
-        assert "reverted" in files and VPS.check_output("cat %s/%s/revert_rc" % (ur.STATE_DIR, rid)) == "0", log
+        assert "reverted" in files and VPS.check_output("cat %s/%s/revert_rc" % (ufw_revert.STATE_DIR, rid)) == "0", log
         status = VPS.check_output("ufw status")
         assert "8088" not in status and BANNED in status  # the change gone, the ban kept in ufw's files
         assert ban_live() and BANNED in VPS.check_output("fail2ban-client status sshd")
@@ -167,10 +167,10 @@ def test_a_restart_without_systemd_inside_the_window_reverts_at_ufws_start_and_w
         assert res.get("id") and res.get("boot_path") == "ufw-init" and res.get("timer") == "detached", res
         rid = res["id"]
         try:
-            assert ur.HOOK_BEGIN in FRESH.check_output("cat /etc/ufw/before.init")
+            assert ufw_revert.HOOK_BEGIN in FRESH.check_output("cat /etc/ufw/before.init")
             if not hook:  # the net removed
-                for name, stage in ur.HOOKS:
-                    text = ur.init_hook(FRESH.check_output("cat /etc/ufw/%s" % name), ur.STATE_DIR, stage, present=False)
+                for name, stage in ufw_revert.HOOKS:
+                    text = ufw_revert.init_hook(FRESH.check_output("cat /etc/ufw/%s" % name), ufw_revert.STATE_DIR, stage, present=False)
                     FRESH.check_output("printf %%s %s >/etc/ufw/%s" % (shlex.quote(text), name))
             FRESH.check_output("ufw deny 8089/tcp >/dev/null")
             assert fresh_change_live()
@@ -185,5 +185,5 @@ def test_a_restart_without_systemd_inside_the_window_reverts_at_ufws_start_and_w
             FRESH.run("ufw delete deny 8089/tcp")
     assert outcomes[True] == (False, "reverted"), outcomes
     assert outcomes[False] == (True, "missed"), outcomes
-    assert ur.HOOK_BEGIN in FRESH.check_output("cat /etc/ufw/before.init")  # the arm put it back
+    assert ufw_revert.HOOK_BEGIN in FRESH.check_output("cat /etc/ufw/before.init")  # the arm put it back
     assert FRESH.run("ufw status").stdout.startswith("Status: active")

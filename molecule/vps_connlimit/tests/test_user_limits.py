@@ -13,10 +13,10 @@ import pytest
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "plugins", "module_utils"), os.path.join(ROOT, "tests", "support")]
+sys.path[:0] = [os.path.join(ROOT, "plugins"), os.path.join(ROOT, "tests", "support")]
 import adhoc  # noqa: E402
 import probes  # noqa: E402
-import ufw_connlimit as uc  # noqa: E402
+from module_utils.ufw import connlimit as ufw_connlimit  # noqa: E402
 
 VPS = testinfra.get_host("docker://vps-lab")
 INVENTORY = adhoc.molecule_inventory()
@@ -96,7 +96,7 @@ def test_the_seeds_snippet_is_taken_over_one_limit_per_port_and_put_back(converg
     assert res["changed"] and not res.get("failed"), res.get("msg")
     assert res["other_limits"] == [] and res["effective"] == {"80": 200, "443": 200}, res
     # one limit per port, the module's (443 is Docker's: its limit is the module's chain)
-    assert len(limits_on(80)) == 1 and "--connlimit-above 200 " in limits_on(80)[0] and uc.TAG in limits_on(80)[0]
+    assert len(limits_on(80)) == 1 and "--connlimit-above 200 " in limits_on(80)[0] and ufw_connlimit.TAG in limits_on(80)[0]
     assert limits_on(443) == []
     # 150 connections from one client: all 150 established (the seed's 100 no longer holds)
     counts = probes.tcp_flood(docker.from_env().containers.get("vps-client1"), vps_ip(), 80, n=150, hold=4).result()

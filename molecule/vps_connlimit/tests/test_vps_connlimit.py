@@ -11,10 +11,10 @@ import pytest
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "plugins", "module_utils"), os.path.join(ROOT, "tests", "support")]
+sys.path[:0] = [os.path.join(ROOT, "plugins"), os.path.join(ROOT, "tests", "support")]
 import adhoc  # noqa: E402
 import probes  # noqa: E402
-import ufw_connlimit as uc  # noqa: E402
+from module_utils.ufw import connlimit as ufw_connlimit  # noqa: E402
 
 VPS = testinfra.get_host("docker://vps-lab")
 CLIENT2 = testinfra.get_host("docker://vps-client2")
@@ -28,19 +28,19 @@ def run_module(args, check=False, diff=False, become=True):
 
 
 def input_ports(family):
-    return uc.nft_connlimit_ports(VPS.check_output("nft list ruleset 2>/dev/null"), family)
+    return ufw_connlimit.nft_connlimit_ports(VPS.check_output("nft list ruleset 2>/dev/null"), family)
 
 
 def docker_path():
     """DOCKER-USER and our chain as the kernel has them (IPv4)."""
-    return uc.docker_user_state(VPS.check_output("iptables -S DOCKER-USER"),
-                                VPS.run("iptables -S %s" % uc.DOCKER_CHAIN).stdout)
+    return ufw_connlimit.docker_user_state(VPS.check_output("iptables -S DOCKER-USER"),
+                                           VPS.run("iptables -S %s" % ufw_connlimit.DOCKER_CHAIN).stdout)
 
 
 def firewall_state():
     """Everything a fault must leave alone: every file and the live rules."""
     files = tuple(VPS.run("cat /etc/ufw/%s" % f).stdout for f in
-                  ("before.rules", "before6.rules", "after.rules", "after.init", uc.HOOK, "homelab-edge-docker.rules"))
+                  ("before.rules", "before6.rules", "after.rules", "after.init", ufw_connlimit.HOOK, "homelab-edge-docker.rules"))
     return files + (VPS.check_output("iptables -S"), VPS.check_output("ip6tables -S"))
 
 
@@ -158,7 +158,7 @@ def test_other_docker_user_rules_are_kept_without_ufw_docker():
             assert state["jump_first"] and state["ports"] == {443: 60}
             assert own in state["other_rules"]
             assert len([r for r in VPS.check_output("iptables -S DOCKER-USER").splitlines()
-                        if uc.DOCKER_CHAIN in r]) == 1  # one jump, however often reloaded
+                        if ufw_connlimit.DOCKER_CHAIN in r]) == 1  # one jump, however often reloaded
     finally:
         VPS.check_output("cat > /etc/ufw/after.rules <<'EOF'\n%sEOF" % saved)
         run_module({"limit": 100})
@@ -168,7 +168,7 @@ def test_other_docker_user_rules_are_kept_without_ufw_docker():
 
 def test_the_docker_limit_is_gone_when_the_hook_is_removed():
     """The net itself: without the hook, ufw-docker's reload leaves nothing."""
-    VPS.check_output("chmod -x /etc/ufw/%s && ufw reload" % uc.HOOK)
+    VPS.check_output("chmod -x /etc/ufw/%s && ufw reload" % ufw_connlimit.HOOK)
     try:
         state = docker_path()
         assert state["jump_position"] is None
@@ -176,7 +176,7 @@ def test_the_docker_limit_is_gone_when_the_hook_is_removed():
         assert "443/ipv4" not in str(res.get("live"))  # the live check sees it honestly
         assert res["live"]["ipv4"] == [80]
     finally:
-        VPS.check_output("chmod +x /etc/ufw/%s && ufw reload" % uc.HOOK)
+        VPS.check_output("chmod +x /etc/ufw/%s && ufw reload" % ufw_connlimit.HOOK)
     assert docker_path()["jump_first"]
 
 
@@ -303,12 +303,12 @@ def test_absent_removes_everything_it_wrote_and_the_live_rules():
     try:
         res = run_module({"state": "absent"})
         assert res["changed"] and res["reloaded"]
-        assert uc.BEGIN not in VPS.file("/etc/ufw/before.rules").content_string
-        assert not VPS.file("/etc/ufw/%s" % uc.HOOK).exists
-        assert uc.BEGIN not in VPS.file("/etc/ufw/after.init").content_string
+        assert ufw_connlimit.BEGIN not in VPS.file("/etc/ufw/before.rules").content_string
+        assert not VPS.file("/etc/ufw/%s" % ufw_connlimit.HOOK).exists
+        assert ufw_connlimit.BEGIN not in VPS.file("/etc/ufw/after.init").content_string
         assert input_ports(4) == set() and docker_path()["jump_position"] is None
-        assert VPS.run("iptables -S %s" % uc.DOCKER_CHAIN).rc != 0  # the chain itself, live, is gone too
-        assert VPS.run("ip6tables -S %s" % uc.DOCKER_CHAIN).rc != 0
+        assert VPS.run("iptables -S %s" % ufw_connlimit.DOCKER_CHAIN).rc != 0  # the chain itself, live, is gone too
+        assert VPS.run("ip6tables -S %s" % ufw_connlimit.DOCKER_CHAIN).rc != 0
         assert any("ufw-user-forward" in r for r in docker_path()["other_rules"])  # ufw-docker's stay
     finally:
         res = run_module({"ports": [80, 443], "limit": 100})

@@ -12,9 +12,9 @@ import pytest
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "plugins", "module_utils"), os.path.join(ROOT, "tests", "support")]
+sys.path[:0] = [os.path.join(ROOT, "plugins"), os.path.join(ROOT, "tests", "support")]
 import adhoc  # noqa: E402
-import ufw_connlimit as uc  # noqa: E402
+from module_utils.ufw import connlimit as ufw_connlimit  # noqa: E402
 
 VPS = testinfra.get_host("docker://vps-lab")
 INVENTORY = adhoc.molecule_inventory()
@@ -73,7 +73,7 @@ def limit_rule_out_of_80():
         yield
     finally:
         VPS.check_output("ufw reload")
-        assert uc.nft_connlimit_ports(VPS.check_output("nft list ruleset 2>/dev/null"), 4) == {80}
+        assert ufw_connlimit.nft_connlimit_ports(VPS.check_output("nft list ruleset 2>/dev/null"), 4) == {80}
 
 
 def test_without_the_limit_the_proof_fails(limit_rule_out_of_80):

@@ -22,13 +22,13 @@ import pytest
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "plugins", "module_utils"), os.path.join(ROOT, "tests", "support"),
+sys.path[:0] = [os.path.join(ROOT, "plugins"), os.path.join(ROOT, "tests", "support"),
                 os.path.join(ROOT, "lab")]
 import adhoc  # noqa: E402
 import hosts  # noqa: E402
 import probes  # noqa: E402
-import ufw_connlimit as uc  # noqa: E402
-import ufw_revert as ur  # noqa: E402
+from module_utils.ufw import connlimit as ufw_connlimit  # noqa: E402
+from module_utils.ufw import revert as ufw_revert  # noqa: E402
 
 FRESH = testinfra.get_host("docker://vps-fresh")
 LAB = testinfra.get_host("docker://vps-lab")
@@ -79,7 +79,7 @@ def make_fresh(cut_ssh=False, line=None):
     revert pending; with cut_ssh, a line in before.rules that drops new SSH
     (or, with line, that line)."""
     FRESH.check_output("ufw --force reset >/dev/null && rm -f /etc/ufw/*.rules.20* /etc/ufw/*.init.20* && "
-                       "rm -rf %s" % ur.STATE_DIR)
+                       "rm -rf %s" % ufw_revert.STATE_DIR)
     if cut_ssh or line:
         FRESH.check_output("sed -i '/^COMMIT$/i %s' /etc/ufw/before.rules" % (line or CUT_SSH))
     # the precondition, asked up to three times (each try bounded: 8 s and 2 s) on a loaded machine
@@ -87,7 +87,7 @@ def make_fresh(cut_ssh=False, line=None):
 
 
 def reverts():
-    out = FRESH.run("cat %s/*/meta.json 2>/dev/null" % ur.STATE_DIR).stdout
+    out = FRESH.run("cat %s/*/meta.json 2>/dev/null" % ufw_revert.STATE_DIR).stdout
     return [json.loads(x + "}") for x in out.split("}") if x.strip()]
 
 
@@ -113,7 +113,7 @@ def test_fresh_vps_keeps_new_logins_the_udp_service_and_gets_the_limit():
     status = FRESH.check_output("ufw status")
     for spec in ("2222/tcp", "51820/udp", "80/tcp"):
         assert spec in status, status
-    assert uc.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
+    assert ufw_connlimit.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
     flood = probes.tcp_flood(docker.from_env().containers.get("vps-client1"), fresh_ip(), 80, n=500, hold=8)
     time.sleep(4)
     second = CLIENT2.run("curl -s -m 5 http://%s:80/" % fresh_ip())
@@ -121,7 +121,7 @@ def test_fresh_vps_keeps_new_logins_the_udp_service_and_gets_the_limit():
     adhoc.record("vps_connlimit", "fresh_vps_flood_80", second_client_ok=second.rc == 0, **counts)
     assert 90 <= counts["established"] <= 100 and counts["reset"] >= 400
     assert second.rc == 0
-    assert reverts() and FRESH.run("ls %s/*/armed" % ur.STATE_DIR).rc != 0  # armed, then confirmed
+    assert reverts() and FRESH.run("ls %s/*/armed" % ufw_revert.STATE_DIR).rc != 0  # armed, then confirmed
 
 
 def test_an_active_ufw_keeps_the_admins_rules_byte_for_byte():
@@ -201,7 +201,7 @@ def test_a_change_that_cuts_a_port_only_packets_see_is_put_back_before_it_is_con
     assert "the firewall was put back as it was before this run" in text
     assert web_answers() and new_login() and udp_answers()
     assert firewall() == before
-    assert FRESH.run("ls %s/*/reverted" % ur.STATE_DIR).rc == 0 and FRESH.run("ls %s/*/armed" % ur.STATE_DIR).rc != 0
+    assert FRESH.run("ls %s/*/reverted" % ufw_revert.STATE_DIR).rc == 0 and FRESH.run("ls %s/*/armed" % ufw_revert.STATE_DIR).rc != 0
     # the net removed: the same change is confirmed, and 80 stays cut
     make_fresh(line=CUT_WEB)
     out = run_role(("vps_connlimit_prove_address", fresh_ip()), ("vps_connlimit_confirm_from_outside", False))
@@ -221,8 +221,8 @@ def test_a_change_that_cuts_new_logins_is_undone_by_the_host():
     assert new_login() and udp_answers()
     assert firewall() == before  # every file as it was, ufw inactive again
     rec = reverts()[0]
-    state = FRESH.check_output("ls %s/%s" % (ur.STATE_DIR, rec["id"])).split()
-    reverted_at = int(FRESH.check_output("cat %s/%s/reverted_at" % (ur.STATE_DIR, rec["id"])))
+    state = FRESH.check_output("ls %s/%s" % (ufw_revert.STATE_DIR, rec["id"])).split()
+    reverted_at = int(FRESH.check_output("cat %s/%s/reverted_at" % (ufw_revert.STATE_DIR, rec["id"])))
     assert "reverted" in state
     adhoc.record("vps_connlimit", "cut_ssh_restored", confirm_timeout_s=CONFIRM,
                  armed_to_restored_s=reverted_at - rec["armed_at"], play_s=round(took, 1))
@@ -236,7 +236,7 @@ def test_without_the_revert_the_same_change_locks_the_admin_out():
     try:
         dest = os.path.join(tmp, "ansible_collections", "homelab", "edge")
         shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".git", "tests", "benchmarks", "*.pyc"))
-        path = os.path.join(dest, "plugins", "module_utils", "ufw_revert.py")
+        path = os.path.join(dest, "plugins", "module_utils", "ufw", "revert.py")
         with open(path) as f:
             text = f.read()
         net = 'if mv "$dir/armed" "$dir/reverting" 2>/dev/null; then'
@@ -259,7 +259,7 @@ def settled(seconds=90):
     """Until no revert is armed or reverting any more (bounded): a test's own
     clean-up must not race the revert it left behind."""
     deadline = time.time() + seconds
-    while time.time() < deadline and FRESH.run("ls %s/*/armed %s/*/reverting" % (ur.STATE_DIR, ur.STATE_DIR)).rc == 0:
+    while time.time() < deadline and FRESH.run("ls %s/*/armed %s/*/reverting" % (ufw_revert.STATE_DIR, ufw_revert.STATE_DIR)).rc == 0:
         time.sleep(1)
 
 
@@ -280,7 +280,7 @@ def test_the_host_restores_itself_when_the_controller_goes_away():
     try:
         deadline = time.time() + 120
         while time.time() < deadline:  # the change is made: a revert armed, ufw active
-            if (FRESH.run("ls %s/*/armed" % ur.STATE_DIR).rc == 0
+            if (FRESH.run("ls %s/*/armed" % ufw_revert.STATE_DIR).rc == 0
                     and FRESH.check_output("ufw status").startswith("Status: active")):
                 break
             assert play.poll() is None, "the play ended before its change"
@@ -313,7 +313,7 @@ def test_status_and_diagnose_report_a_blocked_listener_and_a_missed_revert():
                            become=True)
     assert res["blocked"] == ["80/tcp", "51820/udp"], res
     FRESH.check_output("mkdir -p {d}/1-1 && touch {d}/1-1/armed && echo '{{\"id\": \"1-1\", \"armed_at\": 1, "
-                       "\"fires_at\": 121, \"timeout\": 120}}' > {d}/1-1/meta.json".format(d=ur.STATE_DIR))
+                       "\"fires_at\": 121, \"timeout\": 120}}' > {d}/1-1/meta.json".format(d=ufw_revert.STATE_DIR))
     out = adhoc.playbook(INVENTORY, "- hosts: vps-fresh\n  gather_facts: false\n  become: true\n  tasks:\n"
                                     "    - ansible.builtin.include_role: {name: homelab.edge.vps_connlimit, "
                                     "tasks_from: status}\n    - ansible.builtin.debug: {var: homelab_edge_status_lines}\n")
@@ -421,15 +421,15 @@ def test_absent_removes_the_limit_commit_confirmed_and_keeps_ufw_and_the_way_in(
     make_fresh()
     applied = run_role()
     assert applied.returncode == 0, applied.stdout[-3000:]
-    assert uc.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
+    assert ufw_connlimit.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
     user_rules = FRESH.file("/etc/ufw/user.rules").content_string
     armed_before = len(reverts())
     out = run_role(("vps_connlimit_state", "absent"))
     assert out.returncode == 0, out.stdout[-3000:]
-    assert uc.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == set()
-    assert uc.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 6) == set()
-    assert uc.BEGIN not in FRESH.file("/etc/ufw/before.rules").content_string
-    assert uc.BEGIN not in FRESH.file("/etc/ufw/before6.rules").content_string
+    assert ufw_connlimit.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == set()
+    assert ufw_connlimit.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 6) == set()
+    assert ufw_connlimit.BEGIN not in FRESH.file("/etc/ufw/before.rules").content_string
+    assert ufw_connlimit.BEGIN not in FRESH.file("/etc/ufw/before6.rules").content_string
     assert FRESH.check_output("ufw status").startswith("Status: active")
     assert FRESH.file("/etc/ufw/user.rules").content_string == user_rules
     assert new_login() and udp_answers()

@@ -18,10 +18,10 @@ import pytest
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-sys.path[:0] = [HERE, os.path.join(ROOT, "plugins", "module_utils"), os.path.join(ROOT, "lab")]
+sys.path[:0] = [HERE, os.path.join(ROOT, "plugins"), os.path.join(ROOT, "lab")]
 import hosts  # noqa: E402
 import test_way_in as way  # noqa: E402
-import ufw_connlimit as uc  # noqa: E402
+from module_utils.ufw import connlimit as ufw_connlimit  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 
@@ -108,7 +108,7 @@ def test_every_quick_start_command_from_the_installed_collection(newcomer):
             assert "Hosts that failed in a play above" in out and "cannot reach the Docker engine" in out.split(
                 "Hosts that failed in a play above")[1], out[-3000:]
             assert way.FRESH.check_output("ufw status").startswith("Status: active")
-            assert uc.nft_connlimit_ports(way.FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
+            assert ufw_connlimit.nft_connlimit_ports(way.FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
             assert way.new_login() and way.udp_answers()
         elif command.endswith("--tags k3d"):
             assert rc != 0 and "fatal: [k3d-down]" in out, out[-3000:]

@@ -18,12 +18,12 @@ import pytest
 import testinfra
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path[:0] = [os.path.join(ROOT, "plugins", "module_utils"), os.path.join(ROOT, "tests", "support"),
+sys.path[:0] = [os.path.join(ROOT, "plugins"), os.path.join(ROOT, "tests", "support"),
                 os.path.join(ROOT, "lab")]
 import adhoc  # noqa: E402
 import hosts  # noqa: E402
-import ufw_connlimit as uc  # noqa: E402
-import ufw_revert as ur  # noqa: E402
+from module_utils.ufw import connlimit as ufw_connlimit  # noqa: E402
+from module_utils.ufw import revert as ufw_revert  # noqa: E402
 
 INVENTORY = adhoc.molecule_inventory()
 PORTS = {"vps-systemd": 2230, "vps-socket": 2231}
@@ -65,7 +65,7 @@ def wait_revert_state(name, rid, state, seconds):
 def make_fresh(name):
     """ufw as the package leaves it, inactive; no revert; the boot unit as arming leaves it (if any)."""
     console(name).check_output("ufw --force reset >/dev/null && rm -f /etc/ufw/*.rules.20* /etc/ufw/*.init.20* && "
-                               "rm -rf %s" % ur.STATE_DIR)
+                               "rm -rf %s" % ufw_revert.STATE_DIR)
     assert new_login(name)
 
 
@@ -95,14 +95,14 @@ def cut_ssh(name):
 def repair(name):
     c = console(name)
     c.check_output("ufw --force disable >/dev/null; sed -i '/--dport 22 -j DROP/d' /etc/ufw/before.rules; "
-                   "systemctl enable %s >/dev/null 2>&1; true" % ur.BOOT_UNIT)
+                   "systemctl enable %s >/dev/null 2>&1; true" % ufw_revert.BOOT_UNIT)
     make_fresh(name)
 
 
 def cut_off(name, rid):
     """The revert cut off right after it took its marker (the host went down, the script was killed)."""
     console(name).check_output("systemctl stop %s%s.timer; mv %s/%s/armed %s/%s/reverting"
-                               % (ur.UNIT_PREFIX, rid, ur.STATE_DIR, rid, ur.STATE_DIR, rid))
+                               % (ufw_revert.UNIT_PREFIX, rid, ufw_revert.STATE_DIR, rid, ufw_revert.STATE_DIR, rid))
 
 
 def restart(name):
@@ -121,14 +121,14 @@ def test_the_role_confirmed_its_change_and_its_transient_timer_is_gone(name):
     c = console(name)
     assert c.check_output("ps -p 1 -o comm=") == "systemd"
     assert c.check_output("ufw status").startswith("Status: active")
-    assert uc.nft_connlimit_ports(c.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
+    assert ufw_connlimit.nft_connlimit_ports(c.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
     assert new_login(name)
     done = reverts(name)
     assert done and all(r["state"] == "confirmed" and r["timer"] == "systemd-run" for r in done), done
     # the confirmation stopped the transient timer, and --collect let systemd forget it
-    left = c.check_output("systemctl list-units --all --no-legend --plain '%s*' | grep -v boot || true" % ur.UNIT_PREFIX)
+    left = c.check_output("systemctl list-units --all --no-legend --plain '%s*' | grep -v boot || true" % ufw_revert.UNIT_PREFIX)
     assert left == "", left
-    assert c.check_output("systemctl is-enabled %s" % ur.BOOT_UNIT) == "enabled"
+    assert c.check_output("systemctl is-enabled %s" % ufw_revert.BOOT_UNIT) == "enabled"
 
 
 def test_socket_activated_sshd_keeps_new_logins():
@@ -156,7 +156,7 @@ def test_with_the_timer_stopped_the_same_change_keeps_the_admin_out():
     name = "vps-systemd"
     make_fresh(name)
     rid = arm(name, ARM_S)
-    console(name).check_output("systemctl stop %s%s.timer" % (ur.UNIT_PREFIX, rid))
+    console(name).check_output("systemctl stop %s%s.timer" % (ufw_revert.UNIT_PREFIX, rid))
     cut_ssh(name)
     assert not wait_login(name, ARM_S + 30)  # past the time the timer would have reverted
     repair(name)
@@ -179,7 +179,7 @@ def test_a_restart_inside_the_window_reverts_at_boot_before_ufw_loads_the_change
     assert c.check_output("cat /etc/ufw/before.rules /etc/ufw/ufw.conf") == before
     (rec,) = [r for r in reverts(name) if r["id"] == rid]
     assert rec["state"] == "reverted", rec
-    assert "(boot)" in c.check_output("cat %s/%s/revert.log" % (ur.STATE_DIR, rid))
+    assert "(boot)" in c.check_output("cat %s/%s/revert.log" % (ufw_revert.STATE_DIR, rid))
     make_fresh(name)
 
 
@@ -189,13 +189,13 @@ def test_without_the_boot_unit_a_restart_keeps_the_unconfirmed_change():
     name = "vps-systemd"
     make_fresh(name)
     rid = arm(name, 600)
-    console(name).check_output("systemctl disable %s >/dev/null 2>&1" % ur.BOOT_UNIT)
+    console(name).check_output("systemctl disable %s >/dev/null 2>&1" % ufw_revert.BOOT_UNIT)
     cut_ssh(name)
     restart(name)
     assert not wait_login(name, 20)
     c = console(name)
     assert c.check_output("ufw status").startswith("Status: active")
-    assert c.run("test -e %s/%s/armed" % (ur.STATE_DIR, rid)).rc == 0
+    assert c.run("test -e %s/%s/armed" % (ufw_revert.STATE_DIR, rid)).rc == 0
     repair(name)
 
 
@@ -208,7 +208,7 @@ def test_a_stalled_revert_is_reported_refused_and_finished_on_demand():
     c = console(name)
     c.check_output("ufw allow 8082/tcp >/dev/null")
     cut_off(name, rid)
-    c.check_output("touch -d '2000-01-01' %s/%s/reverting" % (ur.STATE_DIR, rid))
+    c.check_output("touch -d '2000-01-01' %s/%s/reverting" % (ufw_revert.STATE_DIR, rid))
     (rec,) = [r for r in reverts(name) if r["id"] == rid]
     assert rec["state"] == "stalled", rec
     refused = adhoc.run_module("ufw_revert", {"state": "armed", "timeout": 60}, target=name, inventory=INVENTORY,

@@ -4,7 +4,7 @@ everything k3d does, without anyone running Ansible.
 
 Watches Docker's events for k3d load balancers (label k3d.role=loadbalancer)
 and uses the same code as the homelab.edge.k3d_serverlb module
-(k3d_serverlb.py and its parts, beside this file):
+(module_utils/k3d_serverlb/, beside this file):
 
   create          k3d made a new load balancer from its image (cluster create,
                   cluster edit, port changes): patch its template before its
@@ -38,23 +38,21 @@ import sys
 import threading
 import time
 
-# the module's library, installed beside this file by the role: see load_library()
-lb = lb_container = lb_template = lb_signals = lb_metrics = None
+# the module's library: the k3d_serverlb package of plugins/module_utils (and the one file it imports from
+# there), installed by the role in module_utils/ beside this file: see load_library()
+k3d_fix = k3d_container = k3d_template = k3d_signals = k3d_metrics = None
 
 EVENTS = ["create", "start", "extract-to-dir"]
 ATTEMPTS = 6
 
 
 def load_library():
-    global lb, lb_container, lb_template, lb_signals, lb_metrics
+    """Import the library as the package `module_utils` (the collection's plugins/module_utils, as far as the
+    role ships it): its files import each other relatively, so they need no collection on the host."""
+    global k3d_fix, k3d_container, k3d_template, k3d_signals, k3d_metrics
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import k3d_serverlb
-    import k3d_serverlb_container
-    import k3d_serverlb_metrics
-    import k3d_serverlb_signals
-    import k3d_serverlb_template
-    lb, lb_container, lb_template = k3d_serverlb, k3d_serverlb_container, k3d_serverlb_template
-    lb_signals, lb_metrics = k3d_serverlb_signals, k3d_serverlb_metrics
+    from module_utils.k3d_serverlb import container, fix, metrics, signals, template
+    k3d_fix, k3d_container, k3d_template, k3d_signals, k3d_metrics = fix, container, template, signals, metrics
 
 
 def log(msg):
@@ -64,17 +62,17 @@ def log(msg):
 
 class Keeper(object):
     def __init__(self, cfg, path="the configuration"):
-        missing = [k for k in lb.DEFAULTS if k not in cfg]
+        missing = [k for k in k3d_fix.DEFAULTS if k not in cfg]
         if missing:
             raise SystemExit("%s lacks %s: it is written by the homelab.edge.k3d_serverlb role (run it again), and "
                              "names every option of the fix" % (path, ", ".join(missing)))
-        problems = lb.validate_options(**dict((k, cfg[k]) for k in lb.DEFAULTS))
+        problems = k3d_fix.validate_options(**dict((k, cfg[k]) for k in k3d_fix.DEFAULTS))
         if problems:
             raise SystemExit("%s: %s" % (path, "; ".join(problems)))
         self.names = cfg.get("names") or []
         self.clusters = cfg.get("clusters") or []
-        self.want = dict((k, cfg[k]) for k in lb.DEFAULTS)
-        self.render_timeout = cfg.get("render_timeout", lb.RENDER_TIMEOUT)
+        self.want = dict((k, cfg[k]) for k in k3d_fix.DEFAULTS)
+        self.render_timeout = cfg.get("render_timeout", k3d_fix.RENDER_TIMEOUT)
         self.metrics_dir = cfg.get("metrics_dir") or ""
         self.metrics_interval = max(5, int(cfg.get("metrics_interval") or 30))
         # the counts continue those of the textfile an earlier keeper wrote; a key seen for the first time goes
@@ -83,8 +81,8 @@ class Keeper(object):
         self.not_enough, self.held, self.read_until = {}, {}, {}
         if self.metrics_dir:
             try:
-                with open(os.path.join(self.metrics_dir, lb_metrics.FILE)) as f:
-                    self.not_enough = lb_metrics.read_totals(f.read())
+                with open(os.path.join(self.metrics_dir, k3d_metrics.FILE)) as f:
+                    self.not_enough = k3d_metrics.read_totals(f.read())
             except (IOError, OSError):
                 pass
         self.metrics_since = time.time()
@@ -93,8 +91,8 @@ class Keeper(object):
         """handle() until the load balancer is fixed: one that just started
         may still be rendering its first config or waiting for nginx."""
         for attempt in range(1, ATTEMPTS + 1):
-            entry = lb.handle(container, container.name, bool(self.names), self.want,
-                              render_timeout=self.render_timeout)
+            entry = k3d_fix.handle(container, container.name, bool(self.names), self.want,
+                                   render_timeout=self.render_timeout)
             if not entry["failed"]:
                 log("%s: %s%s%s" % (container.name, entry["state_text"],
                                     (" now: " + "; ".join(entry["reasons"])) if entry["changed"] else " already",
@@ -109,9 +107,9 @@ class Keeper(object):
 
     def on_create(self, container):
         try:
-            if lb.patch_created(container, self.want):
+            if k3d_fix.patch_created(container, self.want):
                 log("%s: created; template patched before its first render" % container.name)
-        except (lb_template.ShapeError, lb_container.ApplyError) as e:
+        except (k3d_template.ShapeError, k3d_container.ApplyError) as e:
             log("%s: created; template not patched: %s" % (container.name, e))
         except Exception as e:  # deliberate: it may already be gone; the start event applies in full
             log("%s: created; template not patched: %s: %s" % (container.name, type(e).__name__, e))
@@ -119,16 +117,16 @@ class Keeper(object):
     def on_values(self, container):
         time.sleep(1)  # confd's own watch first
         try:
-            if lb.render_is_stale(container):
-                lb_container.render(container, self.render_timeout)
+            if k3d_fix.render_is_stale(container):
+                k3d_container.render(container, self.render_timeout)
                 log("%s: k3d's values.yaml was not rendered by confd's watch; rendered" % container.name)
-        except (lb_template.ShapeError, lb_container.ApplyError) as e:
+        except (k3d_template.ShapeError, k3d_container.ApplyError) as e:
             log("%s: checking the render after k3d's values.yaml: %s" % (container.name, e))
         except Exception as e:  # deliberate: the container may be going away
             log("%s: checking the render: %s: %s" % (container.name, type(e).__name__, e))
 
     def react(self, client, event, not_found):
-        cid, action = lb_container.event_of(event)
+        cid, action = k3d_container.event_of(event)
         if not cid or not action:
             log("an event the keeper cannot read (no container ID or action): %s" % json.dumps(event)[:200])
             return
@@ -136,7 +134,7 @@ class Keeper(object):
             container = client.containers.get(cid)
         except not_found:
             return
-        if not lb_container.wanted(container, self.names, self.clusters):
+        if not k3d_container.wanted(container, self.names, self.clusters):
             return
         if action == "create":
             self.on_create(container)  # at once: k3d starts it a moment later
@@ -151,23 +149,23 @@ class Keeper(object):
         textfile, atomically (node_exporter never reads half a file)."""
         now = time.time()
         entries = []
-        for name, container, dummy in lb_container.find_load_balancers(client, self.names, self.clusters,
-                                                                       not_found=not_found):
+        for name, container, dummy in k3d_container.find_load_balancers(client, self.names, self.clusters,
+                                                                        not_found=not_found):
             if container is None or container.status != "running":
                 continue
             try:
-                entry = lb_signals.signals(container, self.want, self.read_until.get(name, self.metrics_since),
-                                           until=now)
+                entry = k3d_signals.signals(container, self.want, self.read_until.get(name, self.metrics_since),
+                                            until=now)
             except Exception as e:  # deliberate: one load balancer going away must not stop the metrics
                 log("%s: metrics: %s: %s" % (name, type(e).__name__, e))
                 continue
             self.read_until[name] = now
-            lb_metrics.add_not_enough(self.not_enough, entry, self.held)
+            k3d_metrics.add_not_enough(self.not_enough, entry, self.held)
             entries.append(entry)
         os.makedirs(self.metrics_dir, exist_ok=True)
-        path = os.path.join(self.metrics_dir, lb_metrics.FILE)
+        path = os.path.join(self.metrics_dir, k3d_metrics.FILE)
         with open(path + ".tmp", "w") as f:
-            f.write(lb_metrics.text(entries, self.not_enough, int(now)))
+            f.write(k3d_metrics.text(entries, self.not_enough, int(now)))
         os.chmod(path + ".tmp", 0o644)
         os.rename(path + ".tmp", path)
 
@@ -188,13 +186,13 @@ class Keeper(object):
             try:
                 client = docker.from_env()
                 since = int(time.time())
-                for name, container, dummy in lb_container.find_load_balancers(
+                for name, container, dummy in k3d_container.find_load_balancers(
                         client, self.names, self.clusters, not_found=docker.errors.NotFound):
                     if container is not None and container.status == "running":
                         self.fix(container)
                 events = client.events(decode=True, since=since, filters={
                     "type": "container", "event": EVENTS,
-                    "label": "%s=%s" % (lb_container.ROLE_LABEL, lb_container.ROLE_LOADBALANCER)})
+                    "label": "%s=%s" % (k3d_container.ROLE_LABEL, k3d_container.ROLE_LOADBALANCER)})
                 for event in events:
                     self.react(client, event, docker.errors.NotFound)
             except Exception as e:  # deliberate: engine restarted or unreachable: reconnect
@@ -270,7 +268,7 @@ def main():
     a = ap.parse_args()
     if not a.config:
         load_library()
-        a.config = lb.KEEPER_CONFIG
+        a.config = k3d_fix.KEEPER_CONFIG
     pidfile, logfile = paths(a.config)
     if a.stop:
         print("stopped" if stop(pidfile) else "not running")

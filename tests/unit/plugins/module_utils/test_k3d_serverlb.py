@@ -4,30 +4,30 @@ import tarfile
 
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_capacity as lb_capacity
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_config as lb_config
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_signals as lb_signals
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import fix as k3d_fix
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import capacity as k3d_capacity
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import config as k3d_config
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import container as k3d_container
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import signals as k3d_signals
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import template as k3d_template
 
 from ...conftest import fixture
 
 K3D = fixture("k3d_nginx.tmpl")
 # the seed's two DNS ports (CoreDNS on 53, another cluster's on 1053), as the fixtures have them
-WANT = dict(lb.DEFAULTS)
+WANT = dict(k3d_fix.DEFAULTS)
 WANT["udp_ports"] = {53: "dns", 1053: "dns"}
 STOCK = fixture("nginx_T_stock.txt")
 FIXED = fixture("nginx_T_fixed.txt")
 
 
 def patch(text, **kw):
-    return lb_template.patch_template(text, dict(WANT, **kw))
+    return k3d_template.patch_template(text, dict(WANT, **kw))
 
 
 def test_patch_adds_floor_udp_policy_rlimit_and_zone():
     out = patch(K3D)
-    assert out.count(lb_template.BEGIN) == out.count(lb_template.END) == out.count(lb_template.FLOOR_BEGIN) == out.count(lb_template.FLOOR_END) == 1
+    assert out.count(k3d_template.BEGIN) == out.count(k3d_template.END) == out.count(k3d_template.FLOOR_BEGIN) == out.count(k3d_template.FLOOR_END) == 1
     # the floor: the larger of k3d's values.yaml setting and 4096, in one variable
     assert ('  {{- $homelabEdgeConnections := atoi (getv "/settings/workerConnections") }}\n'
             "  {{- if lt $homelabEdgeConnections 4096 }}{{ $homelabEdgeConnections = 4096 }}{{ end }}\n"
@@ -56,7 +56,7 @@ def test_patch_updates_when_options_change():
     assert "worker_rlimit_nofile 32768;" in again and again.count("worker_rlimit_nofile") == 1
     assert "mul $homelabEdgeConnections 25) 200" in again
     assert "lt $homelabEdgeConnections 8192 }}{{ $homelabEdgeConnections = 8192 }}" in again
-    assert again.count(lb_template.BEGIN) == again.count(lb_template.FLOOR_BEGIN) == again.count("limit_conn_zone") == 1
+    assert again.count(k3d_template.BEGIN) == again.count(k3d_template.FLOOR_BEGIN) == again.count("limit_conn_zone") == 1
     assert patch(again) == once
 
 
@@ -68,7 +68,7 @@ def test_patch_accepts_whitespace_variations():
               .replace('worker_connections {{ getv "/settings/workerConnections" }};',
                        'worker_connections   {{getv "/settings/workerConnections"}};'))
     out = patch(varied)
-    assert out.count(lb_template.BEGIN) == out.count(lb_template.FLOOR_BEGIN) == 1
+    assert out.count(k3d_template.BEGIN) == out.count(k3d_template.FLOOR_BEGIN) == 1
     assert patch(out) == out
 
 
@@ -97,7 +97,7 @@ def test_existing_rlimit_is_replaced_not_duplicated():
     ("", "events"),
 ])
 def test_unexpected_template_shapes_are_refused(broken, why):
-    with pytest.raises(lb_template.ShapeError, match=why):
+    with pytest.raises(k3d_template.ShapeError, match=why):
         patch(broken)
 
 
@@ -124,36 +124,36 @@ settings:
 
 
 def test_parse_values_both_list_styles():
-    v = lb_config.parse_values(VALUES_K3D)
+    v = k3d_config.parse_values(VALUES_K3D)
     assert v["ports"] == {"53.udp": ["k3d-core-server-0"], "6443.tcp": ["k3d-core-server-0"]}
     assert v["settings"] == {"workerConnections": "1029"}
-    v = lb_config.parse_values(VALUES_INDENTED)
+    v = k3d_config.parse_values(VALUES_INDENTED)
     assert v["ports"]["53.udp"] == ["k3d-core-server-0", "k3d-core-server-1"]
-    assert lb_config.udp_ports(v) == ["53.udp", "1053.udp"]
+    assert k3d_config.udp_ports(v) == ["53.udp", "1053.udp"]
 
 
 @pytest.mark.parametrize("bad", ["ports:\n  53:\n  - a\n", "ports:\n- a\n", "just text\n", "ports:\n  53.sctp:\n  - a\n"])
 def test_bad_values_are_refused(bad):
-    with pytest.raises(lb_template.ShapeError):
-        lb_config.parse_values(bad)
+    with pytest.raises(k3d_template.ShapeError):
+        k3d_config.parse_values(bad)
 
 
 def test_upstreams_of_values_and_of_the_render_compare():
-    assert lb_config.upstreams_from_values(lb_config.parse_values(VALUES_INDENTED)) == {
+    assert k3d_config.upstreams_from_values(k3d_config.parse_values(VALUES_INDENTED)) == {
         "1053_udp": ["k3d-core-server-0:1053"], "53_udp": ["k3d-core-server-0:53", "k3d-core-server-1:53"],
         "443_tcp": ["k3d-core-server-0:443"]}
-    assert lb_config.parse_live(FIXED)["upstreams"] == {
+    assert k3d_config.parse_live(FIXED)["upstreams"] == {
         "1053_udp": ["k3d-core-server-0:1053"], "443_tcp": ["k3d-core-server-0:443"], "53_udp": ["k3d-core-server-0:53"]}
 
 
 def test_parse_live_stock_and_report_the_seeds_math():
-    facts = lb_config.parse_live(STOCK)
+    facts = k3d_config.parse_live(STOCK)
     assert facts["worker_connections"] == 1029
     assert facts["worker_rlimit_nofile"] is None
     assert [s["port"] for s in facts["udp_servers"]] == ["53"]
     assert [s["port"] for s in facts["tcp_servers"]] == ["443"]
-    assert lb_config.shortfalls(facts, WANT)
-    r = lb_config.report("k3d-core-serverlb", "core", facts, open_file_limit=1024)
+    assert k3d_config.shortfalls(facts, WANT)
+    r = k3d_config.report("k3d-core-serverlb", "core", facts, open_file_limit=1024)
     # seed 000: 1029 / (2 x 600) = about 0.9 queries per second fills every connection
     assert r["exhaustion_rate"] == 0.86
     assert r["summary"] == ("k3d-core-serverlb: worker_connections 1029, worker_rlimit_nofile unset, "
@@ -163,17 +163,17 @@ def test_parse_live_stock_and_report_the_seeds_math():
 
 
 def test_parse_live_fixed():
-    facts = lb_config.parse_live(FIXED)
-    assert not lb_config.shortfalls(facts, WANT)
-    assert lb_config.shortfalls(facts, dict(WANT, udp_timeout=10))
-    assert lb_config.shortfalls(facts, dict(WANT, worker_connections=8192))
-    assert lb_config.shortfalls(facts, dict(WANT, budget_log_level="warn"))
+    facts = k3d_config.parse_live(FIXED)
+    assert not k3d_config.shortfalls(facts, WANT)
+    assert k3d_config.shortfalls(facts, dict(WANT, udp_timeout=10))
+    assert k3d_config.shortfalls(facts, dict(WANT, worker_connections=8192))
+    assert k3d_config.shortfalls(facts, dict(WANT, budget_log_level="warn"))
     # a floor: more connections than asked (k3d's own number above it) is fixed too, budget from them
     more = FIXED.replace("worker_connections 4096;", "worker_connections 8192;").replace(
         "limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp 2048;")
-    assert not lb_config.shortfalls(lb_config.parse_live(more), WANT)
-    r = lb_config.report("lb", "core", facts, open_file_limit=16384, want=WANT)
-    assert r["udp_session_budget"] == 1024 == lb_capacity.udp_budget(4096, 50)
+    assert not k3d_config.shortfalls(k3d_config.parse_live(more), WANT)
+    r = k3d_config.report("lb", "core", facts, open_file_limit=16384, want=WANT)
+    assert r["udp_session_budget"] == 1024 == k3d_capacity.udp_budget(4096, 50)
     assert r["udp_servers_patched"] == 2 and r["udp_ports"] == ["1053", "53"]
     assert r["exhaustion_rate"] == 409.6
     assert r["open_file_limit"] == 16384 and r["warnings"] == []
@@ -188,56 +188,56 @@ def test_parse_live_fixed():
 def test_live_is_not_fixed_without_any_one_piece(line, reason):
     # drop the line from the second UDP server only (or the one rlimit line)
     head, tail = FIXED.rsplit(line, 1)
-    facts = lb_config.parse_live(head + tail)
-    assert lb_config.shortfalls(facts, WANT)
-    assert any(reason in s for s in lb_config.shortfalls(facts, WANT))
+    facts = k3d_config.parse_live(head + tail)
+    assert k3d_config.shortfalls(facts, WANT)
+    assert any(reason in s for s in k3d_config.shortfalls(facts, WANT))
 
 
 def test_report_takes_the_smallest_budget():
     uneven = FIXED.replace("limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp 2048;", 1)
-    assert lb_config.report("lb", "c", lb_config.parse_live(uneven), 16384)["udp_session_budget"] == 1024
+    assert k3d_config.report("lb", "c", k3d_config.parse_live(uneven), 16384)["udp_session_budget"] == 1024
 
 
 def test_report_takes_the_longest_udp_timeout():
     """The slowest UDP server decides how fast sessions fill the connections: one left at 10 minutes."""
     uneven = FIXED.replace("proxy_timeout 5s;", "proxy_timeout 600s;", 1)
-    r = lb_config.report("lb", "c", lb_config.parse_live(uneven), 16384, WANT)
-    assert r["udp_timeout"] == 600 and r["exhaustion_rate"] == lb_capacity.exhaustion_rate(4096, 600)
+    r = k3d_config.report("lb", "c", k3d_config.parse_live(uneven), 16384, WANT)
+    assert r["udp_timeout"] == 600 and r["exhaustion_rate"] == k3d_capacity.exhaustion_rate(4096, 600)
 
 
 def test_a_worker_still_at_another_open_file_limit_is_a_reason():
     """One worker of an earlier render still runs at 1024 beside one at the fix's limit: not fixed yet."""
     state = {"template": patch(K3D), "values": VALUES_K3D, "conf": FIXED, "hard_limit": 1048576,
              "worker_limits": [1024, WANT["worker_rlimit_nofile"]]}
-    reasons = lb.plan(state, WANT)[2]
+    reasons = k3d_fix.plan(state, WANT)[2]
     assert reasons == ["nginx workers run with open-file limit 1024,%d" % WANT["worker_rlimit_nofile"]], reasons
 
 
 def test_the_created_hard_limit_is_the_hard_one():
     """k3d's --runtime-ulimit nofile=1024:16384: the soft 1024 is what nginx may raise; the hard 16384 is the cap."""
     c = type("C", (), {"attrs": {"HostConfig": {"Ulimits": [{"Name": "nofile", "Soft": 1024, "Hard": 16384}]}}})()
-    assert lb_container.created_hard_limit(c) == 16384
+    assert k3d_container.created_hard_limit(c) == 16384
 
 
 def test_no_udp_servers():
-    facts = lb_config.parse_live(FIXED.split("  upstream 1053_udp")[0] + "}\n")
-    r = lb_config.report("lb", "c", facts, 16384)
+    facts = k3d_config.parse_live(FIXED.split("  upstream 1053_udp")[0] + "}\n")
+    r = k3d_config.report("lb", "c", facts, 16384)
     assert r["udp_servers"] == 0 and r["exhaustion_rate"] is None and r["udp_session_budget"] is None
 
 
 @pytest.mark.parametrize("value, seconds", [("600", 600), ("10s", 10), ("2m", 120), ("1h", 3600), ("500ms", 0.5), ("x", None)])
 def test_timeout_seconds(value, seconds):
-    assert lb_config.timeout_seconds(value) == seconds
+    assert k3d_config.timeout_seconds(value) == seconds
 
 
 def test_validate_options():
-    assert lb.validate_options(**WANT) == []
-    problems = lb.validate_options(udp_timeout=0, worker_connections=10, worker_rlimit_nofile=100, udp_share=95,
-                                   budget_log_level="info")
+    assert k3d_fix.validate_options(**WANT) == []
+    problems = k3d_fix.validate_options(udp_timeout=0, worker_connections=10, worker_rlimit_nofile=100, udp_share=95,
+                                        budget_log_level="info")
     assert len(problems) == 4
     debug = dict(WANT)
     debug["budget_log_level"] = "debug"
-    assert lb.validate_options(**debug) == [
+    assert k3d_fix.validate_options(**debug) == [
         "budget_log_level must be one of info, notice, warn, error, got 'debug'"]
 
 
@@ -260,13 +260,13 @@ LBL = {"k3d.role": "loadbalancer", "k3d.cluster": "core"}
 
 
 def test_wanted_discovery_names_clusters_and_leftovers():
-    assert lb_container.wanted(C("k3d-core-serverlb", LBL))
-    assert lb_container.wanted(C("k3d-core-serverlb", LBL), clusters=["core"])
-    assert not lb_container.wanted(C("k3d-core-serverlb", LBL), clusters=["ai"])
-    assert not lb_container.wanted(C("k3d-core-serverlb-ab1Cd", LBL))  # k3d's renamed leftover while recreating
-    assert not lb_container.wanted(C("k3d-core-server-0", {"k3d.role": "server", "k3d.cluster": "core"}))
+    assert k3d_container.wanted(C("k3d-core-serverlb", LBL))
+    assert k3d_container.wanted(C("k3d-core-serverlb", LBL), clusters=["core"])
+    assert not k3d_container.wanted(C("k3d-core-serverlb", LBL), clusters=["ai"])
+    assert not k3d_container.wanted(C("k3d-core-serverlb-ab1Cd", LBL))  # k3d's renamed leftover while recreating
+    assert not k3d_container.wanted(C("k3d-core-server-0", {"k3d.role": "server", "k3d.cluster": "core"}))
     # explicit names need no label
-    assert lb_container.wanted(C("my-proxy"), names=["my-proxy"]) and not lb_container.wanted(C("k3d-core-serverlb", LBL), names=["x"])
+    assert k3d_container.wanted(C("my-proxy"), names=["my-proxy"]) and not k3d_container.wanted(C("k3d-core-serverlb", LBL), names=["x"])
 
 
 class Client(object):
@@ -288,10 +288,10 @@ class Client(object):
 def test_find_load_balancers():
     client = Client([C("k3d-b-serverlb", dict(LBL, **{"k3d.cluster": "b"})), C("k3d-core-serverlb", LBL),
                      C("k3d-core-serverlb-x1y2z", LBL)])
-    assert [(n, e) for n, c, e in lb_container.find_load_balancers(client)] == [("k3d-b-serverlb", False),
-                                                                                ("k3d-core-serverlb", False)]
-    assert [n for n, c, e in lb_container.find_load_balancers(client, clusters=["b"])] == ["k3d-b-serverlb"]
-    found = lb_container.find_load_balancers(client, names=["k3d-core-serverlb", "nope"], not_found=KeyError)
+    assert [(n, e) for n, c, e in k3d_container.find_load_balancers(client)] == [("k3d-b-serverlb", False),
+                                                                                 ("k3d-core-serverlb", False)]
+    assert [n for n, c, e in k3d_container.find_load_balancers(client, clusters=["b"])] == ["k3d-b-serverlb"]
+    found = k3d_container.find_load_balancers(client, names=["k3d-core-serverlb", "nope"], not_found=KeyError)
     assert [(n, c is not None, e) for n, c, e in found] == [("k3d-core-serverlb", True, True), ("nope", False, True)]
 
 
@@ -302,7 +302,7 @@ class Fake(object):
     whose render is given by the test (no Go template engine here)."""
 
     def __init__(self, template=K3D, conf=STOCK, limits=(20000,), render=None, status="running", hard="1048576"):
-        self.fs = {lb_container.TEMPLATE_PATH: template, lb_container.VALUES_PATH: VALUES_K3D, lb_container.NGINX_CONF: conf}
+        self.fs = {k3d_container.TEMPLATE_PATH: template, k3d_container.VALUES_PATH: VALUES_K3D, k3d_container.NGINX_CONF: conf}
         self.limits = list(limits)
         self.hard = hard  # the master's hard open-file limit, as /proc/<pid>/limits prints it
         self.status = status
@@ -312,10 +312,10 @@ class Fake(object):
         self.name = "k3d-core-serverlb"
 
     def render_fixed(self, template):
-        if lb_template.BEGIN in template:
-            self.fs[lb_container.NGINX_CONF], self.limits = FIXED, [16384]
+        if k3d_template.BEGIN in template:
+            self.fs[k3d_container.NGINX_CONF], self.limits = FIXED, [16384]
         else:
-            self.fs[lb_container.NGINX_CONF], self.limits = STOCK, [20000]
+            self.fs[k3d_container.NGINX_CONF], self.limits = STOCK, [20000]
         return 0, "", ""
 
     def reload(self):
@@ -340,11 +340,11 @@ class Fake(object):
         if argv[0] == "rm":
             return 0, "", ""
         if argv[0] == "timeout" and argv[2] == "confd":
-            self.renders.append(self.fs[lb_container.TEMPLATE_PATH])
-            return self.on_render(self.fs[lb_container.TEMPLATE_PATH])
+            self.renders.append(self.fs[k3d_container.TEMPLATE_PATH])
+            return self.on_render(self.fs[k3d_container.TEMPLATE_PATH])
         if argv[:2] == ["sh", "-c"] and argv[2].startswith("set -e; cat"):
-            parts = [self.fs[p] for p in (lb_container.TEMPLATE_PATH, lb_container.VALUES_PATH, lb_container.NGINX_CONF)]
-            return 0, lb_container._SPLIT.join(parts + ["\n".join(map(str, self.limits)) + "\n", self.hard + "\n"]), ""
+            parts = [self.fs[p] for p in (k3d_container.TEMPLATE_PATH, k3d_container.VALUES_PATH, k3d_container.NGINX_CONF)]
+            return 0, k3d_container._SPLIT.join(parts + ["\n".join(map(str, self.limits)) + "\n", self.hard + "\n"]), ""
         raise AssertionError("unexpected exec %r" % (argv,))
 
 
@@ -363,9 +363,9 @@ class LosesExecs(Fake):
 
 
 def test_a_read_lost_on_its_way_is_tried_again_and_a_real_failure_is_not():
-    assert lb_container.read_state(LosesExecs(2), sleep=lambda s: None)["template"] == K3D
-    with pytest.raises(lb_container.ApplyError, match=r"exit code None"):
-        lb_container.read_state(LosesExecs(3), sleep=lambda s: None)
+    assert k3d_container.read_state(LosesExecs(2), sleep=lambda s: None)["template"] == K3D
+    with pytest.raises(k3d_container.ApplyError, match=r"exit code None"):
+        k3d_container.read_state(LosesExecs(3), sleep=lambda s: None)
     calls = []
 
     class Missing(Fake):
@@ -373,8 +373,8 @@ def test_a_read_lost_on_its_way_is_tried_again_and_a_real_failure_is_not():
             calls.append(argv)
             return type("R", (), {"exit_code": 1, "output": (b"", b"cat: /etc/nginx/nginx.conf: No such file")})()
 
-    with pytest.raises(lb_container.ApplyError, match=r"exit code 1\): cat: /etc/nginx/nginx.conf"):
-        lb_container.read_state(Missing(), sleep=lambda s: None)
+    with pytest.raises(k3d_container.ApplyError, match=r"exit code 1\): cat: /etc/nginx/nginx.conf"):
+        k3d_container.read_state(Missing(), sleep=lambda s: None)
     assert len(calls) == 1  # a read that failed saying why is not repeated
 
     class NoExitCodeYet(Fake):
@@ -382,90 +382,90 @@ def test_a_read_lost_on_its_way_is_tried_again_and_a_real_failure_is_not():
             r = Fake.exec_run(self, argv, demux)
             return type("R", (), {"exit_code": None, "output": r.output})()
 
-    assert lb_container.read_state(NoExitCodeYet(), sleep=lambda s: None)["template"] == K3D  # the whole read
+    assert k3d_container.read_state(NoExitCodeYet(), sleep=lambda s: None)["template"] == K3D  # the whole read
 
 
 def test_apply_patches_renders_and_reports():
     c = Fake()
-    res = lb.apply(c, WANT)
+    res = k3d_fix.apply(c, WANT)
     assert res["changed"] and "template not patched" in res["reasons"]
-    assert c.fs[lb_container.TEMPLATE_PATH] == patch(K3D)
-    assert c.fs[lb_container.VALUES_PATH] == VALUES_K3D  # k3d's file is never written
+    assert c.fs[k3d_container.TEMPLATE_PATH] == patch(K3D)
+    assert c.fs[k3d_container.VALUES_PATH] == VALUES_K3D  # k3d's file is never written
     assert len(c.renders) == 1 and res["open_file_limit"] == 16384
-    assert not lb_config.shortfalls(res["facts"], WANT)
+    assert not k3d_config.shortfalls(res["facts"], WANT)
     assert not [p for p in c.fs if "homelab-edge-" in p]  # no temporary file left
 
 
 def test_apply_is_idempotent_and_renders_nothing_when_fixed():
     c = Fake(template=patch(K3D), conf=FIXED, limits=[16384])
-    res = lb.apply(c, WANT)
+    res = k3d_fix.apply(c, WANT)
     assert not res["changed"] and res["reasons"] == [] and c.renders == []
 
 
 def test_apply_renders_a_patched_template_whose_render_never_went_live():
     """The files alone say "fixed"; nginx runs the stock config: render."""
     c = Fake(template=patch(K3D), conf=STOCK, limits=[20000])
-    res = lb.apply(c, WANT)
+    res = k3d_fix.apply(c, WANT)
     assert res["changed"] and "template not patched" not in res["reasons"]
-    assert len(c.renders) == 1 and not lb_config.shortfalls(res["facts"], WANT)
+    assert len(c.renders) == 1 and not k3d_config.shortfalls(res["facts"], WANT)
 
 
 def test_apply_renders_when_only_the_workers_lack_the_limit():
     c = Fake(template=patch(K3D), conf=FIXED, limits=[1024])
-    res = lb.apply(c, WANT)
+    res = k3d_fix.apply(c, WANT)
     assert res["reasons"] == ["nginx workers run with open-file limit 1024"] and len(c.renders) == 1
 
 
 def test_apply_check_mode_writes_and_renders_nothing():
     c = Fake()
     before = dict(c.fs)
-    res = lb.apply(c, WANT, check_mode=True)
+    res = k3d_fix.apply(c, WANT, check_mode=True)
     assert res["changed"] and c.fs == before and c.renders == []
     assert res["template"] == (K3D, patch(K3D))
 
 
 def test_apply_rolls_back_a_rejected_render():
     def reject(template):
-        if lb_template.BEGIN in template:
+        if k3d_template.BEGIN in template:
             return 1, "", 'confd[7]: ERROR "nginx: [emerg] host not found in upstream \\"x:53\\""\n'
         return 0, "", ""
     c = Fake(render=reject)
-    with pytest.raises(lb_container.ApplyError, match="confd rejected the render.*host not found.*template rolled back"):
-        lb.apply(c, WANT, render_timeout=1)
-    assert c.fs[lb_container.TEMPLATE_PATH] == K3D
-    assert [lb_template.BEGIN in t for t in c.renders] == [True, False]  # the new one, then the old one again
+    with pytest.raises(k3d_container.ApplyError, match="confd rejected the render.*host not found.*template rolled back"):
+        k3d_fix.apply(c, WANT, render_timeout=1)
+    assert c.fs[k3d_container.TEMPLATE_PATH] == K3D
+    assert [k3d_template.BEGIN in t for t in c.renders] == [True, False]  # the new one, then the old one again
 
 
 def test_apply_fails_when_the_render_does_not_take():
     c = Fake(render=lambda template: (0, "", ""))  # confd says yes, nginx.conf stays stock
     clock = iter(range(100))
-    with pytest.raises(lb_container.ApplyError, match="after the render: .*proxy_responses unset"):
-        lb.wait_settled(c, WANT, timeout=3, sleep=lambda s: None, clock=lambda: next(clock))
+    with pytest.raises(k3d_container.ApplyError, match="after the render: .*proxy_responses unset"):
+        k3d_fix.wait_settled(c, WANT, timeout=3, sleep=lambda s: None, clock=lambda: next(clock))
 
 
 def test_apply_refuses_a_stopped_container():
-    with pytest.raises(lb_container.ApplyError, match="container is exited"):
-        lb.apply(Fake(status="exited"), WANT)
+    with pytest.raises(k3d_container.ApplyError, match="container is exited"):
+        k3d_fix.apply(Fake(status="exited"), WANT)
 
 
 def test_handle_never_raises_and_reports():
-    entry = lb.handle(Fake(), "k3d-core-serverlb", False, WANT)
+    entry = k3d_fix.handle(Fake(), "k3d-core-serverlb", False, WANT)
     assert entry["changed"] and not entry["failed"] and entry["cluster"] == "core"
     assert entry["diff"][0]["before"] == K3D and entry["udp_session_budget"] == 1024
-    broken = lb.handle(Fake(template="no template"), "k3d-core-serverlb", False, WANT)
+    broken = k3d_fix.handle(Fake(template="no template"), "k3d-core-serverlb", False, WANT)
     assert broken["failed"] and "no 'events {' block" in broken["msg"]
-    assert lb.handle(None, "gone", True, WANT)["msg"] == "no container named gone"
-    skipped = lb.handle(Fake(status="exited"), "k3d-core-serverlb", False, WANT)
+    assert k3d_fix.handle(None, "gone", True, WANT)["msg"] == "no container named gone"
+    skipped = k3d_fix.handle(Fake(status="exited"), "k3d-core-serverlb", False, WANT)
     assert not skipped["failed"] and skipped["msg"] == "skipped: container is exited"
 
 
 def test_render_is_stale_when_k3d_values_were_not_rendered():
     c = Fake(template=patch(K3D), conf=FIXED, limits=[16384])
-    c.fs[lb_container.VALUES_PATH] = VALUES_INDENTED.replace("  443.tcp:\n    - k3d-core-server-0\n", "")
-    assert lb.render_is_stale(c)  # values list a second server that nginx.conf lacks
-    c.fs[lb_container.VALUES_PATH] = ("ports:\n  1053.udp:\n  - k3d-core-server-0\n  443.tcp:\n  - k3d-core-server-0\n"
-                                      "  53.udp:\n  - k3d-core-server-0\nsettings:\n  workerConnections: 1029\n")
-    assert not lb.render_is_stale(c)
+    c.fs[k3d_container.VALUES_PATH] = VALUES_INDENTED.replace("  443.tcp:\n    - k3d-core-server-0\n", "")
+    assert k3d_fix.render_is_stale(c)  # values list a second server that nginx.conf lacks
+    c.fs[k3d_container.VALUES_PATH] = ("ports:\n  1053.udp:\n  - k3d-core-server-0\n  443.tcp:\n  - k3d-core-server-0\n"
+                                       "  53.udp:\n  - k3d-core-server-0\nsettings:\n  workerConnections: 1029\n")
+    assert not k3d_fix.render_is_stale(c)
 
 
 # ------------------------------------------------- an open-file cap (issue 22)
@@ -478,10 +478,10 @@ CAPPED = (FIXED.replace("worker_rlimit_nofile 16384;", "worker_rlimit_nofile 102
 
 def render_capped(c):
     def render(template):
-        if lb_template.BEGIN in template and "{{ $homelabEdgeConnections = 1024 }}" in template:
-            c.fs[lb_container.NGINX_CONF], c.limits = CAPPED, [1024]
-        elif lb_template.BEGIN in template:  # the whole fix asked for: the workers stay at the hard limit
-            c.fs[lb_container.NGINX_CONF], c.limits = FIXED, [1024]
+        if k3d_template.BEGIN in template and "{{ $homelabEdgeConnections = 1024 }}" in template:
+            c.fs[k3d_container.NGINX_CONF], c.limits = CAPPED, [1024]
+        elif k3d_template.BEGIN in template:  # the whole fix asked for: the workers stay at the hard limit
+            c.fs[k3d_container.NGINX_CONF], c.limits = FIXED, [1024]
         return 0, "", ""
     return render
 
@@ -510,23 +510,23 @@ class Observed(Fake):
     (CAPPED, [1024], "capped"),
 ])
 def test_a_capped_load_balancer_is_fixed_with_a_cap_only_once_it_has_the_fix(conf, limits, state):
-    c = Observed(template=K3D if conf is STOCK else lb_template.patch_template(K3D, lb_capacity.capped_want(WANT, 1024)[0]),
+    c = Observed(template=K3D if conf is STOCK else k3d_template.patch_template(K3D, k3d_capacity.capped_want(WANT, 1024)[0]),
                  conf=conf, limits=limits, hard="1024")
-    assert lb_signals.signals(c, WANT, 0)["state"] == state
+    assert k3d_signals.signals(c, WANT, 0)["state"] == state
 
 
 def test_the_keepers_log_windows_meet_without_overlap():
     """The keeper reads each load balancer's log from where its last read ended, to now, both to the fraction of
     a second: a whole-second `since` read the lines of the boundary second twice (rates inflated)."""
     c = Observed(template=patch(K3D), conf=FIXED, limits=[16384])
-    entry = lb_signals.signals(c, WANT, 100.5, until=200.25)
+    entry = k3d_signals.signals(c, WANT, 100.5, until=200.25)
     assert c.log_window == (100.5, 200.25) and entry["not_enough_keys"][-1] == "unnamed"
 
 
 @pytest.mark.parametrize("hard, cap", [(None, None), (16384, None), (65536, None), (524288, None), (1024, 1024),
                                        (4000, 4000), (8192, 8192), (16383, 16383)])
 def test_capped_want_fits_under_the_hard_limit(hard, cap):
-    want, got = lb_capacity.capped_want(WANT, hard)
+    want, got = k3d_capacity.capped_want(WANT, hard)
     assert got == cap
     if cap:
         assert want["worker_rlimit_nofile"] == cap and want["worker_connections"] == min(4096, cap)
@@ -536,18 +536,18 @@ def test_capped_want_fits_under_the_hard_limit(hard, cap):
 
 
 def test_the_capped_template_keeps_every_udp_part_and_clamps_connections():
-    want = lb_capacity.capped_want(WANT, 1024)[0]
-    text = lb_template.patch_template(K3D, want)
+    want = k3d_capacity.capped_want(WANT, 1024)[0]
+    text = k3d_template.patch_template(K3D, want)
     assert "proxy_responses 1;" in text and "proxy_timeout 5s;" in text and "limit_conn homelab_edge_udp" in text
     assert "worker_rlimit_nofile 1024;" in text
     assert "{{- if gt $homelabEdgeConnections 1024 }}{{ $homelabEdgeConnections = 1024 }}{{ end }}" in text
-    assert lb_template.patch_template(text, want) == text  # idempotent
-    assert "if gt" not in lb_template.patch_template(text, WANT)  # the cap lifted: the ceiling goes
+    assert k3d_template.patch_template(text, want) == text  # idempotent
+    assert "if gt" not in k3d_template.patch_template(text, WANT)  # the cap lifted: the ceiling goes
 
 
 def test_apply_under_a_cap_fixes_dns_and_reports_fixed_with_a_cap():
     c = capped_fake()
-    entry = lb.handle(c, "k3d-core-serverlb", False, WANT)
+    entry = k3d_fix.handle(c, "k3d-core-serverlb", False, WANT)
     assert not entry["failed"] and entry["changed"], entry["msg"]
     assert entry["state"] == "capped" and entry["state_text"] == "fixed with a cap (1024 open files)"
     assert entry["open_file_cap"] == 1024 and entry["udp_session_budget"] == 256
@@ -555,7 +555,7 @@ def test_apply_under_a_cap_fixes_dns_and_reports_fixed_with_a_cap():
     warning = [w for w in entry["warnings"] if "fixed with a cap" in w][0]
     assert "--runtime-ulimit nofile=16384:16384" in warning and "default-ulimits" in warning
     assert "TCP (HTTPS, the API) keeps 512 connections" in warning
-    again = lb.handle(c, "k3d-core-serverlb", False, WANT)
+    again = k3d_fix.handle(c, "k3d-core-serverlb", False, WANT)
     assert not again["changed"] and again["state"] == "capped"  # idempotent
 
 
@@ -564,14 +564,14 @@ def test_without_the_capped_path_the_whole_fix_is_rolled_back():
     take, and the load balancer keeps k3d's 600 s UDP hold."""
     c = capped_fake()
     clock = iter(range(1000))
-    original = lb_capacity.capped_want
+    original = k3d_capacity.capped_want
     try:
-        lb_capacity.capped_want = lambda want, hard: (want, None)
-        with pytest.raises(lb_container.ApplyError, match="workers run with open-file limit 1024.*rolled back"):
-            lb.apply(c, WANT, render_timeout=2)
+        k3d_capacity.capped_want = lambda want, hard: (want, None)
+        with pytest.raises(k3d_container.ApplyError, match="workers run with open-file limit 1024.*rolled back"):
+            k3d_fix.apply(c, WANT, render_timeout=2)
     finally:
-        lb_capacity.capped_want = original
-    assert c.fs[lb_container.TEMPLATE_PATH] == K3D
+        k3d_capacity.capped_want = original
+    assert c.fs[k3d_container.TEMPLATE_PATH] == K3D
     del clock
 
 
@@ -580,21 +580,21 @@ def test_a_stock_docker_29_load_balancer_is_fixed_in_full():
     soft 1024 and hard 524288 (moby#51485): nginx raises its own soft limit
     up to the hard one, so the whole fix takes and nothing is capped."""
     c = Fake(limits=[1024], hard="524288")
-    entry = lb.handle(c, "k3d-core-serverlb", False, WANT)
+    entry = k3d_fix.handle(c, "k3d-core-serverlb", False, WANT)
     assert not entry["failed"] and entry["changed"], entry["msg"]
     assert entry["state"] == "fixed" and not entry.get("open_file_cap")
     assert not [w for w in entry["warnings"] if "cap" in w]
-    assert "worker_rlimit_nofile 16384;" in c.fs[lb_container.TEMPLATE_PATH]
+    assert "worker_rlimit_nofile 16384;" in c.fs[k3d_container.TEMPLATE_PATH]
 
 
 def test_require_full_fix_makes_a_capped_load_balancer_a_failure():
-    entry = lb.handle(capped_fake(), "k3d-core-serverlb", False, WANT, require_full_fix=True)
+    entry = k3d_fix.handle(capped_fake(), "k3d-core-serverlb", False, WANT, require_full_fix=True)
     assert entry["failed"] and entry["state"] == "capped" and "require_full_fix" in entry["msg"]
 
 
 def test_check_mode_under_a_cap_says_not_fixed_and_plans_the_capped_fix():
     c = capped_fake()
-    entry = lb.handle(c, "k3d-core-serverlb", False, WANT, check_mode=True)
+    entry = k3d_fix.handle(c, "k3d-core-serverlb", False, WANT, check_mode=True)
     assert entry["changed"] and entry["state"] == "not_fixed" and entry["open_file_cap"] == 1024
     assert "worker_rlimit_nofile 1024;" in entry["diff"][0]["after"] and c.renders == []
 
@@ -602,17 +602,17 @@ def test_check_mode_under_a_cap_says_not_fixed_and_plans_the_capped_fix():
 def test_worker_connections_above_the_rlimit_is_refused():
     options = dict(WANT)
     options.update(worker_connections=65536, worker_rlimit_nofile=1024)
-    problems = lb.validate_options(**options)
+    problems = k3d_fix.validate_options(**options)
     assert any("must not exceed worker_rlimit_nofile" in p for p in problems)
 
 
 def test_state_words():
-    assert lb.state_text("fixed") == "fixed" and lb.state_text("not_fixed") == "not fixed"
-    assert lb.state_text("capped", 1024) == "fixed with a cap (1024 open files)"
+    assert k3d_fix.state_text("fixed") == "fixed" and k3d_fix.state_text("not_fixed") == "not fixed"
+    assert k3d_fix.state_text("capped", 1024) == "fixed with a cap (1024 open files)"
 
 
 def test_the_keeper_refuses_a_config_with_a_missing_key(tmp_path):
-    """As the role installs it: the keeper beside the module's library."""
+    """As the role installs it: the keeper and, under module_utils/ beside it, the library vars/main.yml names."""
     import json
     import os
     import shutil
@@ -620,10 +620,11 @@ def test_the_keeper_refuses_a_config_with_a_missing_key(tmp_path):
     import sys
     root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
     shutil.copy(os.path.join(root, "roles", "k3d_serverlb", "files", "k3d-serverlb-keeper.py"), str(tmp_path))
-    import glob
-    for part in glob.glob(os.path.join(root, "plugins", "module_utils", "k3d_serverlb*.py")) + \
-            [os.path.join(root, "plugins", "module_utils", "nginx_stream.py")]:
-        shutil.copy(part, str(tmp_path))
+    import yaml
+    with open(os.path.join(root, "roles", "k3d_serverlb", "vars", "main.yml")) as f:
+        for name in yaml.safe_load(f)["k3d_serverlb_keeper_library"]:  # as the role installs them
+            os.makedirs(os.path.dirname(str(tmp_path / "module_utils" / name)), exist_ok=True)
+            shutil.copy(os.path.join(root, "plugins", "module_utils", name), str(tmp_path / "module_utils" / name))
     cfg = dict(WANT)
     del cfg["udp_share"]
     (tmp_path / "k.json").write_text(json.dumps(cfg))
@@ -639,14 +640,14 @@ def test_a_live_budget_other_than_the_computed_one_is_a_shortfall():
     connections (a smaller one starves DNS, a larger one lets UDP take
     what HTTPS and the API need)."""
     for wrong in ("512", "4096"):
-        facts = lb_config.parse_live(FIXED.replace("limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp %s;" % wrong))
-        assert lb_config.shortfalls(facts, WANT)
-        assert "UDP 53: session budget %s, not 1024" % wrong in lb_config.shortfalls(facts, WANT)
+        facts = k3d_config.parse_live(FIXED.replace("limit_conn homelab_edge_udp 1024;", "limit_conn homelab_edge_udp %s;" % wrong))
+        assert k3d_config.shortfalls(facts, WANT)
+        assert "UDP 53: session budget %s, not 1024" % wrong in k3d_config.shortfalls(facts, WANT)
 
 
 def test_a_load_balancer_with_a_budget_on_only_some_udp_servers_is_not_budgeted():
     head, tail = FIXED.rsplit("    limit_conn homelab_edge_udp 1024;\n", 1)
-    r = lb_config.report("lb", "c", lb_config.parse_live(head + tail), 16384)
+    r = k3d_config.report("lb", "c", k3d_config.parse_live(head + tail), 16384)
     assert r["udp_servers"] == 2 and r["udp_session_budget"] is None
     assert any("no session budget" in w for w in r["warnings"])
 
@@ -655,62 +656,62 @@ def test_apply_rolls_back_a_render_confd_accepts_but_nginx_never_runs():
     """confd says yes, nginx keeps the stock config: the wait for the new
     workers fails, and the template is put back and rendered."""
     c = Fake(render=lambda template: (0, "", ""))
-    with pytest.raises(lb_container.ApplyError, match="after the render: .*template rolled back and rendered"):
-        lb.apply(c, WANT, render_timeout=1)
-    assert c.fs[lb_container.TEMPLATE_PATH] == K3D
-    assert [lb_template.BEGIN in t for t in c.renders] == [True, False]
+    with pytest.raises(k3d_container.ApplyError, match="after the render: .*template rolled back and rendered"):
+        k3d_fix.apply(c, WANT, render_timeout=1)
+    assert c.fs[k3d_container.TEMPLATE_PATH] == K3D
+    assert [k3d_template.BEGIN in t for t in c.renders] == [True, False]
 
 
 # state=absent: the undo
 
 @pytest.mark.parametrize("kw", [{}, {"cap": 1024}, {"udp_timeout": 9, "udp_share": 30, "worker_rlimit_nofile": 4096}])
 def test_unpatch_gives_k3ds_own_template_back(kw):
-    assert lb_template.unpatch_template(patch(K3D, **kw)) == K3D
+    assert k3d_template.unpatch_template(patch(K3D, **kw)) == K3D
 
 
 def test_unpatch_leaves_a_template_without_the_fix_alone():
     mine = K3D.replace("worker_processes auto;", "worker_processes auto;\nworker_rlimit_nofile 8192;")
-    assert lb_template.unpatch_template(mine) == mine  # not ours: the user's rlimit stays
-    assert not lb_template.is_patched(K3D) and lb_template.is_patched(patch(K3D))
+    assert k3d_template.unpatch_template(mine) == mine  # not ours: the user's rlimit stays
+    assert not k3d_template.is_patched(K3D) and k3d_template.is_patched(patch(K3D))
 
 
 def test_remove_puts_k3ds_template_back_renders_and_checks_nginx():
     c = Fake(template=patch(K3D), conf=FIXED, limits=[16384])
-    res = lb.remove(c)
+    res = k3d_fix.remove(c)
     assert res["changed"] and res["reasons"][0] == "template patched by homelab.edge"
-    assert c.fs[lb_container.TEMPLATE_PATH] == K3D and len(c.renders) == 1
-    assert c.fs[lb_container.VALUES_PATH] == VALUES_K3D
-    assert lb._live_fix(c.fs[lb_container.NGINX_CONF]) == []
+    assert c.fs[k3d_container.TEMPLATE_PATH] == K3D and len(c.renders) == 1
+    assert c.fs[k3d_container.VALUES_PATH] == VALUES_K3D
+    assert k3d_fix._live_fix(c.fs[k3d_container.NGINX_CONF]) == []
 
 
 def test_remove_is_idempotent_and_check_mode_writes_nothing():
     c = Fake()
-    assert not lb.remove(c)["changed"] and c.renders == []
+    assert not k3d_fix.remove(c)["changed"] and c.renders == []
     c = Fake(template=patch(K3D), conf=FIXED)
     before = dict(c.fs)
-    res = lb.remove(c, check_mode=True)
+    res = k3d_fix.remove(c, check_mode=True)
     assert res["changed"] and c.fs == before and c.renders == [] and res["template"] == (patch(K3D), K3D)
 
 
 def test_remove_renders_when_nginx_still_runs_the_fix():
     """The template is k3d's already (a half-done earlier undo) but nginx runs the fix: render."""
     c = Fake(template=K3D, conf=FIXED)
-    res = lb.remove(c)
+    res = k3d_fix.remove(c)
     assert res["reasons"] and "template patched by homelab.edge" not in res["reasons"] and len(c.renders) == 1
 
 
 def test_remove_rolls_back_when_the_render_does_not_take():
     c = Fake(template=patch(K3D), conf=FIXED, render=lambda template: (0, "", ""))  # nginx keeps the fix
     clock = iter(range(100))
-    with pytest.raises(lb_container.ApplyError, match="after the render: nginx runs the UDP session budget.*rolled back"):
-        lb.remove(c, render_timeout=3, sleep=lambda s: None, clock=lambda: next(clock))
-    assert c.fs[lb_container.TEMPLATE_PATH] == patch(K3D)
+    with pytest.raises(k3d_container.ApplyError, match="after the render: nginx runs the UDP session budget.*rolled back"):
+        k3d_fix.remove(c, render_timeout=3, sleep=lambda s: None, clock=lambda: next(clock))
+    assert c.fs[k3d_container.TEMPLATE_PATH] == patch(K3D)
 
 
 def test_handle_absent_reports_removed():
-    entry = lb.handle(Fake(template=patch(K3D), conf=FIXED), "k3d-core-serverlb", False, WANT, absent=True)
+    entry = k3d_fix.handle(Fake(template=patch(K3D), conf=FIXED), "k3d-core-serverlb", False, WANT, absent=True)
     assert entry["changed"] and entry["state"] == "removed" and entry["state_text"] == "k3d's own (fix removed)"
     assert entry["diff"][0]["after"] == K3D
-    check = lb.handle(Fake(template=patch(K3D), conf=FIXED), "k3d-core-serverlb", False, WANT, check_mode=True,
-                      absent=True)
+    check = k3d_fix.handle(Fake(template=patch(K3D), conf=FIXED), "k3d-core-serverlb", False, WANT, check_mode=True,
+                           absent=True)
     assert check["msg"].startswith("would remove the fix: template patched by homelab.edge")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import netns_sockets as n
+from ansible_collections.homelab.edge.plugins.module_utils import netns_sockets
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
 
@@ -32,34 +32,34 @@ def samples(text):
 
 
 def test_the_counters_are_read_from_the_three_files():
-    got = n.sample({"sockstat": SOCKSTAT, "snmp": SNMP, "netstat": NETSTAT})
+    got = netns_sockets.sample({"sockstat": SOCKSTAT, "snmp": SNMP, "netstat": NETSTAT})
     assert got == {"homelab_edge_netns_tcp_time_wait": 9000, "homelab_edge_netns_tcp_orphans": 2,
                    "homelab_edge_netns_tcp_established": 5, "homelab_edge_netns_tcp_passive_opens_total": 15000,
                    "homelab_edge_netns_tcp_listen_overflows_total": 321, "homelab_edge_netns_tcp_listen_drops_total": 330}
 
 
 def test_a_field_the_kernel_lacks_is_left_out_and_a_torn_file_refused():
-    assert n.sample({"sockstat": "TCP: inuse 1\n", "snmp": "", "netstat": ""}) == {}
+    assert netns_sockets.sample({"sockstat": "TCP: inuse 1\n", "snmp": "", "netstat": ""}) == {}
     with pytest.raises(ValueError):
-        n.parse_pairs("Tcp: A B\nIp: 1 2\n")
+        netns_sockets.parse_pairs("Tcp: A B\nIp: 1 2\n")
 
 
 def test_the_textfile_has_each_container_and_says_which_are_not_running():
-    got = samples(n.text({"traefik": n.sample({"sockstat": SOCKSTAT, "snmp": SNMP, "netstat": NETSTAT}),
-                          'odd"name': None}, 1700000000))
+    got = samples(netns_sockets.text({"traefik": netns_sockets.sample({"sockstat": SOCKSTAT, "snmp": SNMP, "netstat": NETSTAT}),
+                                      'odd"name': None}, 1700000000))
     assert got['homelab_edge_netns_up{container="traefik"}'] == "1"
     assert got['homelab_edge_netns_up{container="odd\\"name"}'] == "0"
     assert got['homelab_edge_netns_tcp_time_wait{container="traefik"}'] == "9000"
     assert got['homelab_edge_netns_tcp_passive_opens_total{container="traefik"}'] == "15000"
     assert not [k for k in got if 'odd' in k and not k.startswith("homelab_edge_netns_up")]
     assert got["homelab_edge_netns_last_write_timestamp_seconds"] == "1700000000"
-    kinds = [ln.split()[3] for ln in n.text({}, 0).splitlines() if ln.startswith("# TYPE")]
+    kinds = [ln.split()[3] for ln in netns_sockets.text({}, 0).splitlines() if ln.startswith("# TYPE")]
     assert kinds.count("counter") == 3 and "untyped" not in kinds
 
 
 def passive_opens():
     with open("/proc/%d/net/snmp" % os.getpid()) as f:
-        return n.parse_pairs(f.read())["Tcp:"]["PassiveOpens"]
+        return netns_sockets.parse_pairs(f.read())["Tcp:"]["PassiveOpens"]
 
 
 def test_the_writer_reads_the_namespace_of_the_containers_pid(tmp_path):
@@ -80,7 +80,7 @@ def test_the_writer_reads_the_namespace_of_the_containers_pid(tmp_path):
     res = subprocess.run([sys.executable, str(lib / "homelab-edge-netns-sockets.py"), "--dir", str(out), "traefik", "gone"],
                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
-    got = samples((out / n.FILE).read_text())
+    got = samples((out / netns_sockets.FILE).read_text())
     assert got['homelab_edge_netns_up{container="traefik"}'] == "1" and got['homelab_edge_netns_up{container="gone"}'] == "0"
     # the namespace's counter keeps growing while other programs accept: bounded by a read before and after
     assert before <= int(got['homelab_edge_netns_tcp_passive_opens_total{container="traefik"}']) <= passive_opens()

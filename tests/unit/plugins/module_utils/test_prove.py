@@ -7,24 +7,24 @@ import time
 
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import prove
-from ansible_collections.homelab.edge.plugins.module_utils import prove_net
+from ansible_collections.homelab.edge.plugins.module_utils.prove import checks as prove_checks
+from ansible_collections.homelab.edge.plugins.module_utils.prove import net as prove_net
 
 
 def test_k3d_plan_within_the_budget():
     # the fix's defaults: 4096 connections, 50 % for UDP -> 1024 sessions; 20/s x 5 s = 100 sessions
-    plan = prove.k3d_plan(20, 200, 2.0, 5, 1024, 25)
+    plan = prove_checks.k3d_plan(20, 200, 2.0, 5, 1024, 25)
     assert plan["peak_sessions"] == 100 and plan["sessions_allowed"] == 256
     assert plan["seconds"] == 10 and plan["bound_s"] == 22
 
 
 def test_k3d_plan_refuses_a_rate_that_would_take_the_budget():
-    with pytest.raises(prove.PlanError, match=r"hold up to 500 sessions, over 25 % of the UDP budget \(1024\): "
-                                              r"lower the rate to 51/s or less"):
-        prove.k3d_plan(100, 1000, 2.0, 5, 1024, 25)
+    with pytest.raises(prove_checks.PlanError, match=r"hold up to 500 sessions, over 25 % of the UDP budget \(1024\): "
+                       r"lower the rate to 51/s or less"):
+        prove_checks.k3d_plan(100, 1000, 2.0, 5, 1024, 25)
     # a stock load balancer's 600 s timeout: even 1 query/s is too much for a small budget
-    with pytest.raises(prove.PlanError):
-        prove.k3d_plan(1, 100, 2.0, 600, 256, 25)
+    with pytest.raises(prove_checks.PlanError):
+        prove_checks.k3d_plan(1, 100, 2.0, 600, 256, 25)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -35,8 +35,8 @@ def test_k3d_plan_refuses_a_rate_that_would_take_the_budget():
     ((20, 10, 2.0, 5, 1024, 51), "the share of the UDP budget is 51"),
 ])
 def test_k3d_plan_hard_bounds(args, words):
-    with pytest.raises(prove.PlanError, match=words):
-        prove.k3d_plan(*args)
+    with pytest.raises(prove_checks.PlanError, match=words):
+        prove_checks.k3d_plan(*args)
 
 
 @pytest.mark.parametrize("entry, words", [
@@ -46,14 +46,14 @@ def test_k3d_plan_hard_bounds(args, words):
      "k3d-a-serverlb is not fixed (udp 53: proxy_timeout 600s): DNS load would fill its connections"),
 ])
 def test_k3d_refusal(entry, words):
-    assert words in prove.k3d_refusal(entry)
-    assert "homelab.edge.site --tags k3d" in prove.k3d_refusal(dict(entry, state="not_fixed", running=True,
-                                                                    error=None))
+    assert words in prove_checks.k3d_refusal(entry)
+    assert "homelab.edge.site --tags k3d" in prove_checks.k3d_refusal(dict(entry, state="not_fixed", running=True,
+                                                                           error=None))
 
 
 @pytest.mark.parametrize("state", ["fixed", "capped"])
 def test_k3d_refusal_none_for_a_fixed_load_balancer(state):
-    assert prove.k3d_refusal({"name": "lb", "running": True, "state": state}) is None
+    assert prove_checks.k3d_refusal({"name": "lb", "running": True, "state": state}) is None
 
 
 GOOD = {"planned": 200, "sent": 200, "answered": 200, "send_errors": 0, "not_enough": 0, "probes_ok": 60,
@@ -61,7 +61,7 @@ GOOD = {"planned": 200, "sent": 200, "answered": 200, "send_errors": 0, "not_eno
 
 
 def test_k3d_verdict_proved():
-    assert prove.k3d_verdict(GOOD, 4096, 25) == ("proved", [])
+    assert prove_checks.k3d_verdict(GOOD, 4096, 25) == ("proved", [])
 
 
 @pytest.mark.parametrize("change, words", [
@@ -75,21 +75,21 @@ def test_k3d_verdict_proved():
     ({"peak_connections": None}, "could not be read"),
 ])
 def test_k3d_verdict_fails_on_each_broken_measure(change, words):
-    status, why = prove.k3d_verdict(dict(GOOD, **change), 4096, 25)
+    status, why = prove_checks.k3d_verdict(dict(GOOD, **change), 4096, 25)
     assert status == "failed" and any(words in w for w in why), why
 
 
 def test_connlimit_plan_and_bounds():
-    plan = prove.connlimit_plan(100, 10, 2, 3.0)
+    plan = prove_checks.connlimit_plan(100, 10, 2, 3.0)
     assert plan["connections"] == 110 and plan["bound_s"] == 13 and plan["at_least"] == 90
-    assert [prove.connlimit_floor(n) for n in (200, 100, 20, 3)] == [180, 90, 15, 0]
-    with pytest.raises(prove.PlanError, match="the limit is 1995"):
-        prove.connlimit_plan(1995, 10, 2, 3.0)
-    with pytest.raises(prove.PlanError, match="the hold time is 31"):
-        prove.connlimit_plan(100, 10, 31, 3.0)
+    assert [prove_checks.connlimit_floor(n) for n in (200, 100, 20, 3)] == [180, 90, 15, 0]
+    with pytest.raises(prove_checks.PlanError, match="the limit is 1995"):
+        prove_checks.connlimit_plan(1995, 10, 2, 3.0)
+    with pytest.raises(prove_checks.PlanError, match="the hold time is 31"):
+        prove_checks.connlimit_plan(100, 10, 31, 3.0)
 
 
-PLAN = prove.connlimit_plan(100, 10, 2, 3.0)
+PLAN = prove_checks.connlimit_plan(100, 10, 2, 3.0)
 
 
 @pytest.mark.parametrize("counts, status, words", [
@@ -107,32 +107,32 @@ PLAN = prove.connlimit_plan(100, 10, 2, 3.0)
      "5 failed otherwise: EHOSTUNREACH"),
 ])
 def test_connlimit_verdict(counts, status, words):
-    got, why = prove.connlimit_verdict(PLAN, counts)
+    got, why = prove_checks.connlimit_verdict(PLAN, counts)
     assert got == status
     assert (not why) if words is None else any(words in w for w in why)
 
 
 def test_unreachable_reason():
-    assert prove.unreachable_reason("established") is None
-    assert "refused" in prove.unreachable_reason("reset")
-    assert "no answer" in prove.unreachable_reason("timeout")
+    assert prove_checks.unreachable_reason("established") is None
+    assert "refused" in prove_checks.unreachable_reason("reset")
+    assert "no answer" in prove_checks.unreachable_reason("timeout")
 
 
 def test_table_and_summary():
-    rows = [prove.row("k3d", "k3d DNS load", "lb", "all answered", "200/200", "proved"),
-            prove.row("vps", "VPS connection limit", "1.2.3.4:80", "at most 100", "110 established", "failed",
-                      ["110 established, 0 reset"])]
-    lines = prove.table(rows)
+    rows = [prove_checks.row("k3d", "k3d DNS load", "lb", "all answered", "200/200", "proved"),
+            prove_checks.row("vps", "VPS connection limit", "1.2.3.4:80", "at most 100", "110 established", "failed",
+                             ["110 established, 0 reset"])]
+    lines = prove_checks.table(rows)
     assert lines[0].split() == ["host", "check", "target", "expected", "measured", "status"]
     assert lines[1].startswith("k3d ") and lines[1].endswith("proved")
     assert lines[3] == "    - 110 established, 0 reset"
-    assert prove.summary(rows) == {"counts": {"proved": 1, "failed": 1, "refused": 0, "skipped": 0, "planned": 0},
-                                   "ok": False}
-    assert prove.summary(rows[:1])["ok"]
+    assert prove_checks.summary(rows) == {"counts": {"proved": 1, "failed": 1, "refused": 0, "skipped": 0, "planned": 0},
+                                          "ok": False}
+    assert prove_checks.summary(rows[:1])["ok"]
     # skipped alone proves nothing; a refused check fails the run
-    assert not prove.summary([dict(rows[0], status="skipped")])["ok"]
-    assert not prove.summary([rows[0], dict(rows[0], status="refused")])["ok"]
-    assert prove.summary([dict(rows[0], status="planned")])["ok"]
+    assert not prove_checks.summary([dict(rows[0], status="skipped")])["ok"]
+    assert not prove_checks.summary([rows[0], dict(rows[0], status="refused")])["ok"]
+    assert prove_checks.summary([dict(rows[0], status="planned")])["ok"]
 
 
 # --- traffic, on loopback only ---
@@ -254,15 +254,15 @@ def test_every_runs_bounded_rounds():
 
 
 def test_inflight_plan_and_bounds():
-    plan = prove.inflight_plan(400, 10, 20)
+    plan = prove_checks.inflight_plan(400, 10, 20)
     assert plan["requests"] == 410 and plan["bound_s"] == 60
-    with pytest.raises(prove.PlanError, match="the amount is 1991"):
-        prove.inflight_plan(1991, 10, 20)
-    with pytest.raises(prove.PlanError, match="the request timeout is 61"):
-        prove.inflight_plan(400, 10, 61)
+    with pytest.raises(prove_checks.PlanError, match="the amount is 1991"):
+        prove_checks.inflight_plan(1991, 10, 20)
+    with pytest.raises(prove_checks.PlanError, match="the request timeout is 61"):
+        prove_checks.inflight_plan(400, 10, 61)
 
 
-INFLIGHT = prove.inflight_plan(400, 10, 20)
+INFLIGHT = prove_checks.inflight_plan(400, 10, 20)
 
 
 @pytest.mark.parametrize("answers, status, words", [
@@ -273,7 +273,7 @@ INFLIGHT = prove.inflight_plan(400, 10, 20)
     ({"200": 400, "unfinished": 10}, "failed", "0 answered 429 of the 10 over the amount"),
 ])
 def test_inflight_verdict(answers, status, words):
-    got, why = prove.inflight_verdict(INFLIGHT, answers)
+    got, why = prove_checks.inflight_verdict(INFLIGHT, answers)
     assert got == status
     assert (not why) if words is None else any(words in w for w in why), why
 

@@ -1,11 +1,11 @@
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain as td
+from ansible_collections.homelab.edge.plugins.module_utils.tcp_drain import sysctl as tcp_drain_sysctl
 
 
 def test_valid_values():
-    assert td.validate({"net.ipv4.tcp_fin_timeout": 15, "net.ipv4.tcp_abort_on_overflow": "1"}) == []
-    assert td.normalize({"net.ipv4.tcp_abort_on_overflow": "1"}) == {"net.ipv4.tcp_abort_on_overflow": 1}
+    assert tcp_drain_sysctl.validate({"net.ipv4.tcp_fin_timeout": 15, "net.ipv4.tcp_abort_on_overflow": "1"}) == []
+    assert tcp_drain_sysctl.normalize({"net.ipv4.tcp_abort_on_overflow": "1"}) == {"net.ipv4.tcp_abort_on_overflow": 1}
 
 
 @pytest.mark.parametrize("values, words", [
@@ -17,7 +17,7 @@ def test_valid_values():
     ({"net.netfilter.nf_conntrack_tcp_timeout_time_wait": 99999}, "between 1 and 3600"),
 ])
 def test_invalid_values(values, words):
-    problems = td.validate(values)
+    problems = tcp_drain_sysctl.validate(values)
     assert len(problems) == 1 and words in problems[0]
 
 
@@ -28,25 +28,25 @@ def test_invalid_values(values, words):
     ("sysctl: something else", "error"),
 ])
 def test_classify_error(stderr, reason):
-    assert td.classify_error(stderr) == reason
+    assert tcp_drain_sysctl.classify_error(stderr) == reason
 
 
 def test_explain_says_what_to_do():
-    assert "nf_conntrack" in td.explain("net.netfilter.nf_conntrack_tcp_timeout_time_wait", "missing", "the host")
-    assert "compose 'sysctls:'" in td.explain("net.ipv4.tcp_fin_timeout", "read-only", "container x")
+    assert "nf_conntrack" in tcp_drain_sysctl.explain("net.netfilter.nf_conntrack_tcp_timeout_time_wait", "missing", "the host")
+    assert "compose 'sysctls:'" in tcp_drain_sysctl.explain("net.ipv4.tcp_fin_timeout", "read-only", "container x")
 
 
 def test_a_refused_write_as_a_plain_user_says_become():
     err = "sysctl: permission denied on key \"net.ipv4.tcp_fin_timeout\""
-    assert td.classify_error(err, root=False) == "not-root"
-    assert td.classify_error(err, root=True) == "read-only"
-    assert "become: true" in td.explain("net.ipv4.tcp_fin_timeout", "not-root", "the host")
+    assert tcp_drain_sysctl.classify_error(err, root=False) == "not-root"
+    assert tcp_drain_sysctl.classify_error(err, root=True) == "read-only"
+    assert "become: true" in tcp_drain_sysctl.explain("net.ipv4.tcp_fin_timeout", "not-root", "the host")
 
 
 def test_only_the_keys_the_module_changed_are_put_back_and_the_first_value_before_wins():
     keys = {"net.ipv4.tcp_fin_timeout": {"before": 60, "after": 15, "status": "changed"},
             "net.ipv4.tcp_abort_on_overflow": {"before": 1, "after": 1, "status": "ok"},
             "net.netfilter.nf_conntrack_tcp_timeout_time_wait": {"before": None, "after": None, "status": "missing"}}
-    assert td.remember_before({}, keys) == {"net.ipv4.tcp_fin_timeout": 60}
+    assert tcp_drain_sysctl.remember_before({}, keys) == {"net.ipv4.tcp_fin_timeout": 60}
     later = {"net.ipv4.tcp_fin_timeout": {"before": 15, "after": 20, "status": "changed"}}
-    assert td.remember_before({"net.ipv4.tcp_fin_timeout": 60}, later) == {"net.ipv4.tcp_fin_timeout": 60}
+    assert tcp_drain_sysctl.remember_before({"net.ipv4.tcp_fin_timeout": 60}, later) == {"net.ipv4.tcp_fin_timeout": 60}

@@ -4,7 +4,7 @@
 a user's /etc/sysctl.conf or drop-in beside the role's."""
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain_boot as tdb
+from ansible_collections.homelab.edge.plugins.module_utils.tcp_drain import boot as tcp_drain_boot
 
 FIN, ABORT = "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_abort_on_overflow"
 CT = "net.netfilter.nf_conntrack_tcp_timeout_time_wait"
@@ -88,7 +88,7 @@ def ubuntu(sysctl_conf=DEBIAN_SYSCTL_CONF, extra=()):
 
 
 def ours(path=DROPIN, values=None):
-    return f(path, tdb.drop_in_text(values or WANT))
+    return f(path, tcp_drain_boot.drop_in_text(values or WANT))
 
 
 GUIDE = DEBIAN_SYSCTL_CONF + "\n# from a hardening guide\nnet.ipv4.tcp_fin_timeout = 30\n"
@@ -101,15 +101,15 @@ GUIDE = DEBIAN_SYSCTL_CONF + "\n# from a hardening guide\nnet.ipv4.tcp_fin_timeo
     ("net/ipv4/conf/enp3s0.200/forwarding", "net/ipv4/conf/enp3s0.200/forwarding"),
 ])
 def test_keys_are_compared_as_systemd_normalizes_them(key, path):
-    assert tdb.to_path(key) == path
+    assert tcp_drain_boot.to_path(key) == path
 
 
 def test_parse_reads_assignments_exclusions_and_the_dash_prefix():
     text = "# c\n; c\n\n  net.ipv4.tcp_fin_timeout=30  \n-net.ipv4.tcp_abort_on_overflow = 0\n" \
            "-net.ipv4.conf.all.rp_filter\nnot an assignment\n"
-    assert tdb.parse(text) == [(4, "net.ipv4.tcp_fin_timeout", "net/ipv4/tcp_fin_timeout", "30"),
-                               (5, "-net.ipv4.tcp_abort_on_overflow", "net/ipv4/tcp_abort_on_overflow", "0"),
-                               (6, "-net.ipv4.conf.all.rp_filter", "net/ipv4/conf/all/rp_filter", None)]
+    assert tcp_drain_boot.parse(text) == [(4, "net.ipv4.tcp_fin_timeout", "net/ipv4/tcp_fin_timeout", "30"),
+                                          (5, "-net.ipv4.tcp_abort_on_overflow", "net/ipv4/tcp_abort_on_overflow", "0"),
+                                          (6, "-net.ipv4.conf.all.rp_filter", "net/ipv4/conf/all/rp_filter", None)]
 
 
 # (layout, what boot sets fin_timeout to, from which file and line)
@@ -151,12 +151,12 @@ BOOT_CASES = [
 
 @pytest.mark.parametrize("name, files, value, path, line", BOOT_CASES, ids=[c[0] for c in BOOT_CASES])
 def test_what_boot_applies(name, files, value, path, line):
-    got = tdb.boot_values(files, WANT)[FIN]
+    got = tcp_drain_boot.boot_values(files, WANT)[FIN]
     assert (got["value"], got["path"], got["line"]) == (value, path, line)
 
 
 def test_files_are_read_sorted_by_name_across_directories():
-    order = [x["path"] for x in tdb.applied_files(ubuntu(extra=[ours()]))]
+    order = [x["path"] for x in tcp_drain_boot.applied_files(ubuntu(extra=[ours()]))]
     assert order == ["/etc/sysctl.d/10-console-messages.conf", "/etc/sysctl.d/10-ipv6-privacy.conf",
                      "/etc/sysctl.d/10-kernel-hardening.conf", "/etc/sysctl.d/10-magic-sysrq.conf",
                      "/etc/sysctl.d/10-network-security.conf", "/etc/sysctl.d/10-ptrace.conf",
@@ -164,7 +164,7 @@ def test_files_are_read_sorted_by_name_across_directories():
                      "/usr/lib/sysctl.d/50-pid-max.conf", DROPIN, "/usr/lib/sysctl.d/99-protect-links.conf",
                      "/etc/sysctl.d/99-sysctl.conf"]
     # Debian's /lib is /usr/lib: one of each name
-    assert [x["path"] for x in tdb.applied_files(debian12())] == [
+    assert [x["path"] for x in tcp_drain_boot.applied_files(debian12())] == [
         "/usr/lib/sysctl.d/50-pid-max.conf", "/usr/lib/sysctl.d/99-protect-links.conf", "/etc/sysctl.d/99-sysctl.conf"]
 
 
@@ -173,7 +173,7 @@ def test_systemds_own_example_of_globs_and_exclusions():
     files = [f("/etc/sysctl.d/20-rp_filter.conf", "net.ipv4.conf.default.rp_filter = 2\nnet.ipv4.conf.*.rp_filter = 2\n"
                                                   "-net.ipv4.conf.all.rp_filter\nnet.ipv4.conf.hub0.rp_filter = 1\n")]
     keys = ["net.ipv4.conf.%s.rp_filter" % i for i in ("default", "eth0", "all", "hub0")]
-    got = tdb.boot_values(files, dict((k, 0) for k in keys))
+    got = tcp_drain_boot.boot_values(files, dict((k, 0) for k in keys))
     assert [got[k]["value"] for k in keys] == [2, 2, None, 1]
 
 
@@ -207,17 +207,17 @@ PLAN_CASES = [
 
 @pytest.mark.parametrize("name, files, order, path, conflicts", PLAN_CASES, ids=[c[0] for c in PLAN_CASES])
 def test_plan(name, files, order, path, conflicts):
-    got = tdb.plan(files, WANT, DROPIN, order)
+    got = tcp_drain_boot.plan(files, WANT, DROPIN, order)
     assert got["path"] == path
     assert ["%s:%d %s=%s" % (c["path"], c["line"], c["key"], c["value"]) for c in got["conflicts"]] == conflicts
     assert (got["refusal"] is None) == (path is not None)
     if path:  # where it is written, boot applies what was asked
-        after = tdb.boot_values(files + [ours(path)], WANT)
+        after = tcp_drain_boot.boot_values(files + [ours(path)], WANT)
         assert dict((k, v["value"]) for k, v in after.items()) == WANT
 
 
 def test_the_refusal_names_file_line_key_and_what_to_do():
-    msg = tdb.plan(debian12(GUIDE), WANT, DROPIN, "refuse")["refusal"]
+    msg = tcp_drain_boot.plan(debian12(GUIDE), WANT, DROPIN, "refuse")["refusal"]
     for words in ("/etc/sysctl.d/99-sysctl.conf (-> ../sysctl.conf) line 19 sets net.ipv4.tcp_fin_timeout = 30",
                   "after %s" % DROPIN, "the next boot would undo net.ipv4.tcp_fin_timeout",
                   "Change or remove those lines", "tcp_drain_boot_order: win", "Nothing was changed."):
@@ -226,54 +226,54 @@ def test_the_refusal_names_file_line_key_and_what_to_do():
 
 def test_win_moves_its_own_drop_in_and_back_when_the_conflict_is_gone():
     win = "/etc/sysctl.d/99-zzz-homelab-edge-drain.conf"
-    got = tdb.plan(debian12(GUIDE, [ours()]), WANT, DROPIN, "win")
+    got = tcp_drain_boot.plan(debian12(GUIDE, [ours()]), WANT, DROPIN, "win")
     assert got["path"] == win and got["remove"] == [DROPIN]
     # the user drops their line: the configured name again, the moved one removed
-    got = tdb.plan(debian12(extra=[ours(win)]), WANT, DROPIN, "win")
+    got = tcp_drain_boot.plan(debian12(extra=[ours(win)]), WANT, DROPIN, "win")
     assert got["path"] == DROPIN and got["remove"] == [win]
     # the module's own file under a later name is not a conflict of its own
-    assert tdb.plan(debian12(extra=[ours(win, {FIN: 30, ABORT: 1})]), WANT, DROPIN, "refuse")["conflicts"] == []
+    assert tcp_drain_boot.plan(debian12(extra=[ours(win, {FIN: 30, ABORT: 1})]), WANT, DROPIN, "refuse")["conflicts"] == []
 
 
 def test_a_file_of_anothers_under_a_name_the_drop_in_may_take_is_neither_replaced_nor_removed():
     theirs = f("/etc/sysctl.d/99-zzz-homelab-edge-drain.conf", "net.ipv4.tcp_fin_timeout = 30\n")
-    got = tdb.plan(debian12(GUIDE, [theirs]), WANT, DROPIN, "win")
+    got = tcp_drain_boot.plan(debian12(GUIDE, [theirs]), WANT, DROPIN, "win")
     assert got["path"] == "/etc/sysctl.d/zz-homelab-edge-drain.conf" and got["remove"] == []
 
 
 def test_the_drop_in_written_by_the_roles_template_before_is_the_modules_own():
     old = f(DROPIN, "# Ansible managed\n# homelab.edge.tcp_drain: shorter drain after a connection flood. Per network\n"
                     "net.ipv4.tcp_fin_timeout = 15\n")
-    assert tdb.is_ours(old)
-    assert tdb.plan(debian12(GUIDE, [old]), WANT, DROPIN, "win")["remove"] == [DROPIN]
+    assert tcp_drain_boot.is_ours(old)
+    assert tcp_drain_boot.plan(debian12(GUIDE, [old]), WANT, DROPIN, "win")["remove"] == [DROPIN]
 
 
 @pytest.mark.parametrize("files, loaded", [
     ([f("/etc/modules-load.d/modules.conf", "# /etc/modules\n", "../modules")], False),
-    ([f("/etc/modules-load.d/homelab-edge-conntrack.conf", tdb.modules_load_text())], True),
+    ([f("/etc/modules-load.d/homelab-edge-conntrack.conf", tcp_drain_boot.modules_load_text())], True),
     ([f("/etc/modules-load.d/modules.conf", "nf-conntrack\n", "../modules")], True),
     ([f("/usr/lib/modules-load.d/k8s.conf", "nf_conntrack\n"), f("/etc/modules-load.d/k8s.conf", "", "/dev/null")],
      False),
 ])
 def test_conntrack_at_boot_only_where_modules_load_d_loads_it(files, loaded):
-    assert (tdb.CONNTRACK_MODULE in tdb.modules_loaded(files)) == loaded
+    assert (tcp_drain_boot.CONNTRACK_MODULE in tcp_drain_boot.modules_loaded(files)) == loaded
 
 
 def test_report_and_summary_put_the_boot_value_beside_the_live_one():
     want = dict(WANT, **{CT: 30})
-    boot = tdb.boot_values(debian12(GUIDE, [ours(values=want)]), want)
-    rep = tdb.report(boot, {FIN: 15, ABORT: 1, CT: 30}, want, conntrack_at_boot=False)
+    boot = tcp_drain_boot.boot_values(debian12(GUIDE, [ours(values=want)]), want)
+    rep = tcp_drain_boot.report(boot, {FIN: 15, ABORT: 1, CT: 30}, want, conntrack_at_boot=False)
     assert rep[FIN] == {"boot": 30, "live": 15, "from": "/etc/sysctl.d/99-sysctl.conf:19", "status": "differs"}
     assert rep[ABORT]["status"] == "same" and rep[CT]["status"] == "module-late"
-    words = tdb.summary(rep)
+    words = tcp_drain_boot.summary(rep)
     assert "tcp_fin_timeout=15 (boot 30 from /etc/sysctl.d/99-sysctl.conf:19)" in words
     assert "tcp_abort_on_overflow=1 (boot 1)" in words
     assert "nf_conntrack loads after systemd-sysctl" in words
-    assert tdb.report(boot, {CT: 30}, {CT: 30}, conntrack_at_boot=True)[CT]["status"] == "same"
-    assert tdb.report({}, {FIN: 15}, {FIN: 15}, False)[FIN]["status"] == "not-set"
+    assert tcp_drain_boot.report(boot, {CT: 30}, {CT: 30}, conntrack_at_boot=True)[CT]["status"] == "same"
+    assert tcp_drain_boot.report({}, {FIN: 15}, {FIN: 15}, False)[FIN]["status"] == "not-set"
 
 
 def test_a_file_of_anothers_under_the_configured_name_is_not_overwritten():
     theirs = f(DROPIN, "# my own tuning\nnet.ipv4.tcp_fin_timeout = 15\n")
-    got = tdb.plan(debian12(extra=[theirs]), WANT, DROPIN, "refuse")
+    got = tcp_drain_boot.plan(debian12(extra=[theirs]), WANT, DROPIN, "refuse")
     assert got["path"] is None and got["refusal"].startswith("%s exists and is not the module's" % DROPIN)

@@ -7,9 +7,9 @@ import tomllib
 
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import toml_text
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik
-from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError, apply_changes
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import toml_text
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
+from ansible_collections.homelab.edge.plugins.module_utils.traefik.text_edit import EditError, apply_changes
 
 DOCS_STYLE = """# Static config (Traefik's docs style) - keep my comments
 [global]
@@ -71,7 +71,7 @@ websecure = { address = ":443" }
 
 
 def changes_for(text, opts):
-    return traefik.static_changes(toml_text.parse(text, "traefik.toml"), opts)
+    return traefik_inflight.static_changes(toml_text.parse(text, "traefik.toml"), opts)
 
 
 @pytest.mark.parametrize("style, text, opts, refused", STYLES, ids=[s[0] for s in STYLES])
@@ -89,7 +89,7 @@ def test_every_toml_style_is_changed_correctly_or_refused_clearly(style, text, o
     assert all("filename" in ln or "middlewares" in ln or ln.rstrip().endswith('"') for ln in removed), removed
     if "\r\n" in text:
         assert new.count("\n") == new.count("\r\n")
-    mws = traefik.lookup(tomllib.loads(new), ["entryPoints", "websecure", "http", "middlewares"])
+    mws = traefik_inflight.lookup(tomllib.loads(new), ["entryPoints", "websecure", "http", "middlewares"])
     assert mws[-1] == "inflight-limit@file"
     again = dict(opts, provider=DIRECTORY)
     assert changes_for(new, again) == []
@@ -159,4 +159,4 @@ def test_a_new_table_goes_after_the_whole_table_before_it(what, text, change, af
     if option:
         line, path, value = option
         uncommented = new.replace(line, line.replace("# ", "", 1))
-        assert traefik.lookup(tomllib.loads(uncommented), path) == value
+        assert traefik_inflight.lookup(tomllib.loads(uncommented), path) == value

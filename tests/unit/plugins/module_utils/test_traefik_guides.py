@@ -17,8 +17,8 @@ import shutil
 import pytest
 import yaml
 
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik
-from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
+from ansible_collections.homelab.edge.plugins.module_utils.traefik.text_edit import EditError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GUIDES = os.path.join(HERE, "..", "..", "fixtures", "traefik_guides")
@@ -205,7 +205,7 @@ def from_compose(case):
         services = compose.setdefault("services", {})
         for n, svc in (doc.get("services") or {}).items():
             services[n] = merged(services.get(n) or {}, svc or {})
-        for inc in traefik.included_files(doc):
+        for inc in traefik_inflight.included_files(doc):
             if not os.path.exists(os.path.join(case, inc)):
                 continue  # the guide's other services (kept out of the case)
             included = interpolate(yaml.safe_load(read(os.path.join(case, inc))), env)
@@ -237,13 +237,13 @@ def from_compose(case):
 def limited_entrypoints(facts, static_text, where):
     """The entrypoints a user would name: the HTTPS ones (port 443 or 8443), else the first HTTP one."""
     if facts["source"]["mode"] == "file":
-        eps = traefik.lookup(traefik.parse_static(static_text, where["static"]), ["entryPoints"]) or {}
-        addresses = dict((e, traefik.lookup(eps, [e, "address"])) for e in eps)
+        eps = traefik_inflight.lookup(traefik_inflight.parse_static(static_text, where["static"]), ["entryPoints"]) or {}
+        addresses = dict((e, traefik_inflight.lookup(eps, [e, "address"])) for e in eps)
     else:
         addresses = dict((k.split(".")[1], v) for k, v in facts["source"]["flags"].items()
                          if k.startswith("entrypoints.") and k.endswith(".address"))
-    tcp = [e for e, a in sorted(addresses.items()) if not traefik.is_udp(a) and e not in traefik.OWN_ENTRYPOINTS]
-    https = [e for e in tcp if traefik.port_of(addresses[e]) in (443, 8443)]
+    tcp = [e for e, a in sorted(addresses.items()) if not traefik_inflight.is_udp(a) and e not in traefik_inflight.OWN_ENTRYPOINTS]
+    https = [e for e in tcp if traefik_inflight.port_of(addresses[e]) in (443, 8443)]
     return https or tcp[:1] or ["websecure"]
 
 
@@ -263,36 +263,36 @@ def run_case(name, tmp_path, extra=None, containers=(), prepare=None):
         inspect, compose = static_alone(case)
     else:
         inspect, compose = from_compose(case)
-    env, workdir = traefik.container_env(inspect)
-    candidates = traefik.static_candidates(traefik.traefik_args(inspect), env, workdir)
+    env, workdir = traefik_inflight.container_env(inspect)
+    candidates = traefik_inflight.static_candidates(traefik_inflight.traefik_args(inspect), env, workdir)
     existing = []
     for c in candidates:
-        where = traefik.host_path(c, inspect["Mounts"])
+        where = traefik_inflight.host_path(c, inspect["Mounts"])
         if where and os.path.exists(where["host"]):
             existing.append(c)
-    facts = traefik.container_facts(inspect, version_of(inspect["Config"]["Image"]), existing)
+    facts = traefik_inflight.container_facts(inspect, version_of(inspect["Config"]["Image"]), existing)
     static_text = ""
     if facts["source"]["mode"] == "file":
-        where = traefik.host_path(facts["source"]["path"], facts["mounts"])
+        where = traefik_inflight.host_path(facts["source"]["path"], facts["mounts"])
         static_text = read(where["host"]) if where and os.path.isfile(where["host"]) else ""
     opts = {"name": "inflight-limit", "amount": 400, "source": "ip", "depth": 0, "excluded_ips": [], "header": "",
             "entrypoints": [], "dynamic_dir": "", "verify_api": True, "proxy_protocol_trusted_ips": None,
             "autoheal_label": "autoheal", "healthcheck": {"interval": "30s", "timeout": "5s", "retries": 3},
             "sysctls": {}, "http2_max_streams": 32, "metrics_port": 0}
     opts.update(extra or {})
-    located = traefik.locate(facts, static_text, dict(opts, entrypoints=["websecure"]))
+    located = traefik_inflight.locate(facts, static_text, dict(opts, entrypoints=["websecure"]))
     opts["entrypoints"] = (extra or {}).get("entrypoints") or limited_entrypoints(facts, static_text, located)
     compose_text = read(facts["compose"]["files"][0]) if facts["compose"] else None
     dynamic = {}
     directory = located["provider"]["dir_host"]
     if os.path.isdir(directory):
         for f in sorted(os.listdir(directory)):
-            if f.lower().endswith(traefik.DYNAMIC_SUFFIXES) and os.path.isfile(os.path.join(directory, f)):
+            if f.lower().endswith(traefik_inflight.DYNAMIC_SUFFIXES) and os.path.isfile(os.path.join(directory, f)):
                 dynamic[os.path.join(directory, f)] = read(os.path.join(directory, f))
     labels = [((s or {}).get("labels") or {}) for s in ((compose or {}).get("services") or {}).values()]
     labels = [dict((x.split("=", 1) + [""])[:2] for x in lb) if isinstance(lb, list) else lb for lb in labels]
     labels += list(containers)
-    return facts, traefik.plan(facts, located, static_text, compose_text, dynamic, opts, labels), opts
+    return facts, traefik_inflight.plan(facts, located, static_text, compose_text, dynamic, opts, labels), opts
 
 
 def kept(old, new):
@@ -307,24 +307,24 @@ def check_changed(facts, plan, opts):
         old, new = plan["static"]["old"], plan["static"]["new"]
         assert kept(old, new) == []
         assert new.startswith("\ufeff") == old.startswith("\ufeff")
-        doc = traefik.parse_static(new, plan["static"]["path"])
-        eps = traefik.lookup(doc, ["entryPoints"])
+        doc = traefik_inflight.parse_static(new, plan["static"]["path"])
+        eps = traefik_inflight.lookup(doc, ["entryPoints"])
         for ep in opts["entrypoints"]:
-            assert ref in traefik.lookup(eps, [ep, "http", "middlewares"])
-        assert traefik.lookup(doc, ["ping"]) is not None
-        assert traefik.lookup(eps, [traefik.API_ENTRYPOINT, "address"]) == "127.0.0.1:%d" % traefik.API_PORT
+            assert ref in traefik_inflight.lookup(eps, [ep, "http", "middlewares"])
+        assert traefik_inflight.lookup(doc, ["ping"]) is not None
+        assert traefik_inflight.lookup(eps, [traefik_inflight.API_ENTRYPOINT, "address"]) == "127.0.0.1:%d" % traefik_inflight.API_PORT
     else:
         old, new = plan["compose"]["old"], plan["compose"]["new"]
-        command = traefik.lookup(yaml.safe_load(new), ["services", facts["compose"]["service"], "command"])
+        command = traefik_inflight.lookup(yaml.safe_load(new), ["services", facts["compose"]["service"], "command"])
         words = shlex.split(command) if isinstance(command, str) else command
-        flags = traefik.parse_flags(words)
+        flags = traefik_inflight.parse_flags(words)
         for ep in opts["entrypoints"]:
             assert ref in flags["entrypoints.%s.http.middlewares" % ep.lower()].split(",")
         assert "ping" in flags or any(k.startswith("ping.") for k in flags)
     if plan["compose"]:
         old, new = plan["compose"]["old"], plan["compose"]["new"]
         assert kept(old, new) == []
-        svc = traefik.lookup(yaml.safe_load(new), ["services", facts["compose"]["service"]])
+        svc = traefik_inflight.lookup(yaml.safe_load(new), ["services", facts["compose"]["service"]])
         labels = svc.get("labels") or {}
         assert ("autoheal=true" in labels) if isinstance(labels, list) else str(labels.get("autoheal")) == "true"
 
@@ -464,8 +464,8 @@ def test_real_configs_keep_the_users_values_and_say_so(what, case, extra, others
     if "limited" in want:
         assert plan["entrypoints"] == want["limited"]
     if "static_lacks_on" in want:
-        doc = traefik.parse_static(plan["static"]["new"], plan["static"]["path"])
-        assert traefik.lookup(doc, ["entryPoints", want["static_lacks_on"], "http"]) is None
+        doc = traefik_inflight.parse_static(plan["static"]["new"], plan["static"]["path"])
+        assert traefik_inflight.lookup(doc, ["entryPoints", want["static_lacks_on"], "http"]) is None
     if "network_mode" in want:
         assert plan["network_mode"] == want["network_mode"]
     if "provider_after" in want:
@@ -473,7 +473,7 @@ def test_real_configs_keep_the_users_values_and_say_so(what, case, extra, others
         assert new.index(want["provider_after"]) < new.index("[providers.file]")
         # a commented-out option of the docker provider, uncommented later, is still the docker provider's
         uncommented = new.replace("  # exposedByDefault = false", "  exposedByDefault = false")
-        doc = traefik.parse_static(uncommented, plan["static"]["path"])
-        assert traefik.lookup(doc, ["providers", "docker", "exposedByDefault"]) is False
-        assert traefik.lookup(doc, ["providers", "file"]) == {"directory": "/etc/traefik/dynamic", "watch": True}
+        doc = traefik_inflight.parse_static(uncommented, plan["static"]["path"])
+        assert traefik_inflight.lookup(doc, ["providers", "docker", "exposedByDefault"]) is False
+        assert traefik_inflight.lookup(doc, ["providers", "file"]) == {"directory": "/etc/traefik/dynamic", "watch": True}
     check_changed(facts, plan, dict(opts, entrypoints=plan["entrypoints"]))

@@ -5,7 +5,8 @@ restart a Traefik that serves."""
 import pytest
 import yaml
 
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik, yaml_text
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import yaml_text
 
 HC = {"interval": "30s", "timeout": "5s", "retries": 3}
 FILE_FACTS = {"compose": {"service": "traefik"}, "source": {"mode": "file", "path": "/etc/traefik/traefik.yml"},
@@ -13,8 +14,8 @@ FILE_FACTS = {"compose": {"service": "traefik"}, "source": {"mode": "file", "pat
 STATIC = {"entryPoints": {"web": {"address": ":80"}, "websecure": {"address": ":443", "http": {"tls": {}}},
                           "lan": {"address": "192.168.1.5:8443/tcp"}, "v6": {"address": "[::1]:9443"},
                           "dns": {"address": ":53/udp"}}}
-EPS = traefik.entrypoint_facts(STATIC, None)
-TARGET = traefik.health_target(EPS, {}, {"healthcheck": HC, "entrypoints": ["websecure"]})
+EPS = traefik_inflight.entrypoint_facts(STATIC, None)
+TARGET = traefik_inflight.health_target(EPS, {}, {"healthcheck": HC, "entrypoints": ["websecure"]})
 
 
 @pytest.mark.parametrize("address, tls, url", [
@@ -25,15 +26,15 @@ TARGET = traefik.health_target(EPS, {}, {"healthcheck": HC, "entrypoints": ["web
     ("[::1]:9443", False, "http://[::1]:9443/homelab-edge-health"),
 ])
 def test_the_health_check_asks_where_the_entrypoint_listens(address, tls, url):
-    assert traefik.health_url(address, tls) == url
+    assert traefik_inflight.health_url(address, tls) == url
 
 
 def test_entrypoints_from_a_file_and_from_flags():
     assert EPS["websecure"] == {"address": ":443", "tls": True} and EPS["web"] == {"address": ":80", "tls": False}
-    flags = traefik.parse_flags(["--entrypoints.websecure.address=:443", "--entrypoints.websecure.http.tls=true",
-                                 "--entrypoints.web.address=:80", "--entrypoints.b.address=:8443",
-                                 "--entrypoints.b.http.tls.certresolver=le", "--entrypoints.c.http.tls=false"])
-    eps = traefik.entrypoint_facts(None, flags)
+    flags = traefik_inflight.parse_flags(["--entrypoints.websecure.address=:443", "--entrypoints.websecure.http.tls=true",
+                                          "--entrypoints.web.address=:80", "--entrypoints.b.address=:8443",
+                                          "--entrypoints.b.http.tls.certresolver=le", "--entrypoints.c.http.tls=false"])
+    eps = traefik_inflight.entrypoint_facts(None, flags)
     assert eps["websecure"]["tls"] and eps["b"]["tls"] and not eps["web"]["tls"] and not eps["c"]["tls"]
 
 
@@ -44,23 +45,23 @@ def test_the_target_is_the_first_limited_entrypoint_with_tls_where_it_has_it():
                                  "https://127.0.0.1:443/homelab-edge-health 2>&1 | grep -q '^ *HTTP/'")
     # a TLS router of the user's on a plain entrypoint makes it HTTPS too; UDP entrypoints are skipped
     routing = {"routers": [{"name": "r@file", "kind": "http", "entrypoints": ["web"], "tls": True}]}
-    got = traefik.health_target(EPS, routing, {"healthcheck": HC, "entrypoints": ["dns", "web"]})
+    got = traefik_inflight.health_target(EPS, routing, {"healthcheck": HC, "entrypoints": ["dns", "web"]})
     assert got["entrypoint"] == "web" and got["url"].startswith("https://127.0.0.1:80/")
-    assert traefik.health_target(EPS, {}, {"healthcheck": HC, "entrypoints": ["web"], "healthcheck_through": "ping"}) \
+    assert traefik_inflight.health_target(EPS, {}, {"healthcheck": HC, "entrypoints": ["web"], "healthcheck_through": "ping"}) \
         is None
-    assert traefik.health_target(EPS, {}, {"entrypoints": ["web"]}) is None  # no health check wanted
+    assert traefik_inflight.health_target(EPS, {}, {"entrypoints": ["web"]}) is None  # no health check wanted
 
 
 @pytest.mark.parametrize("wanted, words", [("nope", "is not in the static config"), ("dns", "has no TCP port")])
 def test_a_health_entrypoint_that_cannot_be_asked_is_refused(wanted, words):
-    with pytest.raises(traefik.TraefikConfigError, match=words):
-        traefik.health_target(EPS, {}, {"healthcheck": HC, "entrypoints": ["web"], "healthcheck_entrypoint": wanted})
+    with pytest.raises(traefik_inflight.TraefikConfigError, match=words):
+        traefik_inflight.health_target(EPS, {}, {"healthcheck": HC, "entrypoints": ["web"], "healthcheck_entrypoint": wanted})
 
 
 def test_docker_labels_say_which_routers_use_tls():
     labels = {"traefik.enable": "true", "traefik.http.routers.a.entrypoints": "web",
               "traefik.http.routers.a.tls.certresolver": "le", "traefik.http.routers.b.tls": "false"}
-    routing = traefik.user_routing({}, {"exposed_by_default": True}, [labels])
+    routing = traefik_inflight.user_routing({}, {"exposed_by_default": True}, [labels])
     tls = dict((r["name"], bool(r.get("tls"))) for r in routing["routers"])
     assert tls == {"a@docker": True, "b@docker": False}
 
@@ -69,8 +70,8 @@ def changes_for(svc, opts, facts=None):
     facts = facts or FILE_FACTS
     compose = {"services": {"traefik": dict(svc, image="traefik:v3.6")}}
     report = {"ping": {"entrypoint": "traefik", "address": ":8080", "by": "homelab.edge"}}
-    changes = traefik.service_changes(compose, facts, dict({"healthcheck": HC, "entrypoint_facts": EPS}, **opts),
-                                      [], report)
+    changes = traefik_inflight.service_changes(compose, facts, dict({"healthcheck": HC, "entrypoint_facts": EPS}, **opts),
+                                               [], report)
     new = [c[2] for c in changes if c[1][-1] == "healthcheck"]
     return (new[0] if new else None), report["healthcheck"], report
 
@@ -88,7 +89,7 @@ def test_without_an_answer_it_asks_ping_and_says_why():
     new, hc, report = changes_for({}, {"health": target})
     assert new["test"] == ["CMD", "traefik", "healthcheck", "--ping", "--configFile=/etc/traefik/traefik.yml"]
     assert hc["through"] == "ping"
-    words = traefik.health_warnings(report, target, True)
+    words = traefik_inflight.health_warnings(report, target, True)
     assert len(words) == 1 and "asks ping, not your entrypoint websecure" in words[0] and "Connection refused" in words[0]
 
 
@@ -125,7 +126,7 @@ TLS_PING = {"entrypoint": "websecure", "address": ":443", "by": "you"}
     (["CMD-SHELL", "curl -fs http://127.0.0.1:8081/ || exit 1"], None, {"status": "healthy"}, []),
 ])
 def test_a_users_health_check_is_reviewed(test, ping, health, problems):
-    got = traefik.review_healthcheck(test, ping, EPS, health, dict(TARGET, answered=True))
+    got = traefik_inflight.review_healthcheck(test, ping, EPS, health, dict(TARGET, answered=True))
     assert [p["problem"] for p in got] == problems
 
 
@@ -133,19 +134,19 @@ def test_a_users_check_is_kept_and_its_problems_said_or_replaced_with_consent():
     theirs = dict(test=["CMD-SHELL", "ping -c 1 www.google.com"], interval="10s")
     new, hc, report = changes_for({"healthcheck": theirs}, {"health": dict(TARGET, answered=True)})
     assert new is None and hc["by"] == "you" and hc["problems"][0]["problem"] == "outside"
-    words = traefik.health_warnings(report, dict(TARGET, answered=True), True)
+    words = traefik_inflight.health_warnings(report, dict(TARGET, answered=True), True)
     assert len(words) == 1 and "www.google.com" in words[0] and "traefik_inflight_healthcheck_replace" in words[0]
     new, hc, report = changes_for({"healthcheck": theirs}, {"health": dict(TARGET, answered=True),
                                                             "healthcheck_replace": True})
     assert new["test"] == ["CMD-SHELL", TARGET["command"]] and hc["replaced"] and hc["problems"]
-    assert traefik.health_warnings(report, dict(TARGET, answered=True), True) == []
+    assert traefik_inflight.health_warnings(report, dict(TARGET, answered=True), True) == []
 
 
 def test_the_check_is_written_in_the_users_compose_file_keeping_the_rest():
     text = "services:\n  traefik:\n    image: traefik:v3.6  # pinned\n    restart: unless-stopped\n"
     compose = yaml.safe_load(text)
-    changes = traefik.service_changes(compose, FILE_FACTS, {"healthcheck": HC, "health": dict(TARGET, answered=True),
-                                                            "entrypoint_facts": EPS}, [], {})
+    changes = traefik_inflight.service_changes(compose, FILE_FACTS, {"healthcheck": HC, "health": dict(TARGET, answered=True),
+                                                                     "entrypoint_facts": EPS}, [], {})
     new = yaml_text.edit_yaml(text, changes)
     assert "image: traefik:v3.6  # pinned" in new
     assert yaml.safe_load(new)["services"]["traefik"]["healthcheck"]["test"] == ["CMD-SHELL", TARGET["command"]]
@@ -153,10 +154,10 @@ def test_the_check_is_written_in_the_users_compose_file_keeping_the_rest():
 
 def test_the_health_checks_requests_are_not_counted_as_a_client():
     line = '{"entryPointName": "websecure", "ClientHost": "%s", "RequestPath": "%s", "DownstreamStatus": %d}'
-    lines = [line % ("127.0.0.1", traefik.HEALTH_PATH, 404)] * 30 + [line % ("203.0.113.%d" % i, "/", 200)
-                                                                     for i in range(5)]
-    assert traefik.status_counts(lines) == {"200": 5}
-    top, share, total = traefik.client_share(lines)
+    lines = [line % ("127.0.0.1", traefik_inflight.HEALTH_PATH, 404)] * 30 + [line % ("203.0.113.%d" % i, "/", 200)
+                                                                              for i in range(5)]
+    assert traefik_inflight.status_counts(lines) == {"200": 5}
+    top, share, total = traefik_inflight.client_share(lines)
     assert total == 5 and share == 0.2
 
 
@@ -166,7 +167,7 @@ def test_the_role_s_check_through_the_entrypoint_stays_when_the_entrypoint_is_da
     new, hc, report = changes_for({"healthcheck": dict(test=mine, **HC)}, {"health": target,
                                                                            "written_before": {"healthcheck": mine}})
     assert new is None and hc["through"] == "websecure"
-    words = traefik.health_warnings(report, target, True)
+    words = traefik_inflight.health_warnings(report, target, True)
     assert len(words) == 1 and "no HTTP answer on websecure just now" in words[0]
 
 

@@ -4,22 +4,23 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik, yaml_text
-from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import yaml_text
+from ansible_collections.homelab.edge.plugins.module_utils.traefik.text_edit import EditError
 
 
 def test_inflight_per_ip_by_default():
-    doc = traefik.inflight_middleware("inflight-limit", 400)
+    doc = traefik_inflight.inflight_middleware("inflight-limit", 400)
     assert doc == {"http": {"middlewares": {"inflight-limit": {"inFlightReq": {
         "amount": 400, "sourceCriterion": {"ipStrategy": {"depth": 0}}}}}}}
 
 
 def test_inflight_other_criteria():
-    mw = traefik.inflight_middleware("m", 10, "ip", 1, ["10.0.0.0/8"])["http"]["middlewares"]["m"]["inFlightReq"]
+    mw = traefik_inflight.inflight_middleware("m", 10, "ip", 1, ["10.0.0.0/8"])["http"]["middlewares"]["m"]["inFlightReq"]
     assert mw["sourceCriterion"] == {"ipStrategy": {"depth": 1, "excludedIPs": ["10.0.0.0/8"]}}
-    mw = traefik.inflight_middleware("m", 10, "host")["http"]["middlewares"]["m"]["inFlightReq"]
+    mw = traefik_inflight.inflight_middleware("m", 10, "host")["http"]["middlewares"]["m"]["inFlightReq"]
     assert mw["sourceCriterion"] == {"requestHost": True}
-    mw = traefik.inflight_middleware("m", 10, "header", header="X-User")["http"]["middlewares"]["m"]["inFlightReq"]
+    mw = traefik_inflight.inflight_middleware("m", 10, "header", header="X-User")["http"]["middlewares"]["m"]["inFlightReq"]
     assert mw["sourceCriterion"] == {"requestHeaderName": "X-User"}
 
 
@@ -31,8 +32,8 @@ def test_inflight_other_criteria():
     ({"amount": 5, "depth": -1}, "depth must be"),
 ])
 def test_inflight_bad_input(kwargs, words):
-    with pytest.raises(traefik.TraefikConfigError, match=words):
-        traefik.inflight_middleware("m", **kwargs)
+    with pytest.raises(traefik_inflight.TraefikConfigError, match=words):
+        traefik_inflight.inflight_middleware("m", **kwargs)
 
 
 WEBSECURE = {"address": ":443", "http": {"tls": {"certResolver": "le"}, "middlewares": ["auth@docker"]}}
@@ -73,7 +74,7 @@ OPTS = {"name": "inflight-limit", "amount": 400, "entrypoints": ["websecure"], "
 def edit(text, opts=None, **kw):
     o = dict(OPTS, **(opts or {}))
     o.update(kw)
-    return yaml_text.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), o))
+    return yaml_text.edit_yaml(text, traefik_inflight.static_changes(yaml.safe_load(text), o))
 
 
 def removed_lines(old, new):
@@ -96,8 +97,8 @@ def test_static_edit_keeps_every_byte_of_theirs():
 
 def test_static_edit_is_idempotent():
     once = edit(STATIC)
-    assert traefik.static_changes(yaml.safe_load(once), dict(OPTS, provider={"kind": "directory",
-                                                                             "dir": "/etc/traefik/dynamic"})) == []
+    assert traefik_inflight.static_changes(yaml.safe_load(once), dict(OPTS, provider={"kind": "directory",
+                                                                                      "dir": "/etc/traefik/dynamic"})) == []
 
 
 def test_a_missing_http_block_and_middlewares_are_created_at_the_right_depth():
@@ -131,10 +132,10 @@ def test_proxy_protocol_is_trusted_from_the_tunnel_only_and_removed_again():
     new = edit(STATIC, proxy_protocol_trusted_ips=["10.8.0.1/32"])
     assert yaml.safe_load(new)["entryPoints"]["websecure"]["proxyProtocol"] == {"trustedIPs": ["10.8.0.1/32"]}
     directory = {"kind": "directory", "dir": "/etc/traefik/dynamic"}
-    off = yaml_text.edit_yaml(new, traefik.static_changes(yaml.safe_load(new), dict(
+    off = yaml_text.edit_yaml(new, traefik_inflight.static_changes(yaml.safe_load(new), dict(
         OPTS, provider=directory, proxy_protocol_trusted_ips=[], trusted_added_before=["10.8.0.1/32"])))
     assert "proxyProtocol" not in off
-    unchanged = traefik.static_changes(yaml.safe_load(new), dict(OPTS, provider=directory, proxy_protocol_trusted_ips=None))
+    unchanged = traefik_inflight.static_changes(yaml.safe_load(new), dict(OPTS, provider=directory, proxy_protocol_trusted_ips=None))
     assert unchanged == []
 
 
@@ -148,7 +149,7 @@ def test_layouts_it_cannot_edit_line_by_line_are_refused(text, words):
 
 
 def test_bad_static_input():
-    with pytest.raises(traefik.TraefikConfigError, match="entrypoint\\(s\\) nosuch not defined"):
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="entrypoint\\(s\\) nosuch not defined"):
         edit(STATIC, entrypoints=["nosuch"])
     with pytest.raises(EditError, match="does not parse as YAML"):
         yaml_text.edit_yaml("a: [b\n", [])
@@ -170,11 +171,11 @@ COMPOSE = """services:
 def test_flags_are_edited_item_by_item_in_the_compose_file():
     compose = yaml.safe_load(COMPOSE)
     args = compose["services"]["traefik"]["command"]
-    flags = traefik.parse_flags(args)
-    add, remove = traefik.flag_changes(flags, dict(OPTS, provider=FILENAME))
+    flags = traefik_inflight.parse_flags(args)
+    add, remove = traefik_inflight.flag_changes(flags, dict(OPTS, provider=FILENAME))
     assert add["entrypoints.websecure.http.middlewares"] == "mine@file,inflight-limit@file"
     assert remove == ["providers.file.filename"]
-    changes = traefik.compose_command_changes(compose, "traefik", args, add, remove)
+    changes = traefik_inflight.compose_command_changes(compose, "traefik", args, add, remove)
     new = yaml_text.edit_yaml(COMPOSE, changes)
     assert removed_lines(COMPOSE, new) == ["      - --providers.file.filename=/etc/traefik/dynamic.yml",
                                            '      - "--entrypoints.websecure.http.middlewares=mine@file"']
@@ -183,15 +184,15 @@ def test_flags_are_edited_item_by_item_in_the_compose_file():
     # the directory takes the filename's place (and its comment, if any)
     assert yaml.safe_load(new)["services"]["traefik"]["command"][1] == "--providers.file.directory=/etc/traefik/dynamic"
     commented = COMPOSE.replace("dynamic.yml\n", "dynamic.yml  # my routes\n")
-    changes = traefik.compose_command_changes(yaml.safe_load(commented), "traefik", args, add, remove)
+    changes = traefik_inflight.compose_command_changes(yaml.safe_load(commented), "traefik", args, add, remove)
     new = yaml_text.edit_yaml(commented, changes)
     assert "      - --providers.file.directory=/etc/traefik/dynamic  # my routes\n" in new
 
 
 def test_flags_for_docker_run_are_spelled_out():
-    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443"},
-                                       dict(OPTS, provider={"kind": "none", "dir": "/etc/traefik/dynamic"}))
-    assert traefik.flags_text(add, remove) == (
+    add, remove = traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443"},
+                                                dict(OPTS, provider={"kind": "none", "dir": "/etc/traefik/dynamic"}))
+    assert traefik_inflight.flags_text(add, remove) == (
         "--api=true --entrypoints.homelab-edge-api.address=127.0.0.1:9099 "
         "--entrypoints.websecure.http.middlewares=inflight-limit@file --ping=true "
         "--providers.file.directory=/etc/traefik/dynamic")
@@ -199,7 +200,7 @@ def test_flags_for_docker_run_are_spelled_out():
 
 def test_service_changes_add_label_health_check_and_sysctls_in_the_users_style():
     facts = {"compose": {"service": "traefik"}, "source": {"mode": "flags"}, "args": ["--ping=true"]}
-    changes = traefik.service_changes(yaml.safe_load(COMPOSE), facts, {
+    changes = traefik_inflight.service_changes(yaml.safe_load(COMPOSE), facts, {
         "autoheal_label": "autoheal", "healthcheck": {"interval": "30s"}, "sysctls": {"net.ipv4.tcp_fin_timeout": 15}})
     new = yaml_text.edit_yaml(COMPOSE, changes)
     svc = yaml.safe_load(new)["services"]["traefik"]
@@ -210,13 +211,13 @@ def test_service_changes_add_label_health_check_and_sysctls_in_the_users_style()
 
 
 def test_where_traefik_takes_its_static_config_from():
-    assert traefik.static_source(["--configFile=/c/t.yml", "--ping"], ["/c/t.yml"]) == {
+    assert traefik_inflight.static_source(["--configFile=/c/t.yml", "--ping"], ["/c/t.yml"]) == {
         "mode": "file", "path": "/c/t.yml", "ignored": ["ping"]}
     # a file in a default place wins over every flag, as in Traefik
-    assert traefik.static_source(["--ping"], ["/etc/traefik/traefik.yml"]) == {
+    assert traefik_inflight.static_source(["--ping"], ["/etc/traefik/traefik.yml"]) == {
         "mode": "file", "path": "/etc/traefik/traefik.yml", "ignored": ["ping"]}
-    assert traefik.static_source(["--entryPoints.web.address=:80"])["flags"] == {"entrypoints.web.address": ":80"}
-    assert traefik.static_source([]) == {"mode": "env"}
+    assert traefik_inflight.static_source(["--entryPoints.web.address=:80"])["flags"] == {"entrypoints.web.address": ":80"}
+    assert traefik_inflight.static_source([]) == {"mode": "env"}
 
 
 ROOT_ENV = {"HOME": "/root"}
@@ -227,15 +228,15 @@ ORDER = ["/etc/traefik/traefik.toml", "/etc/traefik/traefik.yaml", "/etc/traefik
 
 def test_the_candidates_in_traefiks_own_order():
     # the official image: no XDG_CONFIG_HOME ("$XDG_CONFIG_HOME/traefik" is "/traefik"), working directory /
-    assert traefik.static_candidates([], ROOT_ENV, "/") == ORDER
-    assert traefik.static_candidates([], {"HOME": "/home/t", "XDG_CONFIG_HOME": "/config"}, "/app") == [
+    assert traefik_inflight.static_candidates([], ROOT_ENV, "/") == ORDER
+    assert traefik_inflight.static_candidates([], {"HOME": "/home/t", "XDG_CONFIG_HOME": "/config"}, "/app") == [
         "/etc/traefik/traefik.toml", "/etc/traefik/traefik.yaml", "/etc/traefik/traefik.yml",
         "/config/traefik.toml", "/config/traefik.yaml", "/config/traefik.yml",
         "/home/t/.config/traefik.toml", "/home/t/.config/traefik.yaml", "/home/t/.config/traefik.yml",
         "/app/traefik.toml", "/app/traefik.yaml", "/app/traefik.yml"]
     # an explicit file first, relative to the working directory
-    assert traefik.static_candidates(["--configfile", "conf/t.yml"], ROOT_ENV, "/app")[0] == "/app/conf/t.yml"
-    assert traefik.static_candidates(["-configFile=${HOME}/t.toml"], ROOT_ENV, "/")[0] == "/root/t.toml"
+    assert traefik_inflight.static_candidates(["--configfile", "conf/t.yml"], ROOT_ENV, "/app")[0] == "/app/conf/t.yml"
+    assert traefik_inflight.static_candidates(["-configFile=${HOME}/t.toml"], ROOT_ENV, "/")[0] == "/root/t.toml"
 
 
 @pytest.mark.parametrize("args, existing, env, workdir, want", [
@@ -260,15 +261,15 @@ def test_the_candidates_in_traefiks_own_order():
     ([], [], ROOT_ENV, "/", ("env", None)),
 ])
 def test_the_static_config_traefik_reads(args, existing, env, workdir, want):
-    got = traefik.static_source(args, existing, env, workdir)
+    got = traefik_inflight.static_source(args, existing, env, workdir)
     assert (got["mode"], got.get("path")) == want
 
 
 def test_container_env_as_docker_gives_it():
-    assert traefik.container_env({"Config": {"Env": ["PATH=/bin", "A=b=c"], "WorkingDir": ""}}) == (
+    assert traefik_inflight.container_env({"Config": {"Env": ["PATH=/bin", "A=b=c"], "WorkingDir": ""}}) == (
         {"PATH": "/bin", "A": "b=c", "HOME": "/root"}, "/")
-    assert traefik.container_env({"Config": {"Env": ["HOME=/h"], "WorkingDir": "/w", "User": "1000"}})[0]["HOME"] == "/h"
-    assert traefik.container_env({"Config": {"User": "1000:1000"}})[0]["HOME"] == "/"
+    assert traefik_inflight.container_env({"Config": {"Env": ["HOME=/h"], "WorkingDir": "/w", "User": "1000"}})[0]["HOME"] == "/h"
+    assert traefik_inflight.container_env({"Config": {"User": "1000:1000"}})[0]["HOME"] == "/"
 
 
 MOUNTS = [{"Type": "bind", "Source": "/srv/t/config", "Destination": "/etc/traefik", "RW": False},
@@ -276,38 +277,38 @@ MOUNTS = [{"Type": "bind", "Source": "/srv/t/config", "Destination": "/etc/traef
 
 
 def test_host_paths_through_the_longest_mount():
-    assert traefik.host_path("/etc/traefik/dynamic", MOUNTS)["host"] == "/srv/t/config/dynamic"
-    assert traefik.host_path("/etc/traefik/routes.yml", MOUNTS)["whole_mount"]
-    assert traefik.host_path("/other", MOUNTS) is None
+    assert traefik_inflight.host_path("/etc/traefik/dynamic", MOUNTS)["host"] == "/srv/t/config/dynamic"
+    assert traefik_inflight.host_path("/etc/traefik/routes.yml", MOUNTS)["whole_mount"]
+    assert traefik_inflight.host_path("/other", MOUNTS) is None
 
 
 def facts(args, mounts=None, compose=None):
-    given = traefik.configfile_flag(args)
+    given = traefik_inflight.configfile_flag(args)
     return {"name": "traefik", "version": "3.6.12", "major": 3, "args": args, "mounts": MOUNTS if mounts is None else mounts,
-            "source": traefik.static_source(args, [given] if given else []), "compose": compose}
+            "source": traefik_inflight.static_source(args, [given] if given else []), "compose": compose}
 
 
 def test_locate_refuses_what_it_cannot_reach_before_anything_changes():
-    with pytest.raises(traefik.TraefikConfigError, match="own image layer"):
-        traefik.locate(facts(["--configFile=/opt/t.yml"]), "", {})
-    with pytest.raises(traefik.TraefikConfigError, match="a file mounted alone from /srv/t/routes.yml.*Mount the directory"):
-        traefik.locate(facts(["--providers.file.filename=/etc/traefik/routes.yml"]), None, {})
-    with pytest.raises(traefik.TraefikConfigError, match="not visible inside traefik"):
-        traefik.locate(facts(["--providers.file.directory=/dyn"]), None, {})
-    with pytest.raises(traefik.TraefikConfigError, match="environment variables"):
-        traefik.locate(facts([]), None, {})
-    where = traefik.locate(facts(["--configFile=/etc/traefik/traefik.yml"]), STATIC.replace(
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="own image layer"):
+        traefik_inflight.locate(facts(["--configFile=/opt/t.yml"]), "", {})
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="a file mounted alone from /srv/t/routes.yml.*Mount the directory"):
+        traefik_inflight.locate(facts(["--providers.file.filename=/etc/traefik/routes.yml"]), None, {})
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="not visible inside traefik"):
+        traefik_inflight.locate(facts(["--providers.file.directory=/dyn"]), None, {})
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="environment variables"):
+        traefik_inflight.locate(facts([]), None, {})
+    where = traefik_inflight.locate(facts(["--configFile=/etc/traefik/traefik.yml"]), STATIC.replace(
         "/etc/traefik/dynamic.yml", "/etc/traefik/mine.yml"), {})
     assert where["provider"] == {"kind": "filename", "file": "/etc/traefik/mine.yml", "dir": "/etc/traefik/dynamic",
                                  "dir_host": "/srv/t/config/dynamic", "file_host": "/srv/t/config/mine.yml"}
 
 
 def test_a_middleware_name_of_theirs_is_refused():
-    where = traefik.locate(facts(["--configFile=/etc/traefik/traefik.yml"]), STATIC.replace(
+    where = traefik_inflight.locate(facts(["--configFile=/etc/traefik/traefik.yml"]), STATIC.replace(
         "/etc/traefik/dynamic.yml", "/etc/traefik/mine.yml"), {})
-    with pytest.raises(traefik.TraefikConfigError, match="a middleware named inflight-limit already exists"):
-        traefik.plan(facts(["--configFile=/etc/traefik/traefik.yml"]), where, STATIC, None,
-                     {"/srv/t/config/mine.yml": "http:\n  middlewares:\n    inflight-limit: {}\n"}, OPTS)
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="a middleware named inflight-limit already exists"):
+        traefik_inflight.plan(facts(["--configFile=/etc/traefik/traefik.yml"]), where, STATIC, None,
+                              {"/srv/t/config/mine.yml": "http:\n  middlewares:\n    inflight-limit: {}\n"}, OPTS)
 
 
 ROUTERS = [{"name": "websecure-site@file", "status": "enabled", "using": ["websecure"],
@@ -318,12 +319,12 @@ MWS = [{"name": "inflight-limit@file", "status": "enabled", "inFlightReq": {"amo
 
 
 def test_the_api_check():
-    assert traefik.check_api(ROUTERS, MWS, {"site@file", "auth@file"}, ["websecure"], "inflight-limit@file", 400) == []
-    problems = traefik.check_api(ROUTERS[:1], MWS, {"site@file", "auth@file"}, ["websecure"], "inflight-limit@file", 50)
+    assert traefik_inflight.check_api(ROUTERS, MWS, {"site@file", "auth@file"}, ["websecure"], "inflight-limit@file", 400) == []
+    problems = traefik_inflight.check_api(ROUTERS[:1], MWS, {"site@file", "auth@file"}, ["websecure"], "inflight-limit@file", 50)
     assert problems == ["router auth@file is gone", "middleware inflight-limit@file runs amount 400, not 50 "
                                                     "(not reloaded yet)"]
     broken = [dict(ROUTERS[2], status="disabled", error=["invalid IP"], middlewares=[])]
-    assert traefik.check_api(broken, [], {"auth@file"}, ["websecure"], "inflight-limit@file") == [
+    assert traefik_inflight.check_api(broken, [], {"auth@file"}, ["websecure"], "inflight-limit@file") == [
         "router auth@file is disabled: invalid IP", "middleware inflight-limit@file is not loaded",
         "router auth@file does not run inflight-limit@file"]
 
@@ -333,9 +334,9 @@ LABEL = {"org.opencontainers.image.version": "v3.6.12"}
 
 
 def test_version():
-    assert traefik.parse_version("Version:      2.11.30\nCodename: cheddar\n") == (2, "2.11.30")
-    assert traefik.parse_version("nope") is None
-    assert traefik.parse_version(DEV) is None
+    assert traefik_inflight.parse_version("Version:      2.11.30\nCodename: cheddar\n") == (2, "2.11.30")
+    assert traefik_inflight.parse_version("nope") is None
+    assert traefik_inflight.parse_version(DEV) is None
 
 
 @pytest.mark.parametrize("output, labels, given, want", [
@@ -350,7 +351,7 @@ def test_version():
     (DEV, {"org.opencontainers.image.version": "3.6"}, None, (3, "3.6", "image label org.opencontainers.image.version")),
 ])
 def test_traefik_version_where_it_comes_from(output, labels, given, want):
-    got = traefik.traefik_version(output, labels, given)
+    got = traefik_inflight.traefik_version(output, labels, given)
     assert (got["major"], got["version"], got["source"]) == want
 
 
@@ -365,17 +366,17 @@ def test_traefik_version_where_it_comes_from(output, labels, given, want):
     (DEV, {}, "three", ["'three' is not a version"]),
 ])
 def test_traefik_version_refusals_say_what_to_do(output, labels, given, words):
-    with pytest.raises(traefik.TraefikConfigError) as e:
-        traefik.traefik_version(output, labels, given)
+    with pytest.raises(traefik_inflight.TraefikConfigError) as e:
+        traefik_inflight.traefik_version(output, labels, given)
     for w in words:
         assert w in str(e.value)
 
 
 def test_container_facts_on_a_dev_build():
     inspect = {"Name": "/traefik", "Config": {"Labels": LABEL, "Cmd": []}, "State": {"Running": True}}
-    facts = traefik.container_facts(inspect, DEV, [])
+    facts = traefik_inflight.container_facts(inspect, DEV, [])
     assert (facts["major"], facts["version"]) == (3, "3.6.12")
-    facts = traefik.container_facts(dict(inspect, Config={"Cmd": []}), DEV, [], "2.11.31")
+    facts = traefik_inflight.container_facts(dict(inspect, Config={"Cmd": []}), DEV, [], "2.11.31")
     assert (facts["major"], facts["version"], facts["version_source"]) == (2, "2.11.31", "traefik_version")
 
 
@@ -385,9 +386,9 @@ ACCESS_LOG = ['{"ClientHost": "10.8.0.1", "DownstreamStatus": 200}', '{"ClientHo
 
 
 def test_access_log_status_counts_and_client_share():
-    assert traefik.status_counts(ACCESS_LOG) == {"200": 2, "429": 2}
-    assert traefik.client_share(ACCESS_LOG) == ("10.8.0.1", 0.75, 4)
-    assert traefik.client_share(["no json here"]) == (None, 0.0, 0)
+    assert traefik_inflight.status_counts(ACCESS_LOG) == {"200": 2, "429": 2}
+    assert traefik_inflight.client_share(ACCESS_LOG) == ("10.8.0.1", 0.75, 4)
+    assert traefik_inflight.client_share(["no json here"]) == (None, 0.0, 0)
 
 
 # ---- the Docker provider with labels, traefik.yml mounted alone (the commonest compose setup)
@@ -415,14 +416,14 @@ services:
 
 def test_a_docker_provider_traefik_with_its_static_file_mounted_alone_gets_a_directory_mount_and_a_file_provider():
     f = facts(["--configFile=/etc/traefik/traefik.yml"], ALONE, COMPOSE_D)
-    where = traefik.locate(f, DOCKER_STATIC, {})
+    where = traefik_inflight.locate(f, DOCKER_STATIC, {})
     assert where["provider"]["mount"] == {"host": "/srv/d/dynamic", "container": "/etc/traefik/dynamic",
                                           "spec": "./dynamic:/etc/traefik/dynamic:ro"}
     assert where["docker"] == {"exposed_by_default": False, "constrained": False}
     labels = [{"traefik.enable": "true", "traefik.http.routers.site.rule": "Host(`site`)"},
               {"traefik.http.routers.hidden.rule": "Host(`x`)"},
               {"traefik.enable": "false", "traefik.http.routers.off.rule": "Host(`y`)"}]
-    plan = traefik.plan(f, where, DOCKER_STATIC, COMPOSE_D_TEXT, {}, dict(OPTS, provider=None), labels)
+    plan = traefik_inflight.plan(f, where, DOCKER_STATIC, COMPOSE_D_TEXT, {}, dict(OPTS, provider=None), labels)
     assert plan["expected_routers"] == ["site@docker"]
     assert plan["recreate"] and plan["restart"]
     assert plan["compose"]["env_files"] == ["/srv/d/.env"]
@@ -436,48 +437,48 @@ def test_a_docker_provider_traefik_with_its_static_file_mounted_alone_gets_a_dir
 
 def test_the_same_started_by_docker_run_is_refused_with_the_mount_to_add():
     # in docker run's terms, not compose's
-    with pytest.raises(traefik.TraefikConfigError,
+    with pytest.raises(traefik_inflight.TraefikConfigError,
                        match="not visible inside traefik.*-v /srv/traefik/dynamic:/etc/traefik/dynamic added to its docker run"):
-        traefik.locate(facts(["--configFile=/etc/traefik/traefik.yml"], ALONE, None), DOCKER_STATIC, {})
+        traefik_inflight.locate(facts(["--configFile=/etc/traefik/traefik.yml"], ALONE, None), DOCKER_STATIC, {})
 
 
 def test_routers_from_labels_follow_exposed_by_default_and_leave_constraints_to_traefik():
     labels = [{"traefik.http.routers.a.rule": "x"}, {"traefik.enable": "true", "traefik.http.routers.b.tls": "true"},
               {"traefik.enable": "false", "traefik.http.routers.c.rule": "x"}]
-    assert traefik.docker_routers({"exposed_by_default": True, "constrained": False}, labels) == ["a@docker", "b@docker"]
-    assert traefik.docker_routers({"exposed_by_default": False, "constrained": False}, labels) == ["b@docker"]
-    assert traefik.docker_routers({"exposed_by_default": True, "constrained": True}, labels) == []
-    assert traefik.docker_routers(None, labels) == []
-    assert traefik.docker_provider(None, {"providers.docker": "true"}) == {"exposed_by_default": True,
-                                                                           "constrained": False}
-    assert traefik.docker_provider({"providers": {"docker": None}}, None)["exposed_by_default"] is True
-    assert traefik.docker_provider({"providers": {"file": {}}}, None) is None
+    assert traefik_inflight.docker_routers({"exposed_by_default": True, "constrained": False}, labels) == ["a@docker", "b@docker"]
+    assert traefik_inflight.docker_routers({"exposed_by_default": False, "constrained": False}, labels) == ["b@docker"]
+    assert traefik_inflight.docker_routers({"exposed_by_default": True, "constrained": True}, labels) == []
+    assert traefik_inflight.docker_routers(None, labels) == []
+    assert traefik_inflight.docker_provider(None, {"providers.docker": "true"}) == {"exposed_by_default": True,
+                                                                                    "constrained": False}
+    assert traefik_inflight.docker_provider({"providers": {"docker": None}}, None)["exposed_by_default"] is True
+    assert traefik_inflight.docker_provider({"providers": {"file": {}}}, None) is None
 
 
 def test_dynamic_names_read_yaml_and_toml():
-    routers, mws = traefik.dynamic_names({"/d/a.yml": "http:\n  routers:\n    site: {}\n",
-                                          "/d/b.toml": "[http.routers.auth]\n[http.middlewares.hdr.headers]\n",
-                                          "/d/broken.toml": "[http\n"})
+    routers, mws = traefik_inflight.dynamic_names({"/d/a.yml": "http:\n  routers:\n    site: {}\n",
+                                                   "/d/b.toml": "[http.routers.auth]\n[http.middlewares.hdr.headers]\n",
+                                                   "/d/broken.toml": "[http\n"})
     assert routers == {"site", "auth"} and mws == {"hdr"}
 
 
 def test_the_per_client_bound_is_amount_times_the_limited_routers():
     unlimited = {"name": "other@docker", "status": "enabled", "using": ["websecure"], "middlewares": ["mine@file"]}
-    b = traefik.client_bound(ROUTERS + [unlimited], ["websecure"], "inflight-limit@file", 400)
+    b = traefik_inflight.client_bound(ROUTERS + [unlimited], ["websecure"], "inflight-limit@file", 400)
     assert b == {"routers": 2, "names": ["auth@file", "websecure-site@file"], "amount": 400, "bound": 800,
-                 "max": 800, "within": True, "text": traefik.bound_text(b)}
+                 "max": 800, "within": True, "text": traefik_inflight.bound_text(b)}
     assert "800 in flight per client: 400 per router x 2 routers" in b["text"]
-    assert traefik.client_bound(ROUTERS, ["websecure"], "inflight-limit@file", 400, 500)["within"] is False
+    assert traefik_inflight.client_bound(ROUTERS, ["websecure"], "inflight-limit@file", 400, 500)["within"] is False
     over = dict(b, max=500, within=False)
-    assert "above 500" in traefik.bound_text(over) and "traefik_inflight_http2_max_streams" in traefik.bound_text(over)
+    assert "above 500" in traefik_inflight.bound_text(over) and "traefik_inflight_http2_max_streams" in traefik_inflight.bound_text(over)
 
 
 def test_http2_streams_are_set_on_the_limited_entrypoints_in_files_and_flags():
     opts = dict(OPTS, http2_max_streams=32, provider={"kind": "directory", "dir": "/d"})
-    changes = traefik.static_changes(yaml.safe_load(DOCKER_STATIC), opts)
+    changes = traefik_inflight.static_changes(yaml.safe_load(DOCKER_STATIC), opts)
     assert ("set", ["entryPoints", "websecure", "http2", "maxConcurrentStreams"], 32) in changes
-    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443"},
-                                       dict(OPTS, http2_max_streams=32, provider={"kind": "directory", "dir": "/d"}))
+    add, remove = traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443"},
+                                                dict(OPTS, http2_max_streams=32, provider={"kind": "directory", "dir": "/d"}))
     assert add["entrypoints.websecure.http2.maxconcurrentstreams"] == "32"
 
 
@@ -485,14 +486,14 @@ def test_the_api_check_waits_for_the_middleware_exactly_as_written():
     """A file Traefik has not reloaded yet shows the old middleware with the
     same amount: only the whole inFlightReq tells (zero values as the API
     leaves them out)."""
-    want = traefik.inflight_middleware("inflight-limit", 400, excluded_ips=["10.0.0.9"])["http"]["middlewares"][
+    want = traefik_inflight.inflight_middleware("inflight-limit", 400, excluded_ips=["10.0.0.9"])["http"]["middlewares"][
         "inflight-limit"]["inFlightReq"]
     old = [{"name": "inflight-limit@file", "status": "enabled",
             "inFlightReq": {"amount": 400, "sourceCriterion": {"ipStrategy": {}}}}]
-    problems = traefik.check_api(ROUTERS, old, [], ["websecure"], "inflight-limit@file", 400, want)
+    problems = traefik_inflight.check_api(ROUTERS, old, [], ["websecure"], "inflight-limit@file", 400, want)
     assert problems and "not reloaded yet" in problems[0]
     new = [dict(old[0], inFlightReq={"amount": 400, "sourceCriterion": {"ipStrategy": {"excludedIPs": ["10.0.0.9"]}}})]
-    assert traefik.check_api(ROUTERS, new, [], ["websecure"], "inflight-limit@file", 400, want) == []
+    assert traefik_inflight.check_api(ROUTERS, new, [], ["websecure"], "inflight-limit@file", 400, want) == []
 
 
 def test_metrics_get_an_entrypoint_of_their_own_unless_the_user_has_metrics():
@@ -504,7 +505,7 @@ def test_metrics_get_an_entrypoint_of_their_own_unless_the_user_has_metrics():
     assert "homelab-edge-metrics" not in str(doc["entryPoints"]["websecure"])  # not limited
     theirs = STATIC + "metrics:\n  prometheus:\n    entryPoint: web\n"
     assert yaml.safe_load(edit(theirs, metrics_port=9101))["metrics"] == {"prometheus": {"entryPoint": "web"}}
-    with pytest.raises(traefik.TraefikConfigError, match="metrics port 443 is the port of entrypoint websecure"):
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="metrics port 443 is the port of entrypoint websecure"):
         edit(STATIC, metrics_port=443)
     # never trusted for PROXY protocol, as the API's
     trusted = yaml.safe_load(edit(new, metrics_port=9101, proxy_protocol_trusted_ips=["10.8.0.1"],
@@ -513,18 +514,18 @@ def test_metrics_get_an_entrypoint_of_their_own_unless_the_user_has_metrics():
 
 
 def test_metrics_in_flags_and_in_toml():
-    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443"},
-                                       dict(OPTS, metrics_port=9101, provider={"kind": "directory", "dir": "/d"}))
+    add, remove = traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443"},
+                                                dict(OPTS, metrics_port=9101, provider={"kind": "directory", "dir": "/d"}))
     assert add["metrics.prometheus.entrypoint"] == "homelab-edge-metrics"
     assert add["entrypoints.homelab-edge-metrics.address"] == ":9101"
-    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443", "metrics.prometheus": "true"},
-                                       dict(OPTS, metrics_port=9101, provider={"kind": "directory", "dir": "/d"}))
+    add, remove = traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443", "metrics.prometheus": "true"},
+                                                dict(OPTS, metrics_port=9101, provider={"kind": "directory", "dir": "/d"}))
     assert not [k for k in add if "metrics" in k]
     text = '[entryPoints]\n  [entryPoints.websecure]\n    address = ":443"\n'
-    changes = traefik.static_changes(traefik.parse_static(text, "/t.toml"),
-                                     dict(OPTS, metrics_port=9101, provider={"kind": "directory", "dir": "/d"}))
-    new = traefik.edit_static(text, changes, "/t.toml")
-    doc = traefik.parse_static(new, "/t.toml")
+    changes = traefik_inflight.static_changes(traefik_inflight.parse_static(text, "/t.toml"),
+                                              dict(OPTS, metrics_port=9101, provider={"kind": "directory", "dir": "/d"}))
+    new = traefik_inflight.edit_static(text, changes, "/t.toml")
+    doc = traefik_inflight.parse_static(new, "/t.toml")
     assert doc["metrics"]["prometheus"]["entryPoint"] == "homelab-edge-metrics"
     assert new.startswith(text)
 
@@ -534,8 +535,8 @@ def test_requests_on_the_roles_own_entrypoints_are_not_the_users():
     reads would make the per-IP limit look blind: they are left out."""
     scrapes = ['{"ClientHost": "172.18.0.1", "DownstreamStatus": 200, "entryPointName": "homelab-edge-metrics"}'] * 60
     api = ['{"ClientHost": "127.0.0.1", "DownstreamStatus": 200, "entryPointName": "homelab-edge-api"}'] * 10
-    assert traefik.client_share(ACCESS_LOG + scrapes + api) == ("10.8.0.1", 0.75, 4)
-    assert traefik.status_counts(scrapes + ACCESS_LOG) == {"200": 2, "429": 2}
+    assert traefik_inflight.client_share(ACCESS_LOG + scrapes + api) == ("10.8.0.1", 0.75, 4)
+    assert traefik_inflight.status_counts(scrapes + ACCESS_LOG) == {"200": 2, "429": 2}
 
 
 # ---- the role's own listeners never collide with the user's (ping's default entrypoint is `traefik` on :8080)
@@ -561,13 +562,13 @@ def test_ping_beside_a_user_entrypoint_on_8080_goes_on_the_roles_api_entrypoint(
 def test_ping_clash_in_toml_and_flags():
     text = '[entryPoints]\n  [entryPoints.web]\n    address = ":8080"\n  [entryPoints.websecure]\n    address = ":8443"\n'
     opts = dict(OPTS, provider=DIRECTORY)
-    new = traefik.edit_static(text, traefik.static_changes(traefik.parse_static(text, "/t.toml"), opts), "/t.toml")
-    assert traefik.parse_static(new, "/t.toml")["ping"] == {"entryPoint": "homelab-edge-api"}
-    add, remove = traefik.flag_changes({"entrypoints.web.address": ":8080", "entrypoints.websecure.address": ":8443"},
-                                       opts)
+    new = traefik_inflight.edit_static(text, traefik_inflight.static_changes(traefik_inflight.parse_static(text, "/t.toml"), opts), "/t.toml")
+    assert traefik_inflight.parse_static(new, "/t.toml")["ping"] == {"entryPoint": "homelab-edge-api"}
+    add, remove = traefik_inflight.flag_changes({"entrypoints.web.address": ":8080", "entrypoints.websecure.address": ":8443"},
+                                                opts)
     assert add["ping"] == "true" and add["ping.entrypoint"] == "homelab-edge-api"
     assert add["entrypoints.homelab-edge-api.address"] == "127.0.0.1:9099"
-    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443"}, opts)
+    add, remove = traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443"}, opts)
     assert "ping.entrypoint" not in add
 
 
@@ -575,8 +576,8 @@ def test_the_health_check_asks_ping_where_it_listens():
     facts = {"compose": {"service": "traefik"}, "source": {"mode": "flags"},
              "args": ["--entrypoints.web.address=:8080", "--entrypoints.websecure.address=:8443"]}
     compose = {"services": {"traefik": {"image": "traefik:v3.6"}}}
-    add, remove = traefik.flag_changes(traefik.parse_flags(facts["args"]), dict(OPTS, provider=DIRECTORY))
-    changes = traefik.service_changes(compose, facts, {"healthcheck": {"interval": "30s"}, "flags_added": add})
+    add, remove = traefik_inflight.flag_changes(traefik_inflight.parse_flags(facts["args"]), dict(OPTS, provider=DIRECTORY))
+    changes = traefik_inflight.service_changes(compose, facts, {"healthcheck": {"interval": "30s"}, "flags_added": add})
     test = [c for c in changes if c[1][-1] == "healthcheck"][0][2]["test"]
     assert test == ["CMD", "traefik", "healthcheck", "--ping", "--entrypoints.homelab-edge-api.address=127.0.0.1:9099",
                     "--ping=true", "--ping.entrypoint=homelab-edge-api"]
@@ -591,7 +592,7 @@ def test_the_health_check_asks_ping_where_it_listens():
     ("entryPoints:\n  websecure:\n    address: \":443/udp\"\n", {}, "websecure listen on UDP"),
 ])
 def test_clashes_are_refused_naming_them(text, opts, words):
-    with pytest.raises(traefik.TraefikConfigError, match=words.replace("(", "\\(")):
+    with pytest.raises(traefik_inflight.TraefikConfigError, match=words.replace("(", "\\(")):
         edit(text, provider=DIRECTORY, **opts)
 
 
@@ -599,37 +600,37 @@ def test_clashes_are_refused_naming_them(text, opts, words):
 
 def test_settings_newer_than_the_users_traefik_are_left_out_with_a_warning():
     warnings = []
-    changes = traefik.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.5.7", http2_max_streams=32,
-                                                                  metrics_port=9101), warnings)
+    changes = traefik_inflight.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.5.7", http2_max_streams=32,
+                                                                           metrics_port=9101), warnings)
     assert not [c for c in changes if "http2" in c[1]]
     assert ("append", ["entryPoints", "websecure", "http", "middlewares"], "inflight-limit@file") in changes
     assert warnings == ["entryPoints.<name>.http2.maxConcurrentStreams (entrypoints.go, v2.8.0) needs Traefik 2.8.0 "
                         "or later; this one is 2.5.7: left out"]
     warnings = []
-    changes = traefik.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.4.0", metrics_port=9101), warnings)
+    changes = traefik_inflight.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.4.0", metrics_port=9101), warnings)
     assert [c for c in changes if c[1] == ["metrics"]][0][2]["prometheus"] == {
         "entryPoint": "homelab-edge-metrics", "addEntryPointsLabels": True}
     assert "addRoutersLabels" in warnings[0] and "2.5.0" in warnings[0]
     warnings = []
-    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443"}, dict(
+    add, remove = traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443"}, dict(
         OPTS, version="2.7.1", http2_max_streams=32, provider=DIRECTORY), warnings)
     assert not [k for k in add if "http2" in k] and "2.8.0" in warnings[0]
     # at and above each version, everything
     warnings = []
-    changes = traefik.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.8.0", http2_max_streams=32), warnings)
+    changes = traefik_inflight.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.8.0", http2_max_streams=32), warnings)
     assert [c for c in changes if "http2" in c[1]] and warnings == []
 
 
 def test_below_the_essential_version_the_change_is_refused():
-    with pytest.raises(traefik.TraefikConfigError, match="needs Traefik 2.2.0 or later; this one is 2.1.1"):
-        traefik.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.1.1"))
-    with pytest.raises(traefik.TraefikConfigError, match="give the full version in traefik_version"):
-        traefik.flag_changes({"entrypoints.websecure.address": ":443"}, dict(OPTS, version="2", provider=DIRECTORY))
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="needs Traefik 2.2.0 or later; this one is 2.1.1"):
+        traefik_inflight.static_changes(yaml.safe_load(STATIC), dict(OPTS, version="2.1.1"))
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="give the full version in traefik_version"):
+        traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443"}, dict(OPTS, version="2", provider=DIRECTORY))
 
 
 def test_version_tuples():
-    assert traefik.version_tuple("3") == (3, 0, 0) and traefik.version_tuple("2.11.30") == (2, 11, 30)
-    assert traefik.supports("2.10", "http2_max_streams") and not traefik.supports("2.7.9", "http2_max_streams")
+    assert traefik_inflight.version_tuple("3") == (3, 0, 0) and traefik_inflight.version_tuple("2.11.30") == (2, 11, 30)
+    assert traefik_inflight.supports("2.10", "http2_max_streams") and not traefik_inflight.supports("2.7.9", "http2_max_streams")
 
 
 # ---- the user's trusted addresses are kept; HTTP settings only where HTTP is
@@ -642,10 +643,10 @@ def test_trusted_ips_are_merged_with_the_users_and_skip_udp_entrypoints():
     assert doc["entryPoints"]["websecure"]["proxyProtocol"]["trustedIPs"] == ["173.245.48.0/20", "10.8.0.1/32"]
     assert "proxyProtocol" not in doc["entryPoints"]["h3"]
     assert edit(new, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.8.0.1/32"]) == new  # idempotent
-    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443",
-                                        "entrypoints.websecure.proxyprotocol.trustedips": "173.245.48.0/20",
-                                        "entrypoints.h3.address": ":443/udp"},
-                                       dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.8.0.1/32"]))
+    add, remove = traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443",
+                                                 "entrypoints.websecure.proxyprotocol.trustedips": "173.245.48.0/20",
+                                                 "entrypoints.h3.address": ":443/udp"},
+                                                dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.8.0.1/32"]))
     assert add["entrypoints.websecure.proxyprotocol.trustedips"] == "173.245.48.0/20,10.8.0.1/32"
     assert "entrypoints.h3.proxyprotocol.trustedips" not in add
 
@@ -657,17 +658,17 @@ def test_trusted_ips_are_merged_with_the_users_and_skip_udp_entrypoints():
     ("/etc/traefik/traefik.toml", '\ufeff# mine\n[entryPoints]\n  [entryPoints.websecure]\n    address = ":443"\n'),
 ])
 def test_a_byte_order_mark_is_read_past_and_kept(path, text):
-    doc = traefik.parse_static(text, path)
+    doc = traefik_inflight.parse_static(text, path)
     assert doc["entryPoints"]["websecure"]["address"] == ":443"
-    new = traefik.edit_static(text, traefik.static_changes(doc, dict(OPTS, provider=DIRECTORY)), path)
+    new = traefik_inflight.edit_static(text, traefik_inflight.static_changes(doc, dict(OPTS, provider=DIRECTORY)), path)
     assert new.startswith(text) and new.count("\ufeff") == 1
-    assert traefik.parse_static(new, path)["entryPoints"]["websecure"]["http"]["middlewares"] == ["inflight-limit@file"]
+    assert traefik_inflight.parse_static(new, path)["entryPoints"]["websecure"]["http"]["middlewares"] == ["inflight-limit@file"]
 
 
 def test_flags_beside_the_file_traefik_reads_are_named_as_ignored():
     f = facts(["--configFile=/etc/traefik/traefik.yml", "--api.insecure=true"])
-    where = traefik.locate(f, STATIC, {})
-    p = traefik.plan(f, where, STATIC, None, {}, dict(OPTS, verify_api=True))
+    where = traefik_inflight.locate(f, STATIC, {})
+    p = traefik_inflight.plan(f, where, STATIC, None, {}, dict(OPTS, verify_api=True))
     assert "Traefik ignores its command-line flags (--api.insecure)" in p["warnings"][0]
 
 
@@ -682,8 +683,8 @@ def test_flags_beside_the_file_traefik_reads_are_named_as_ignored():
 def test_a_string_command_is_edited_word_by_word_in_place(command):
     text = "services:\n  traefik:\n    image: traefik:v3.6\n" + command + "    ports:\n      - 443:443\n"
     args = ["--providers.docker", "--entrypoints.websecure.address=:443", "--api.dashboard=true"]
-    add, remove = traefik.flag_changes(traefik.parse_flags(args), dict(OPTS, provider=DIRECTORY))
-    changes = traefik.compose_command_changes(yaml.safe_load(text), "traefik", args, add, remove)
+    add, remove = traefik_inflight.flag_changes(traefik_inflight.parse_flags(args), dict(OPTS, provider=DIRECTORY))
+    changes = traefik_inflight.compose_command_changes(yaml.safe_load(text), "traefik", args, add, remove)
     new = yaml_text.edit_yaml(text, changes, "compose")
     got = yaml.safe_load(new)["services"]["traefik"]["command"]
     import shlex
@@ -693,7 +694,7 @@ def test_a_string_command_is_edited_word_by_word_in_place(command):
     assert removed_lines(text, new) == ([] if command.count("\n") > 1 else [command.rstrip("\n")])
     assert new.endswith("    ports:\n      - 443:443\n")
     # again: nothing more to do
-    again = traefik.flag_changes(traefik.parse_flags(words), dict(OPTS, provider=DIRECTORY))
+    again = traefik_inflight.flag_changes(traefik_inflight.parse_flags(words), dict(OPTS, provider=DIRECTORY))
     assert again == ({}, [])
 
 
@@ -701,8 +702,8 @@ def test_a_flag_in_a_string_command_is_replaced_where_it_stands():
     text = ("services:\n  traefik:\n    command: >-\n      --entrypoints.websecure.address=:443\n"
             "      --entrypoints.websecure.http.middlewares=auth@file\n      --ping\n")
     args = ["--entrypoints.websecure.address=:443", "--entrypoints.websecure.http.middlewares=auth@file", "--ping"]
-    add, remove = traefik.flag_changes(traefik.parse_flags(args), dict(OPTS, provider=DIRECTORY, verify_api=False))
-    new = yaml_text.edit_yaml(text, traefik.compose_command_changes(yaml.safe_load(text), "traefik", args, add, remove),
+    add, remove = traefik_inflight.flag_changes(traefik_inflight.parse_flags(args), dict(OPTS, provider=DIRECTORY, verify_api=False))
+    new = yaml_text.edit_yaml(text, traefik_inflight.compose_command_changes(yaml.safe_load(text), "traefik", args, add, remove),
                               "compose")
     assert "      --entrypoints.websecure.http.middlewares=auth@file,inflight-limit@file\n      --ping\n" in new
 
@@ -713,19 +714,19 @@ def test_a_service_from_an_included_file_is_refused_naming_it():
     compose = "include:\n  - ./traefik/compose.yml\n  - path: [./apps.yml]\nservices:\n  app:\n    image: nginx\n"
     project = {"project": "p", "service": "traefik", "working_dir": "/srv/p", "files": ["/srv/p/compose.yml"]}
     f = dict(facts(["--configFile=/etc/traefik/traefik.yml"], ALONE, project), labels={})
-    with pytest.raises(traefik.TraefikConfigError, match="not in /srv/p/compose.yml.*it comes from ./traefik/compose.yml "
-                                                         "\\(include:\\) or ./apps.yml \\(include:\\)"):
-        traefik.plan(f, traefik.locate(f, DOCKER_STATIC, {}), DOCKER_STATIC, compose, {}, dict(OPTS, autoheal_label="a"))
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="not in /srv/p/compose.yml.*it comes from ./traefik/compose.yml "
+                       "\\(include:\\) or ./apps.yml \\(include:\\)"):
+        traefik_inflight.plan(f, traefik_inflight.locate(f, DOCKER_STATIC, {}), DOCKER_STATIC, compose, {}, dict(OPTS, autoheal_label="a"))
 
 
 def test_a_swarm_task_is_refused_with_the_change_in_swarm_terms():
     f = dict(facts(["--configFile=/etc/traefik/traefik.yml"]), labels={"com.docker.swarm.service.name": "edge_traefik"})
-    with pytest.raises(traefik.TraefikConfigError, match="swarm service edge_traefik.*docker service update"):
-        traefik.locate(f, STATIC, {"name": "inflight-limit", "entrypoints": ["websecure"]})
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="swarm service edge_traefik.*docker service update"):
+        traefik_inflight.locate(f, STATIC, {"name": "inflight-limit", "entrypoints": ["websecure"]})
 
 
 def test_a_refusal_spells_values_as_a_user_writes_them():
-    from ansible_collections.homelab.edge.plugins.module_utils import text_edit
+    from ansible_collections.homelab.edge.plugins.module_utils.traefik import text_edit
     words = text_edit.describe([("ensure", ["providers", "file"], {"directory": "/d", "watch": True}),
                                 ("ensure", ["ping"], {}), ("append", ["a"], "x@file")])
     assert words == 'set providers.file to {"directory": "/d", "watch": true}; set ping to {}; add x@file to the list a'
@@ -742,7 +743,7 @@ def test_a_refusal_spells_values_as_a_user_writes_them():
     ("2.11.30", True, "", False),         # the engine's minimum unknown: no word
 ])
 def test_a_traefik_too_old_for_the_engine_is_named(version, docker_provider, min_api, warns):
-    warning = traefik.engine_api_warning(version, docker_provider, min_api)
+    warning = traefik_inflight.engine_api_warning(version, docker_provider, min_api)
     assert bool(warning) == warns
     if warns:
         assert "below this engine's minimum %s" % min_api in warning and "2.11.31 or later" in warning
@@ -751,26 +752,26 @@ def test_a_traefik_too_old_for_the_engine_is_named(version, docker_provider, min
 def test_a_flag_whose_value_is_the_next_word_is_read_whole_and_refused_for_editing():
     cmd = ["traefik", "--configFile", "/etc/traefik/custom.yml", "--ping"]
     inspect = {"Config": {"Entrypoint": ["/entrypoint.sh"], "Cmd": cmd}}
-    args = traefik.traefik_args(inspect)
+    args = traefik_inflight.traefik_args(inspect)
     assert args == ["--configFile", "/etc/traefik/custom.yml", "--ping"]
-    got = traefik.static_source(args, ["/etc/traefik/custom.yml", "/etc/traefik/traefik.yml"])
+    got = traefik_inflight.static_source(args, ["/etc/traefik/custom.yml", "/etc/traefik/traefik.yml"])
     assert (got["mode"], got["path"]) == ("file", "/etc/traefik/custom.yml")
     text = ("services:\n  traefik:\n    command:\n      - --entrypoints.websecure.address=:443\n"
             "      - --entrypoints.websecure.http.middlewares\n      - auth@file\n")
     words = yaml.safe_load(text)["services"]["traefik"]["command"]
-    add, remove = traefik.flag_changes(traefik.parse_flags(words), dict(OPTS, provider=DIRECTORY))
+    add, remove = traefik_inflight.flag_changes(traefik_inflight.parse_flags(words), dict(OPTS, provider=DIRECTORY))
     assert add["entrypoints.websecure.http.middlewares"] == "auth@file,inflight-limit@file"
-    with pytest.raises(traefik.TraefikConfigError, match="as a separate word .*--entrypoints.websecure.http.middlewares="
-                                                         "VALUE"):
-        traefik.compose_command_changes(yaml.safe_load(text), "traefik", words, add, remove)
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="as a separate word .*--entrypoints.websecure.http.middlewares="
+                       "VALUE"):
+        traefik_inflight.compose_command_changes(yaml.safe_load(text), "traefik", words, add, remove)
 
 
 def test_a_value_spelled_with_compose_variables_keeps_them():
     text = ("services:\n  traefik:\n    command:\n      - --entrypoints.websecure.address=:443\n"
             "      - --entrypoints.websecure.http.middlewares=${MW}\n")
     running = ["--entrypoints.websecure.address=:443", "--entrypoints.websecure.http.middlewares=secure@file"]
-    add, remove = traefik.flag_changes(traefik.parse_flags(running), dict(OPTS, provider=DIRECTORY))
-    changes = traefik.compose_command_changes(yaml.safe_load(text), "traefik", running, add, remove)
+    add, remove = traefik_inflight.flag_changes(traefik_inflight.parse_flags(running), dict(OPTS, provider=DIRECTORY))
+    changes = traefik_inflight.compose_command_changes(yaml.safe_load(text), "traefik", running, add, remove)
     new = yaml_text.edit_yaml(text, changes)
     assert "      - --entrypoints.websecure.http.middlewares=${MW},inflight-limit@file\n" in new
 
@@ -780,11 +781,11 @@ def test_a_value_spelled_with_compose_variables_keeps_them():
     (8080, "traefik (Traefik's default, :8080)"),
 ])
 def test_the_metrics_port_is_clear_of_the_other_listeners_traefik_will_have(port, words):
-    with pytest.raises(traefik.TraefikConfigError, match=re.escape(words)):
+    with pytest.raises(traefik_inflight.TraefikConfigError, match=re.escape(words)):
         edit(STATIC, metrics_port=port)
-    with pytest.raises(traefik.TraefikConfigError, match=re.escape(words)):
-        traefik.flag_changes({"entrypoints.websecure.address": ":443"},
-                             dict(OPTS, metrics_port=port, provider=DIRECTORY))
+    with pytest.raises(traefik_inflight.TraefikConfigError, match=re.escape(words)):
+        traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443"},
+                                      dict(OPTS, metrics_port=port, provider=DIRECTORY))
 
 
 def test_a_flag_removed_first_on_a_line_of_a_folded_command_keeps_the_line_indented():
@@ -793,11 +794,11 @@ def test_a_flag_removed_first_on_a_line_of_a_folded_command_keeps_the_line_inden
             "      --entrypoints.websecure.address=:443\n")
     args = ["--entrypoints.web.proxyprotocol.trustedips=10.0.0.1", "--entrypoints.web.address=:80",
             "--entrypoints.websecure.address=:443"]
-    add, remove = traefik.flag_changes(traefik.parse_flags(args), dict(OPTS, provider=DIRECTORY,
-                                                                       proxy_protocol_trusted_ips=[],
-                                                                       trusted_added_before=["10.0.0.1"]))
+    add, remove = traefik_inflight.flag_changes(traefik_inflight.parse_flags(args), dict(OPTS, provider=DIRECTORY,
+                                                                                         proxy_protocol_trusted_ips=[],
+                                                                                         trusted_added_before=["10.0.0.1"]))
     assert remove == ["entrypoints.web.proxyprotocol.trustedips"]
-    new = yaml_text.edit_yaml(text, traefik.compose_command_changes(yaml.safe_load(text), "traefik", args, add, remove))
+    new = yaml_text.edit_yaml(text, traefik_inflight.compose_command_changes(yaml.safe_load(text), "traefik", args, add, remove))
     assert "    command: >-\n      --entrypoints.web.address=:80\n      --entrypoints.websecure.address=:443\n" in new
 
 
@@ -805,8 +806,8 @@ def test_a_compose_file_with_a_byte_order_mark_keeps_it():
     text = "\ufeff" + COMPOSE
     compose = yaml_text.parse(text, "compose.yml")
     args = compose["services"]["traefik"]["command"]
-    add, remove = traefik.flag_changes(traefik.parse_flags(args), dict(OPTS, provider=FILENAME))
-    new = yaml_text.edit_yaml(text, traefik.compose_command_changes(compose, "traefik", args, add, remove))
+    add, remove = traefik_inflight.flag_changes(traefik_inflight.parse_flags(args), dict(OPTS, provider=FILENAME))
+    new = yaml_text.edit_yaml(text, traefik_inflight.compose_command_changes(compose, "traefik", args, add, remove))
     assert new.startswith("\ufeffservices:\n") and new.count("\ufeff") == 1
 
 
@@ -815,7 +816,7 @@ def test_trusted_ips_keep_the_users_comments_and_drop_only_what_the_role_added_b
             "        - \"192.168.1.1\"   # office VPN\n")
     once = edit(text, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.8.0.1/32"])
     assert '        - "192.168.1.1"   # office VPN\n        - 10.8.0.1/32\n' in once
-    p = traefik.plan(facts(["--configFile=/etc/traefik/traefik.yml"]), {
+    p = traefik_inflight.plan(facts(["--configFile=/etc/traefik/traefik.yml"]), {
         "mode": "file", "static": "/etc/traefik/traefik.yml", "provider": DIRECTORY, "docker": None},
         text, None, {}, dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.8.0.1/32"]))
     assert p["trusted_added"] == ["10.8.0.1/32"]
@@ -825,13 +826,13 @@ def test_trusted_ips_keep_the_users_comments_and_drop_only_what_the_role_added_b
     assert yaml.safe_load(moved)["entryPoints"]["websecure"]["proxyProtocol"]["trustedIPs"] == [
         "192.168.1.1", "10.9.0.1/32"]
     # an address of the user's that the role also wants is never the role's to drop
-    merged = traefik.trusted_merge(["10.8.0.1/32"], ["10.9.0.1/32"], [])
+    merged = traefik_inflight.trusted_merge(["10.8.0.1/32"], ["10.9.0.1/32"], [])
     assert merged == (["10.8.0.1/32", "10.9.0.1/32"], ["10.9.0.1/32"], [])
-    assert traefik.trusted_added(yaml.safe_load(text), None, None, ["10.8.0.1/32"]) == ["10.8.0.1/32"]
-    add, remove = traefik.flag_changes({"entrypoints.websecure.address": ":443",
-                                        "entrypoints.websecure.proxyprotocol.trustedips": "10.0.0.9,10.8.0.1/32"},
-                                       dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.9.0.1/32"],
-                                            trusted_added_before=["10.8.0.1/32"]))
+    assert traefik_inflight.trusted_added(yaml.safe_load(text), None, None, ["10.8.0.1/32"]) == ["10.8.0.1/32"]
+    add, remove = traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443",
+                                                 "entrypoints.websecure.proxyprotocol.trustedips": "10.0.0.9,10.8.0.1/32"},
+                                                dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=["10.9.0.1/32"],
+                                                     trusted_added_before=["10.8.0.1/32"]))
     assert add["entrypoints.websecure.proxyprotocol.trustedips"] == "10.0.0.9,10.9.0.1/32"
 
 
@@ -848,8 +849,8 @@ PROC_NET_TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->
 
 def test_the_hosts_listening_ports_are_read_from_proc_net_tcp():
     # 0x1F90 = 8080 on every address, 0x238A = 9098 on loopback; 0x238B is an established connection
-    assert traefik.listening_ports(PROC_NET_TCP) == {8080, 9098}
-    assert traefik.listening_ports("") == set()
+    assert traefik_inflight.listening_ports(PROC_NET_TCP) == {8080, 9098}
+    assert traefik_inflight.listening_ports("") == set()
 
 
 # (what, listening ports of the host, extra options, the ping address or the refusal's words)
@@ -857,7 +858,7 @@ HOST_PING = [
     ("the first free loopback port", [], {}, "127.0.0.1:9098"),
     ("past the ports something on the host holds", [8080, 9098, 9097], {}, "127.0.0.1:9096"),
     ("past the metrics port", [9098], {"metrics_port": 9097}, "127.0.0.1:9096"),
-    ("every candidate taken", list(traefik.PING_PORTS), {}, "none of 9091-9098 and 9180-9199 is free"),
+    ("every candidate taken", list(traefik_inflight.PING_PORTS), {}, "none of 9091-9098 and 9180-9199 is free"),
     ("the API port taken on the host", [9099], {}, "something listens on port 9099 already"),
     ("the metrics port taken on the host", [9101], {"metrics_port": 9101}, "metrics port 9101 is taken on the host"),
 ]
@@ -867,41 +868,41 @@ HOST_PING = [
 def test_on_the_hosts_network_ping_gets_a_free_loopback_port_never_8080(what, listening, extra, want):
     opts = dict(OPTS, provider=DIRECTORY, host_network=True, listening=listening, **extra)
     if not want.startswith("127."):
-        for run in (lambda: traefik.static_changes(yaml.safe_load(HOST_YAML), opts),
-                    lambda: traefik.flag_changes(HOST_FLAGS, opts)):
-            with pytest.raises(traefik.TraefikConfigError, match=re.escape(want)) as e:
+        for run in (lambda: traefik_inflight.static_changes(yaml.safe_load(HOST_YAML), opts),
+                    lambda: traefik_inflight.flag_changes(HOST_FLAGS, opts)):
+            with pytest.raises(traefik_inflight.TraefikConfigError, match=re.escape(want)) as e:
                 run()
             assert "nothing was changed" in str(e.value)
         return
     report = {}
-    changes = traefik.static_changes(yaml.safe_load(HOST_YAML), opts, [], report)
-    assert ("ensure", ["ping"], {"entryPoint": traefik.PING_ENTRYPOINT}) in changes
-    assert ("ensure", ["entryPoints", traefik.PING_ENTRYPOINT], {"address": want}) in changes
-    assert report["ping"] == {"entrypoint": traefik.PING_ENTRYPOINT, "address": want, "by": "homelab.edge"}
-    add, remove = traefik.flag_changes(HOST_FLAGS, opts)
-    assert add["ping.entrypoint"] == traefik.PING_ENTRYPOINT and add["entrypoints.homelab-edge-ping.address"] == want
+    changes = traefik_inflight.static_changes(yaml.safe_load(HOST_YAML), opts, [], report)
+    assert ("ensure", ["ping"], {"entryPoint": traefik_inflight.PING_ENTRYPOINT}) in changes
+    assert ("ensure", ["entryPoints", traefik_inflight.PING_ENTRYPOINT], {"address": want}) in changes
+    assert report["ping"] == {"entrypoint": traefik_inflight.PING_ENTRYPOINT, "address": want, "by": "homelab.edge"}
+    add, remove = traefik_inflight.flag_changes(HOST_FLAGS, opts)
+    assert add["ping.entrypoint"] == traefik_inflight.PING_ENTRYPOINT and add["entrypoints.homelab-edge-ping.address"] == want
     # applied, a second run changes nothing and calls that ping the role's
     new = yaml_text.edit_yaml(HOST_YAML, changes)
     again = {}
-    assert traefik.static_changes(yaml.safe_load(new), dict(opts, listening=listening + [int(want[-4:])]), [],
-                                  again) == []
+    assert traefik_inflight.static_changes(yaml.safe_load(new), dict(opts, listening=listening + [int(want[-4:])]), [],
+                                           again) == []
     assert again["ping"]["by"] == "homelab.edge" and again["user_values"] == []
 
 
 def test_off_the_hosts_network_ping_stays_where_it_was():
     report = {}
-    changes = traefik.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY), [], report)
+    changes = traefik_inflight.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY), [], report)
     assert ("ensure", ["ping"], {}) in changes and report["ping"]["address"] == ":8080"
 
 
 def test_the_health_check_of_a_host_network_traefik_asks_ping_where_the_role_put_it():
     opts = dict(OPTS, provider=DIRECTORY, host_network=True, listening=[],
                 healthcheck={"interval": "30s", "timeout": "5s", "retries": 3})
-    add, remove = traefik.flag_changes(HOST_FLAGS, opts)
+    add, remove = traefik_inflight.flag_changes(HOST_FLAGS, opts)
     args = ["--entrypoints.web.address=:80", "--entrypoints.websecure.address=:443"]
     compose = {"files": ["/srv/compose.yml"], "service": "traefik", "working_dir": "/srv"}
     f = dict(facts(args, compose=compose), network_mode="host")
-    changes = traefik.service_changes(yaml.safe_load(COMPOSE), f, dict(opts, flags_added=add))
+    changes = traefik_inflight.service_changes(yaml.safe_load(COMPOSE), f, dict(opts, flags_added=add))
     test = [c for c in changes if c[1][-1] == "healthcheck"][0][2]["test"]
     assert "--ping.entrypoint=homelab-edge-ping" in test and "--entrypoints.homelab-edge-ping.address=127.0.0.1:9098" in test
 
@@ -914,7 +915,7 @@ def test_no_net_sysctls_in_the_hosts_namespace(mode, sysctls, kept_keys):
     compose = {"files": ["/srv/compose.yml"], "service": "traefik", "working_dir": "/srv"}
     f = dict(facts(["--entrypoints.websecure.address=:443"], compose=compose), network_mode=mode)
     warnings = []
-    changes = traefik.service_changes(yaml.safe_load(COMPOSE), f, {"sysctls": sysctls}, warnings)
+    changes = traefik_inflight.service_changes(yaml.safe_load(COMPOSE), f, {"sysctls": sysctls}, warnings)
     assert [c[1][-1] for c in changes if "sysctls" in c[1]] == kept_keys
     assert bool(warnings) == (mode == "host")
     assert all("tcp_drain" in w and "net.ipv4.tcp_fin_timeout" in w for w in warnings)
@@ -930,7 +931,7 @@ ON_EP = "entryPoints:\n  websecure:\n    address: \":443\"\n    http:\n      mid
 
 
 def routing(containers=()):
-    return traefik.user_routing(LIMITERS, {"exposed_by_default": False, "constrained": False}, containers)
+    return traefik_inflight.user_routing(LIMITERS, {"exposed_by_default": False, "constrained": False}, containers)
 
 
 # (what, static, options, middlewares on websecure after, limited entrypoints, user values: setting -> kept)
@@ -948,14 +949,14 @@ USERS_LIMITERS = [
 def test_the_users_limiters_are_kept_and_reported(what, text, extra, mws, limited, values):
     opts = dict(OPTS, provider=DIRECTORY, routing=routing(), **extra)
     report = {}
-    new = yaml_text.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), opts, [], report))
+    new = yaml_text.edit_yaml(text, traefik_inflight.static_changes(yaml.safe_load(text), opts, [], report))
     assert yaml.safe_load(new)["entryPoints"]["websecure"].get("http", {}).get("middlewares") == mws
     assert report["entrypoints"] == limited
     got = dict((v["setting"], v["kept"]) for v in report["user_values"] if v["setting"] != "ping")
     assert got == values
     # the same on flags
     flags = dict(HOST_FLAGS, **({"entrypoints.websecure.http.middlewares": "my-limit@file"} if "my-limit" in text else {}))
-    add, remove = traefik.flag_changes(flags, opts, [], {})
+    add, remove = traefik_inflight.flag_changes(flags, opts, [], {})
     assert add.get("entrypoints.websecure.http.middlewares", flags.get("entrypoints.websecure.http.middlewares")) == \
         ",".join(mws)
 
@@ -968,14 +969,14 @@ def test_limiters_in_labels_are_read_and_described():
     r = routing([labels])
     assert r["limiters"]["lim@docker"] == {"type": "inFlightReq", "config": {
         "amount": "10", "sourcecriterion.ipstrategy.depth": "1"}}
-    assert traefik.limiter_text("lim@docker", r["limiters"]["lim@docker"]) == \
+    assert traefik_inflight.limiter_text("lim@docker", r["limiters"]["lim@docker"]) == \
         "lim@docker (inFlightReq: 10 in flight per client IP, per router)"
-    assert "average 50 per 1s, burst 100" in traefik.limiter_text("my-rate@file", r["limiters"]["my-rate@file"])
-    assert traefik.entrypoint_routers(r, "pg") == ([], ["db@docker"])
-    assert [x[0] for x in traefik.router_limiters(r, "websecure")] == ["app@file", "web@docker"]
+    assert "average 50 per 1s, burst 100" in traefik_inflight.limiter_text("my-rate@file", r["limiters"]["my-rate@file"])
+    assert traefik_inflight.entrypoint_routers(r, "pg") == ([], ["db@docker"])
+    assert [x[0] for x in traefik_inflight.router_limiters(r, "websecure")] == ["app@file", "web@docker"]
     # a container the Docker provider does not expose is no router of Traefik's
-    assert traefik.user_routing({}, {"exposed_by_default": False, "constrained": False},
-                                [dict(labels, **{"traefik.enable": "false"})])["routers"] == []
+    assert traefik_inflight.user_routing({}, {"exposed_by_default": False, "constrained": False},
+                                         [dict(labels, **{"traefik.enable": "false"})])["routers"] == []
 
 
 STREAMS = "entryPoints.websecure.http2.maxConcurrentStreams"
@@ -996,12 +997,12 @@ def test_the_users_http2_streams_are_kept_unless_asked(what, extra, after, kept)
     opts = dict(OPTS, provider=DIRECTORY, http2_max_streams=32)
     opts.update(extra)
     report, warnings = {}, []
-    new = yaml_text.edit_yaml(WITH_STREAMS, traefik.static_changes(yaml.safe_load(WITH_STREAMS), opts, warnings, report))
+    new = yaml_text.edit_yaml(WITH_STREAMS, traefik_inflight.static_changes(yaml.safe_load(WITH_STREAMS), opts, warnings, report))
     assert yaml.safe_load(new)["entryPoints"]["websecure"]["http2"]["maxConcurrentStreams"] == after
     values = [v for v in report["user_values"] if v["setting"] == STREAMS]
     assert [v["kept"] for v in values] == ([] if kept is None else [kept])
     flags = dict(HOST_FLAGS, **{"entrypoints.websecure.http2.maxconcurrentstreams": "100"})
-    add, remove = traefik.flag_changes(flags, opts, [], {})
+    add, remove = traefik_inflight.flag_changes(flags, opts, [], {})
     assert add.get("entrypoints.websecure.http2.maxconcurrentstreams", "100") == str(after)
 
 
@@ -1010,15 +1011,15 @@ def test_the_users_trusted_addresses_stay_when_the_roles_go_and_go_only_on_reque
             "      trustedIPs:\n        - 192.168.1.1   # office VPN\n        - 10.8.0.1/32\n")
     base = dict(OPTS, provider=DIRECTORY, proxy_protocol_trusted_ips=[], trusted_added_before=["10.8.0.1/32"])
     report = {}
-    off = yaml_text.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), base, [], report))
+    off = yaml_text.edit_yaml(text, traefik_inflight.static_changes(yaml.safe_load(text), base, [], report))
     assert yaml.safe_load(off)["entryPoints"]["websecure"]["proxyProtocol"] == {"insecure": False,
                                                                                 "trustedIPs": ["192.168.1.1"]}
     assert [(v["yours"], v["kept"]) for v in report["user_values"] if "trusted" in v["setting"]] == [(["192.168.1.1"], True)]
     report = {}
-    gone = yaml_text.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), dict(base, override_user_values=True),
-                                                            [], report))
+    gone = yaml_text.edit_yaml(text, traefik_inflight.static_changes(yaml.safe_load(text), dict(base, override_user_values=True),
+                                                                     [], report))
     assert yaml.safe_load(gone)["entryPoints"]["websecure"]["proxyProtocol"] == {"insecure": False}
-    replaced = yaml_text.edit_yaml(text, traefik.static_changes(yaml.safe_load(text), dict(
+    replaced = yaml_text.edit_yaml(text, traefik_inflight.static_changes(yaml.safe_load(text), dict(
         base, proxy_protocol_trusted_ips=["10.9.0.1/32"], override_user_values=True)))
     assert yaml.safe_load(replaced)["entryPoints"]["websecure"]["proxyProtocol"]["trustedIPs"] == ["10.9.0.1/32"]
 
@@ -1026,22 +1027,22 @@ def test_the_users_trusted_addresses_stay_when_the_roles_go_and_go_only_on_reque
 def test_a_tcp_router_beside_a_constrained_docker_provider_does_not_make_an_entrypoint_tcp_only():
     tcp = {"/d/tcp.yml": "tcp:\n  routers:\n    pass:\n      rule: HostSNI(`*`)\n      entryPoints: [websecure]\n"
                          "      service: s\n      tls:\n        passthrough: true\n"}
-    known = traefik.user_routing(tcp, {"exposed_by_default": True, "constrained": False}, [])
-    with pytest.raises(traefik.TraefikConfigError, match="websecure \\(pass@file\\) serve only TCP routers"):
-        traefik.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY, routing=known))
+    known = traefik_inflight.user_routing(tcp, {"exposed_by_default": True, "constrained": False}, [])
+    with pytest.raises(traefik_inflight.TraefikConfigError, match="websecure \\(pass@file\\) serve only TCP routers"):
+        traefik_inflight.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY, routing=known))
     # with constraints the Docker provider's HTTP routers are not known here: the limit stays
-    unknown = traefik.user_routing(tcp, {"exposed_by_default": True, "constrained": True}, [])
+    unknown = traefik_inflight.user_routing(tcp, {"exposed_by_default": True, "constrained": True}, [])
     report = {}
-    traefik.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY, routing=unknown), [], report)
+    traefik_inflight.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY, routing=unknown), [], report)
     assert report["entrypoints"] == ["websecure"]
 
 
 def test_on_the_hosts_network_the_roles_api_on_the_hosts_loopback_is_said():
     warnings = []
-    traefik.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY, host_network=True, listening=[]),
-                           warnings)
+    traefik_inflight.static_changes(yaml.safe_load(HOST_YAML), dict(OPTS, provider=DIRECTORY, host_network=True, listening=[]),
+                                    warnings)
     assert any("the host's own 127.0.0.1:9099" in w for w in warnings)
     warnings = []
-    traefik.flag_changes(HOST_FLAGS, dict(OPTS, provider=DIRECTORY, host_network=True, listening=[], verify_api=False),
-                         warnings)
+    traefik_inflight.flag_changes(HOST_FLAGS, dict(OPTS, provider=DIRECTORY, host_network=True, listening=[], verify_api=False),
+                                  warnings)
     assert not any("9099" in w for w in warnings)

@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import access as ufw_access
 
 # `ss -H -tulpn` on a fresh VPS: sshd on 2222, WireGuard, a resolver on
 # loopback, nginx on 80, Docker publishing 443, node_exporter on *.
@@ -16,7 +16,7 @@ tcp   LISTEN 0      4096       127.0.0.1:8080       0.0.0.0:*    users:(("python
 tcp   LISTEN 0      4096           [::1]:5432          [::]:*    users:(("postgres",pid=66,fd=3))
 tcp   LISTEN 0      4096               *:9100             *:*    users:(("node_exporter",pid=88,fd=3))
 """
-SESSION = ua.session("198.51.100.7 50022 203.0.113.10 2222")
+SESSION = ufw_access.session("198.51.100.7 50022 203.0.113.10 2222")
 
 
 def tuple_line(action, proto, dport, src="0.0.0.0/0", dst="0.0.0.0/0", direction="in", comment=None):
@@ -25,44 +25,44 @@ def tuple_line(action, proto, dport, src="0.0.0.0/0", dst="0.0.0.0/0", direction
 
 
 def rules(*lines):
-    return ua.user_rules("*filter\n" + "\n".join(lines) + "\nCOMMIT\n")
+    return ufw_access.user_rules("*filter\n" + "\n".join(lines) + "\nCOMMIT\n")
 
 
 def test_listening_leaves_loopback_out_and_marks_docker():
-    found = dict((e["spec"], e) for e in ua.listening(SS))
-    assert sorted(found, key=ua.sort_key) == ["80/tcp", "443/tcp", "2222/tcp", "9100/tcp", "51820/udp"]
+    found = dict((e["spec"], e) for e in ufw_access.listening(SS))
+    assert sorted(found, key=ufw_access.sort_key) == ["80/tcp", "443/tcp", "2222/tcp", "9100/tcp", "51820/udp"]
     assert found["51820/udp"]["processes"] == ["wireguard-go"] and found["51820/udp"]["addresses"] == ["0.0.0.0", "::"]
     assert found["443/tcp"]["docker"] and not found["80/tcp"]["docker"]
 
 
 def test_sshd_ports_and_session():
-    assert ua.sshd_ports("port 2222\nport 22\nlistenaddress 0.0.0.0:2222\naddressfamily any\n") == ["22/tcp", "2222/tcp"]
+    assert ufw_access.sshd_ports("port 2222\nport 22\nlistenaddress 0.0.0.0:2222\naddressfamily any\n") == ["22/tcp", "2222/tcp"]
     assert SESSION == {"client": "198.51.100.7", "spec": "2222/tcp"}
-    assert ua.session("") is None and ua.session("a b c") is None
+    assert ufw_access.session("") is None and ufw_access.session("a b c") is None
 
 
 @pytest.mark.parametrize("value, spec", [(22, "22/tcp"), ("2222", "2222/tcp"), ("51820/udp", "51820/udp"),
                                          (" 80/TCP ", "80/tcp")])
 def test_port_spec(value, spec):
-    assert ua.port_spec(value) == spec
+    assert ufw_access.port_spec(value) == spec
 
 
 @pytest.mark.parametrize("value", ["ssh", "0", "70000", "22/icmp", "", True, "22/", "1-2"])
 def test_port_spec_refuses_junk(value):
-    with pytest.raises(ua.AccessError):
-        ua.port_spec(value)
+    with pytest.raises(ufw_access.AccessError):
+        ufw_access.port_spec(value)
 
 
 def test_port_specs_names_the_option_and_every_bad_item():
-    with pytest.raises(ua.AccessError) as e:
-        ua.port_specs([22, "x", "99999"], "vps_connlimit_closed_ports")
+    with pytest.raises(ufw_access.AccessError) as e:
+        ufw_access.port_specs([22, "x", "99999"], "vps_connlimit_closed_ports")
     assert "vps_connlimit_closed_ports" in str(e.value) and "'x'" in str(e.value) and "'99999'" in str(e.value)
 
 
 def test_default_policy():
-    assert ua.default_input_policy('IPV6=yes\nDEFAULT_INPUT_POLICY="DROP"\n') == "DROP"
-    assert ua.default_input_policy('DEFAULT_INPUT_POLICY="ACCEPT"\n') == "ACCEPT"
-    assert ua.default_input_policy("") == "DROP"
+    assert ufw_access.default_input_policy('IPV6=yes\nDEFAULT_INPUT_POLICY="DROP"\n') == "DROP"
+    assert ufw_access.default_input_policy('DEFAULT_INPUT_POLICY="ACCEPT"\n') == "ACCEPT"
+    assert ufw_access.default_input_policy("") == "DROP"
 
 
 def test_user_rules_read_ufws_tuples():
@@ -92,18 +92,18 @@ def test_user_rules_read_ufws_tuples():
     ([tuple_line("allow", "tcp", "443", dst="::/0")], "443/tcp", None, True),
 ])
 def test_allows_first_match_wins(lines, spec, src, allowed):
-    assert ua.allows(rules(*lines), "DROP", spec, src=src) is allowed
+    assert ufw_access.allows(rules(*lines), "DROP", spec, src=src) is allowed
 
 
 def test_default_accept_lets_everything_in_unless_denied():
-    assert ua.allows([], "ACCEPT", "51820/udp")
-    assert not ua.allows(rules(tuple_line("reject", "udp", "51820")), "ACCEPT", "51820/udp")
+    assert ufw_access.allows([], "ACCEPT", "51820/udp")
+    assert not ufw_access.allows(rules(tuple_line("reject", "udp", "51820")), "ACCEPT", "51820/udp")
 
 
 def plan(ss=SS, sshd=("2222/tcp",), session=SESSION, front=("80/tcp", "443/tcp"), closed=(), enabled=False,
          lines=(), policy="DROP", keep=True):
-    return ua.plan(ua.listening(ss), list(sshd), session, list(front), list(closed), enabled, rules(*lines), policy,
-                   keep)
+    return ufw_access.plan(ufw_access.listening(ss), list(sshd), session, list(front), list(closed), enabled, rules(*lines), policy,
+                           keep)
 
 
 def test_fresh_vps_keeps_ssh_wireguard_and_every_listener():
@@ -154,8 +154,8 @@ def test_the_session_port_counts_even_when_sshd_says_nothing():
 
 def test_reachable():
     r = rules(tuple_line("allow", "udp", "51820"))
-    assert ua.reachable(["51820/udp", "80/tcp"], True, r, "DROP") == ["51820/udp"]
-    assert ua.reachable(["51820/udp", "80/tcp"], False, r, "DROP") == ["80/tcp", "51820/udp"]
+    assert ufw_access.reachable(["51820/udp", "80/tcp"], True, r, "DROP") == ["51820/udp"]
+    assert ufw_access.reachable(["51820/udp", "80/tcp"], False, r, "DROP") == ["80/tcp", "51820/udp"]
 
 
 # --- port forwards through the host (DNAT, through FORWARD) ---
@@ -175,18 +175,18 @@ NAT = """-P PREROUTING ACCEPT
 
 
 def test_dnat_forwards_are_the_users_port_forwards_to_another_host():
-    got = [(f["spec"], f["to_addr"], f["to_port"]) for f in ua.dnat_forwards(NAT)]
+    got = [(f["spec"], f["to_addr"], f["to_port"]) for f in ufw_access.dnat_forwards(NAT)]
     # Docker's chain, a DNAT to loopback and one of every port of an address are left out
     assert got == [("443/tcp", "10.8.0.2", "443"), ("8080/tcp", "10.8.0.2", "8080"), ("3478/udp", "10.8.0.3", "3478")]
-    v6 = ua.dnat_forwards("-A PREROUTING -p tcp -m tcp --dport 443 -j DNAT --to-destination [fd00:8::2]:8443\n")
+    v6 = ufw_access.dnat_forwards("-A PREROUTING -p tcp -m tcp --dport 443 -j DNAT --to-destination [fd00:8::2]:8443\n")
     assert [(f["to_addr"], f["to_port"]) for f in v6] == [("fd00:8::2", "8443")]
-    assert ua.dnat_forwards("") == [] and ua.dnat_forwards(None) == []
+    assert ufw_access.dnat_forwards("") == [] and ufw_access.dnat_forwards(None) == []
 
 
 def test_default_forward_policy():
-    assert ua.default_forward_policy('DEFAULT_FORWARD_POLICY="DROP"\n') == "DROP"
-    assert ua.default_forward_policy('DEFAULT_FORWARD_POLICY="ACCEPT"\n') == "ACCEPT"
-    assert ua.default_forward_policy("") == "DROP"  # as ufw ships it
+    assert ufw_access.default_forward_policy('DEFAULT_FORWARD_POLICY="DROP"\n') == "DROP"
+    assert ufw_access.default_forward_policy('DEFAULT_FORWARD_POLICY="ACCEPT"\n') == "ACCEPT"
+    assert ufw_access.default_forward_policy("") == "DROP"  # as ufw ships it
 
 
 ROUTE = """### tuple ### route:allow tcp 443 10.8.0.2 any 0.0.0.0/0 in
@@ -195,15 +195,15 @@ ROUTE = """### tuple ### route:allow tcp 443 10.8.0.2 any 0.0.0.0/0 in
 
 
 def test_enabling_ufw_cuts_the_forwards_no_route_rule_allows():
-    forwards = ua.dnat_forwards(NAT)
-    rules = ua.user_rules(ROUTE)
-    cut = ua.forwards_cut(forwards, False, rules, "DROP")
+    forwards = ufw_access.dnat_forwards(NAT)
+    rules = ufw_access.user_rules(ROUTE)
+    cut = ufw_access.forwards_cut(forwards, False, rules, "DROP")
     assert [f["spec"] for f in cut] == ["8080/tcp", "3478/udp"]  # 443 has its route rule
     # ufw active already (it works as it is), or forwarding by default: nothing to keep
-    assert ua.forwards_cut(forwards, True, rules, "DROP") == []
-    assert ua.forwards_cut(forwards, False, rules, "ACCEPT") == []
+    assert ufw_access.forwards_cut(forwards, True, rules, "DROP") == []
+    assert ufw_access.forwards_cut(forwards, False, rules, "ACCEPT") == []
     # a route rule for one source only does not keep it for every client; an incoming (not routed) rule does not
-    only_one = ua.user_rules("### tuple ### route:allow tcp 8080 10.8.0.2 any 192.0.2.1 in\n"
-                             "### tuple ### allow tcp 8080 0.0.0.0/0 any 0.0.0.0/0 in\n")
-    assert [f["spec"] for f in ua.forwards_cut(forwards, False, only_one, "DROP")] == ["443/tcp", "8080/tcp",
-                                                                                       "3478/udp"]
+    only_one = ufw_access.user_rules("### tuple ### route:allow tcp 8080 10.8.0.2 any 192.0.2.1 in\n"
+                                     "### tuple ### allow tcp 8080 0.0.0.0/0 any 0.0.0.0/0 in\n")
+    assert [f["spec"] for f in ufw_access.forwards_cut(forwards, False, only_one, "DROP")] == ["443/tcp", "8080/tcp",
+                                                                                               "3478/udp"]

@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import connlimit as ufw_connlimit
 
 from ...conftest import fixture
 
@@ -9,12 +9,12 @@ BEFORE6 = fixture("before6.rules")
 
 
 def block(family=4, ports=(80, 443), limit=100):
-    return uc.render_block(family, list(ports), limit)
+    return ufw_connlimit.render_block(family, list(ports), limit)
 
 
 def test_render_block_ipv4_and_ipv6():
     b4 = block(4)
-    assert b4[0] == uc.BEGIN and b4[-1] == uc.END
+    assert b4[0] == ufw_connlimit.BEGIN and b4[-1] == ufw_connlimit.END
     assert b4[1] == ("-A ufw-before-input -p tcp --dport 80 -m conntrack --ctstate NEW -m connlimit "
                      "--connlimit-above 100 --connlimit-mask 32 -m comment --comment homelab.edge.ufw_connlimit "
                      "-j REJECT --reject-with tcp-reset")
@@ -24,7 +24,7 @@ def test_render_block_ipv4_and_ipv6():
 
 
 def test_docker_published_ports_get_a_chain_of_their_own():
-    text = uc.docker_chain_rules(4, [443], 100)
+    text = ufw_connlimit.docker_chain_rules(4, [443], 100)
     lines = text.splitlines()
     assert lines[1:3] == ["*filter", ":homelab-edge-docker - [0:0]"] and lines[-1] == "COMMIT"
     assert lines[3] == ("-A homelab-edge-docker -p tcp -m conntrack --ctstate NEW --ctorigdstport 443 -m connlimit "
@@ -32,11 +32,11 @@ def test_docker_published_ports_get_a_chain_of_their_own():
                         "-j REJECT --reject-with tcp-reset")
     # DOCKER-USER is never declared: declaring it would flush Docker's, ufw-docker's and the admin's rules
     assert "DOCKER-USER" not in text
-    assert "--connlimit-mask 128" in uc.docker_chain_rules(6, [443], 100)
+    assert "--connlimit-mask 128" in ufw_connlimit.docker_chain_rules(6, [443], 100)
 
 
 def test_hook_puts_one_jump_first_and_never_fails_ufw():
-    hook = uc.hook_script("/etc/ufw")
+    hook = ufw_connlimit.hook_script("/etc/ufw")
     assert hook.startswith("#!/bin/sh\n") and hook.rstrip().endswith("exit 0")
     assert 'while "$1" -D DOCKER-USER -j "$chain"' in hook and '"$1" -I DOCKER-USER 1 -j "$chain"' in hook
     assert "load iptables /etc/ufw/homelab-edge-docker.rules" in hook
@@ -72,21 +72,21 @@ esac
 
 
 def test_after_init_gets_one_call_before_the_users_commands():
-    out = uc.apply_init_block(STOCK_AFTER_INIT, uc.init_call("/etc/ufw"))
+    out = ufw_connlimit.apply_init_block(STOCK_AFTER_INIT, ufw_connlimit.init_call("/etc/ufw"))
     lines = out.split("\n")
-    assert lines[4] == uc.BEGIN and lines[6] == uc.END and lines[7] == "set -e"
+    assert lines[4] == ufw_connlimit.BEGIN and lines[6] == ufw_connlimit.END and lines[7] == "set -e"
     assert lines[5] == '[ -x /etc/ufw/homelab-edge.init ] && /etc/ufw/homelab-edge.init "$1" || true'
-    assert uc.apply_init_block(out, uc.init_call("/etc/ufw")) == out
-    assert uc.apply_init_block(out, [], present=False) == STOCK_AFTER_INIT
-    assert uc.apply_init_block(None, uc.init_call("/etc/ufw")).startswith("#!/bin/sh\n" + uc.BEGIN)
-    assert uc.apply_init_block(None, [], present=False) is None
+    assert ufw_connlimit.apply_init_block(out, ufw_connlimit.init_call("/etc/ufw")) == out
+    assert ufw_connlimit.apply_init_block(out, [], present=False) == STOCK_AFTER_INIT
+    assert ufw_connlimit.apply_init_block(None, ufw_connlimit.init_call("/etc/ufw")).startswith("#!/bin/sh\n" + ufw_connlimit.BEGIN)
+    assert ufw_connlimit.apply_init_block(None, [], present=False) is None
 
 
 def test_stock_after_init_is_recognised_and_the_users_is_not():
-    assert uc.is_stock_after_init(STOCK_AFTER_INIT)
-    assert uc.is_stock_after_init("#!/bin/sh\n# nothing\n")
-    assert not uc.is_stock_after_init(STOCK_AFTER_INIT.replace("    # typically required\n    ;;",
-                                                               "    iptables -I DOCKER-USER -j DROP\n    ;;", 1))
+    assert ufw_connlimit.is_stock_after_init(STOCK_AFTER_INIT)
+    assert ufw_connlimit.is_stock_after_init("#!/bin/sh\n# nothing\n")
+    assert not ufw_connlimit.is_stock_after_init(STOCK_AFTER_INIT.replace("    # typically required\n    ;;",
+                                                                          "    iptables -I DOCKER-USER -j DROP\n    ;;", 1))
 
 
 UFW_DOCKER_LIVE = """-N DOCKER-USER
@@ -102,14 +102,14 @@ OURS_LIVE = """-N homelab-edge-docker
 
 
 def test_docker_user_state():
-    state = uc.docker_user_state(UFW_DOCKER_LIVE, OURS_LIVE)
+    state = ufw_connlimit.docker_user_state(UFW_DOCKER_LIVE, OURS_LIVE)
     assert state == {"jump_first": True, "jump_position": 1, "ports": {443: 100},
                      "other_rules": ["-A DOCKER-USER -j ufw-user-forward", "-A DOCKER-USER -s 10.0.0.0/8 -j RETURN",
                                      "-A DOCKER-USER -j RETURN"]}
     late = UFW_DOCKER_LIVE.replace("-A DOCKER-USER -j homelab-edge-docker\n", "") + "-A DOCKER-USER -j homelab-edge-docker\n"
-    assert uc.docker_user_state(late, OURS_LIVE)["jump_first"] is False  # behind a RETURN it protects nothing
-    assert uc.docker_user_state(late, OURS_LIVE)["jump_position"] == 4
-    assert uc.docker_user_state("-N DOCKER-USER\n", "")["jump_position"] is None
+    assert ufw_connlimit.docker_user_state(late, OURS_LIVE)["jump_first"] is False  # behind a RETURN it protects nothing
+    assert ufw_connlimit.docker_user_state(late, OURS_LIVE)["jump_position"] == 4
+    assert ufw_connlimit.docker_user_state("-N DOCKER-USER\n", "")["jump_position"] is None
 
 
 @pytest.mark.parametrize("info, backend", [
@@ -119,34 +119,34 @@ def test_docker_user_state():
     ({}, "iptables"),
 ])
 def test_docker_firewall_backend(info, backend):
-    assert uc.firewall_backend(info) == backend
+    assert ufw_connlimit.firewall_backend(info) == backend
 
 
 def test_block_goes_before_commit_and_keeps_every_other_byte():
-    out = uc.apply_block(BEFORE, block())
+    out = ufw_connlimit.apply_block(BEFORE, block())
     lines = out.split("\n")
     commit = lines.index("COMMIT")
-    assert lines[commit - 1].startswith(uc.COMMIT_COMMENT)
-    assert lines[commit - 2] == uc.END and lines[commit - 5] == uc.BEGIN
+    assert lines[commit - 1].startswith(ufw_connlimit.COMMIT_COMMENT)
+    assert lines[commit - 2] == ufw_connlimit.END and lines[commit - 5] == ufw_connlimit.BEGIN
     # removing the block gives the original back, byte for byte
-    assert uc.apply_block(out, [], present=False) == BEFORE
+    assert ufw_connlimit.apply_block(out, [], present=False) == BEFORE
 
 
 def test_idempotent_and_rewritten_on_change():
-    once = uc.apply_block(BEFORE, block())
-    assert uc.apply_block(once, block()) == once
-    changed = uc.apply_block(once, block(ports=[443], limit=20))
-    assert changed.count(uc.BEGIN) == 1 and "--connlimit-above 20 " in changed and "--dport 80 -m" not in changed
+    once = ufw_connlimit.apply_block(BEFORE, block())
+    assert ufw_connlimit.apply_block(once, block()) == once
+    changed = ufw_connlimit.apply_block(once, block(ports=[443], limit=20))
+    assert changed.count(ufw_connlimit.BEGIN) == 1 and "--connlimit-above 20 " in changed and "--dport 80 -m" not in changed
 
 
 def test_absent_without_block_changes_nothing():
-    assert uc.apply_block(BEFORE6, [], present=False) == BEFORE6
+    assert ufw_connlimit.apply_block(BEFORE6, [], present=False) == BEFORE6
 
 
 def test_crlf_files_keep_their_line_endings():
     crlf = BEFORE.replace("\n", "\r\n")
-    out = uc.apply_block(crlf, block())
-    assert "\r\n" + uc.BEGIN + "\r\n" in out and "\n" not in out.replace("\r\n", "")
+    out = ufw_connlimit.apply_block(crlf, block())
+    assert "\r\n" + ufw_connlimit.BEGIN + "\r\n" in out and "\n" not in out.replace("\r\n", "")
 
 
 @pytest.mark.parametrize("text, why", [
@@ -154,17 +154,17 @@ def test_crlf_files_keep_their_line_endings():
     (BEFORE.replace("\nCOMMIT", "\n#COMMIT"), "no COMMIT"),
     (BEFORE + "-A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-above 100 -j REJECT\n",
      "after the \\*filter COMMIT"),
-    (BEFORE.replace("COMMIT", uc.BEGIN + "\nCOMMIT"), "markers are damaged"),
+    (BEFORE.replace("COMMIT", ufw_connlimit.BEGIN + "\nCOMMIT"), "markers are damaged"),
 ])
 def test_bad_files_are_refused(text, why):
-    with pytest.raises(uc.RulesError, match=why):
-        uc.apply_block(text, block())
+    with pytest.raises(ufw_connlimit.RulesError, match=why):
+        ufw_connlimit.apply_block(text, block())
 
 
 def test_block_after_commit_is_refused():
     moved = BEFORE + "\n".join(block()) + "\n"
-    with pytest.raises(uc.RulesError):
-        uc.apply_block(moved, block())
+    with pytest.raises(ufw_connlimit.RulesError):
+        ufw_connlimit.apply_block(moved, block())
 
 
 @pytest.mark.parametrize("ports, limit, n", [
@@ -172,7 +172,7 @@ def test_block_after_commit_is_refused():
     ([80], 0, 1), ([80], -5, 1), ([True], 10, 1),
 ])
 def test_validate(ports, limit, n):
-    assert len(uc.validate(ports, limit)) == n
+    assert len(ufw_connlimit.validate(ports, limit)) == n
 
 
 NFT_COMPAT = fixture("nft_ruleset_compat.txt")
@@ -180,17 +180,17 @@ NFT_NATIVE = fixture("nft_ruleset_native.txt")
 
 
 def test_nft_connlimit_ports_both_renderings():
-    assert uc.nft_connlimit_ports(NFT_COMPAT, 4) == {80, 443}
-    assert uc.nft_connlimit_ports(NFT_COMPAT, 6) == {443}
-    assert uc.nft_connlimit_ports(NFT_NATIVE, 4) == {443}
-    assert uc.nft_connlimit_ports(NFT_NATIVE, 6) == set()
+    assert ufw_connlimit.nft_connlimit_ports(NFT_COMPAT, 4) == {80, 443}
+    assert ufw_connlimit.nft_connlimit_ports(NFT_COMPAT, 6) == {443}
+    assert ufw_connlimit.nft_connlimit_ports(NFT_NATIVE, 4) == {443}
+    assert ufw_connlimit.nft_connlimit_ports(NFT_NATIVE, 6) == set()
 
 
 def test_iptables_rules():
     saved = ("-N ufw-before-input\n-A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW "
              "-m connlimit --connlimit-above 100 --connlimit-mask 32 --connlimit-saddr -j REJECT --reject-with tcp-reset\n"
              "-A ufw-before-input -p tcp -m tcp --dport 22 -j ACCEPT\n")
-    assert uc.iptables_connlimit_rules(saved, "ufw-before-input") == {443: 100}
+    assert ufw_connlimit.iptables_connlimit_rules(saved, "ufw-before-input") == {443: 100}
 
 
 def test_docker_published_tcp_ports():
@@ -200,7 +200,7 @@ def test_docker_published_tcp_ports():
         {"Name": "/old", "State": {"Running": False}, "NetworkSettings": {"Ports": {"80/tcp": [{"HostPort": "80"}]}}},
         {"Name": "/internal", "State": {"Running": True}, "NetworkSettings": {"Ports": {"8080/tcp": None}}},
     ]
-    assert uc.docker_published_tcp_ports(inspect) == {443: ["traefik"]}
+    assert ufw_connlimit.docker_published_tcp_ports(inspect) == {443: ["traefik"]}
 
 
 @pytest.mark.parametrize("action", ["drop", "accept", "reject", "reject with icmp type port-unreachable"])
@@ -209,11 +209,11 @@ def test_a_connlimit_rule_that_does_not_reset_is_not_ours(action):
     (and is what ufw_connlimit writes): a DROP leaves it hanging."""
     for fixture_text, family, port in ((NFT_COMPAT, 4, 443), (NFT_NATIVE, 4, 443)):
         other = fixture_text.replace("reject with tcp reset", action)
-        assert port not in uc.nft_connlimit_ports(other, family)
+        assert port not in ufw_connlimit.nft_connlimit_ports(other, family)
     saved = ("-A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -m connlimit "
              "--connlimit-above 100 --connlimit-mask 32 --connlimit-saddr -j %s\n")
     for target in ("DROP", "ACCEPT", "REJECT --reject-with icmp-port-unreachable"):
-        assert uc.iptables_connlimit_rules(saved % target, "ufw-before-input") == {}
+        assert ufw_connlimit.iptables_connlimit_rules(saved % target, "ufw-before-input") == {}
 
 
 @pytest.mark.parametrize("options, counted", [
@@ -226,7 +226,7 @@ def test_a_connlimit_rule_that_does_not_reset_is_not_ours(action):
 def test_the_read_back_counts_only_a_per_address_limit(options, counted):
     saved = ("-A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -m connlimit "
              "--connlimit-above 100 %s -j REJECT --reject-with tcp-reset\n" % options)
-    assert uc.iptables_connlimit_rules(saved, "ufw-before-input", 32) == ({443: 100} if counted else {})
+    assert ufw_connlimit.iptables_connlimit_rules(saved, "ufw-before-input", 32) == ({443: 100} if counted else {})
 
 
 # ---------------------------------------------------------------- what the user already has (issue 50)
@@ -245,20 +245,20 @@ def seed_applied(text):
 
 def test_the_seeds_lines_are_replaced_kept_in_the_block_and_put_back():
     seed = seed_applied(BEFORE)
-    plan = uc.plan_before_rules(seed, 4, [80, 443], 200)
+    plan = ufw_connlimit.plan_before_rules(seed, 4, [80, 443], 200)
     assert [f["line"] for f in plan["replaced"]] == [75, 76] and not plan["refused"]
     lines = plan["text"].split("\n")
     live = [ln for ln in lines if ln.startswith("-A") and "connlimit" in ln]
     # one limit per port: the block's
-    assert len(live) == 2 and all("--connlimit-above 200 " in ln and uc.TAG in ln for ln in live)
-    assert uc.kept_lines(plan["text"]) == SEED_RULES.rstrip("\n").split("\n")
+    assert len(live) == 2 and all("--connlimit-above 200 " in ln and ufw_connlimit.TAG in ln for ln in live)
+    assert ufw_connlimit.kept_lines(plan["text"]) == SEED_RULES.rstrip("\n").split("\n")
     # the seed's script sees 'connlimit' and adds nothing again; the next run changes nothing
     assert seed_applied(plan["text"]) == plan["text"]
-    assert uc.plan_before_rules(plan["text"], 4, [80, 443], 200)["text"] == plan["text"]
+    assert ufw_connlimit.plan_before_rules(plan["text"], 4, [80, 443], 200)["text"] == plan["text"]
     # a new limit keeps what was kept
-    assert uc.kept_lines(uc.plan_before_rules(plan["text"], 4, [443], 50)["text"]) == uc.kept_lines(plan["text"])
+    assert ufw_connlimit.kept_lines(ufw_connlimit.plan_before_rules(plan["text"], 4, [443], 50)["text"]) == ufw_connlimit.kept_lines(plan["text"])
     # state=absent: the user's lines back, byte for byte
-    assert uc.plan_before_rules(plan["text"], 4, [80, 443], 200, present=False)["text"] == seed
+    assert ufw_connlimit.plan_before_rules(plan["text"], 4, [80, 443], 200, present=False)["text"] == seed
 
 
 @pytest.mark.parametrize("rule_text, seed", [
@@ -277,7 +277,7 @@ def test_the_seeds_lines_are_replaced_kept_in_the_block_and_put_back():
 ])
 def test_only_the_seeds_shape_is_replaced(rule_text, seed):
     text = BEFORE.replace("# don't delete the 'COMMIT'", rule_text + "\n# don't delete the 'COMMIT'")
-    plan = uc.plan_before_rules(text, 4, [80, 443], 200)
+    plan = ufw_connlimit.plan_before_rules(text, 4, [80, 443], 200)
     if seed:
         assert len(plan["replaced"]) == 1 and not plan["refused"]
     else:
@@ -296,14 +296,14 @@ def test_only_the_seeds_shape_is_replaced(rule_text, seed):
 ])
 def test_which_ports_a_users_limit_covers(rule_text, ports):
     text = BEFORE.replace("# don't delete the 'COMMIT'", rule_text + "\n# don't delete the 'COMMIT'")
-    assert [p for f in uc.file_limits(text, [80, 443]) for p in f["ports"]] == ports
+    assert [p for f in ufw_connlimit.file_limits(text, [80, 443]) for p in f["ports"]] == ports
 
 
 def test_a_seed_shaped_line_outside_before_rules_or_after_commit_is_not_replaced():
     line = "-A ufw-before-input -p tcp --dport 443 -m connlimit --connlimit-above 100 -j REJECT --reject-with tcp-reset"
     # in after.rules (or a family that is not the file's) it is refused, never moved
-    assert [f["seed"] for f in uc.file_limits(BEFORE.replace("COMMIT\n", line + "\nCOMMIT\n"), [443], None)] == [False]
-    assert [f["seed"] for f in uc.file_limits(BEFORE6.replace("COMMIT\n", line + "\nCOMMIT\n"), [443], 6)] == [False]
+    assert [f["seed"] for f in ufw_connlimit.file_limits(BEFORE.replace("COMMIT\n", line + "\nCOMMIT\n"), [443], None)] == [False]
+    assert [f["seed"] for f in ufw_connlimit.file_limits(BEFORE6.replace("COMMIT\n", line + "\nCOMMIT\n"), [443], 6)] == [False]
 
 
 OURS = ("-m conntrack --ctstate NEW -m connlimit --connlimit-above 200 --connlimit-mask 32 --connlimit-saddr "
@@ -319,11 +319,11 @@ IPT_S = "\n".join([
 
 
 def test_every_live_limit_is_kept_and_the_smallest_is_the_effective_one():
-    found = uc.live_limits(IPT_S, [80, 443])
+    found = ufw_connlimit.live_limits(IPT_S, [80, 443])
     assert [(f["chain"], f["ports"], f["above"], f["ours"]) for f in found] == [
         ("ufw-before-input", [443], 100, False), ("ufw-before-input", [443], 200, True),
         ("ufw-before-input", [80], 200, True), ("DOCKER-USER", [80], None, False)]
-    assert uc.effective_limits(found, [80, 443]) == {443: 100, 80: 200}
+    assert ufw_connlimit.effective_limits(found, [80, 443]) == {443: 100, 80: 200}
 
 
 NFT_USERS = """table inet filter {
@@ -348,27 +348,27 @@ table ip filter {
 
 
 def test_native_nft_limits_are_found_in_any_table():
-    found = uc.nft_limits(NFT_USERS, [80, 443])
+    found = ufw_connlimit.nft_limits(NFT_USERS, [80, 443])
     assert [(f["chain"], f["ports"], f["above"], f["ours"]) for f in found] == [
         ("inet filter input", [80, 443], 50, False), ("inet homelab-edge-docker forward", [443], 200, True)]
-    assert uc.effective_limits(found, [443]) == {443: 50}
+    assert ufw_connlimit.effective_limits(found, [443]) == {443: 50}
 
 
 def test_the_seeds_line_for_a_docker_port_is_taken_over_too():
     """443 published by Docker: the block limits 80 only (443's limit lives in the module's chain), and the
     seed's 443 line - which never saw Docker's traffic - is kept in the block all the same."""
-    plan = uc.plan_before_rules(seed_applied(BEFORE), 4, [80], 200, managed=[80, 443])
+    plan = ufw_connlimit.plan_before_rules(seed_applied(BEFORE), 4, [80], 200, managed=[80, 443])
     assert [f["ports"] for f in plan["replaced"]] == [[443], [80]]
     live = [ln for ln in plan["text"].split("\n") if ln.startswith("-A") and "connlimit" in ln]
     assert live == block(ports=[80], limit=200)[1:-1]
 
 
 def test_a_stock_before_init_with_the_reverts_block_is_still_stock():
-    from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
+    from ansible_collections.homelab.edge.plugins.module_utils.ufw import revert as ufw_revert
     before = STOCK_AFTER_INIT.replace("after.init", "before.init")
-    hooked = ur.init_hook(before, "/var/lib/homelab-edge/ufw-revert", "before")
-    assert uc.is_stock_after_init(hooked, "before.init") and not uc.is_stock_after_init(hooked)
-    assert not uc.is_stock_after_init(hooked.replace("esac", "iptables -A INPUT -j DROP\nesac"), "before.init")
+    hooked = ufw_revert.init_hook(before, "/var/lib/homelab-edge/ufw-revert", "before")
+    assert ufw_connlimit.is_stock_after_init(hooked, "before.init") and not ufw_connlimit.is_stock_after_init(hooked)
+    assert not ufw_connlimit.is_stock_after_init(hooked.replace("esac", "iptables -A INPUT -j DROP\nesac"), "before.init")
 
 
 # ------------------------------------------------------------ edges no other test reached (issue 51)
@@ -378,19 +378,19 @@ MANGLE = "*mangle\n:PREROUTING ACCEPT [0:0]\n%sCOMMIT\n"
 @pytest.mark.parametrize("text", [
     MANGLE % ("\n".join(block()) + "\n") + BEFORE,                    # in a section before *filter
     BEFORE + "\n" + MANGLE % ("\n".join(block()) + "\n"),             # in a section after *filter's COMMIT
-    BEFORE + "\n" + "\n".join([uc.BEGIN, uc.KEPT + "# a user's line", uc.END]) + "\n",  # after COMMIT, no rule
+    BEFORE + "\n" + "\n".join([ufw_connlimit.BEGIN, ufw_connlimit.KEPT + "# a user's line", ufw_connlimit.END]) + "\n",  # after COMMIT, no rule
 ], ids=["before-filter", "later-section", "after-commit-without-rules"])
 def test_a_managed_block_outside_the_filter_section_is_refused(text):
     """iptables-restore would load it into another table (or ufw would not load the file at all): the block is
     refused where it stands, not rewritten in place."""
-    with pytest.raises(uc.RulesError, match="not inside the \\*filter section"):
-        uc.apply_block(text, block())
+    with pytest.raises(ufw_connlimit.RulesError, match="not inside the \\*filter section"):
+        ufw_connlimit.apply_block(text, block())
 
 
 def test_the_docker_nft_table_is_hooked_before_dockers_own():
     """Docker's nftables backend filters forwarded traffic at priority filter (0); a table at filter + 1 would see
     connections Docker already accepted. The table's hook must come first: below filter."""
     import re
-    text = uc.docker_nft_rules([443], 100)
+    text = ufw_connlimit.docker_nft_rules([443], 100)
     hooks = re.findall(r"type filter hook forward priority filter ([+-]) (\d+);", text)
     assert hooks and all(sign == "-" and int(n) >= 1 for sign, n in hooks), text

@@ -3,34 +3,34 @@ import subprocess
 
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
-from ansible_collections.homelab.edge.plugins.module_utils import ufw_revert as ur
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import connlimit as ufw_connlimit
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import revert as ufw_revert
 
 
 @pytest.mark.parametrize("timeout, ok", [(120, True), (10, True), (3600, True), (0, False), (-5, False),
                                          (9, False), (3601, False), ("120", False), (True, False), (1.5, False)])
 def test_timeout_bounds(timeout, ok):
-    assert (ur.check_timeout(timeout) == []) is ok
+    assert (ufw_revert.check_timeout(timeout) == []) is ok
 
 
 def test_marker_order_and_states():
-    assert ur.marker(["meta.json", "armed"]) == "armed"
-    assert ur.marker(["meta.json", "reverting"]) == "reverting"
-    assert ur.marker(["meta.json", "reverted"]) == "reverted"
-    assert ur.marker(["meta.json"]) == "unknown"
+    assert ufw_revert.marker(["meta.json", "armed"]) == "armed"
+    assert ufw_revert.marker(["meta.json", "reverting"]) == "reverting"
+    assert ufw_revert.marker(["meta.json", "reverted"]) == "reverted"
+    assert ufw_revert.marker(["meta.json"]) == "unknown"
 
 
 def test_describe_says_missed_when_the_timer_should_have_fired():
     meta = {"id": "x", "armed_at": 1000, "fires_at": 1120, "timeout": 120}
-    assert ur.describe(meta, "armed", 1100)["state"] == "armed"
-    assert ur.describe(meta, "armed", 1120 + ur.GRACE + 1)["state"] == "missed"
-    assert ur.describe(meta, "armed", 1100, alive=False)["state"] == "missed"
-    done = ur.describe(meta, "reverted", 2000, reverted_at=1121, rc=0)
+    assert ufw_revert.describe(meta, "armed", 1100)["state"] == "armed"
+    assert ufw_revert.describe(meta, "armed", 1120 + ufw_revert.GRACE + 1)["state"] == "missed"
+    assert ufw_revert.describe(meta, "armed", 1100, alive=False)["state"] == "missed"
+    done = ufw_revert.describe(meta, "reverted", 2000, reverted_at=1121, rc=0)
     assert done["state"] == "reverted" and done["ok"] and done["reverted_at"] == 1121
 
 
 def test_systemd_timer_runs_the_script_now():
-    argv = ur.systemd_run_argv("/usr/bin/systemd-run", "u", 120, "/bin/sh", "/d/revert.sh")
+    argv = ufw_revert.systemd_run_argv("/usr/bin/systemd-run", "u", 120, "/bin/sh", "/d/revert.sh")
     assert "--on-active=120s" in argv and "--collect" in argv and argv[-3:] == ["/bin/sh", "/d/revert.sh", "now"]
 
 
@@ -48,7 +48,7 @@ def revert_tree(tmp_path, was_enabled=False):
     (d / "iptables.scoped").write_text("scoped4")
     (d / "iptables.expected").write_text("")
     (d / "ip6tables.save").write_text("")
-    (d / "revert.sh").write_text(ur.script(str(d), 1, was_enabled, roots=(str(root),)))
+    (d / "revert.sh").write_text(ufw_revert.script(str(d), 1, was_enabled, roots=(str(root),)))
     return root, d
 
 
@@ -126,7 +126,7 @@ COMMIT
 
 
 def test_own_part_is_ufws_and_ours_and_nothing_else():
-    part = ur.own_part(SAVE)
+    part = ufw_revert.own_part(SAVE)
     assert part == ["-P INPUT DROP", "-P FORWARD DROP", "-P OUTPUT ACCEPT", "-N homelab-edge-docker",
                     "-N ufw-before-input", "-N ufw-user-input", "-N ufw6-nothere",
                     "-A INPUT -j ufw-before-input", "-A DOCKER-USER -j homelab-edge-docker",
@@ -138,35 +138,35 @@ def test_own_part_is_ufws_and_ours_and_nothing_else():
 
 
 def test_scoped_restore_never_declares_anyone_elses_chain():
-    text = ur.scoped_restore(SAVE)
+    text = ufw_revert.scoped_restore(SAVE)
     assert text.startswith("*filter\n:homelab-edge-docker - [0:0]\n") and text.endswith("COMMIT\n")
     declared = [ln.split()[0][1:] for ln in text.splitlines() if ln.startswith(":")]
     # no built-in chain: their policies are revert.sh's, put back only where the change set them
     assert declared == ["homelab-edge-docker", "ufw-before-input", "ufw-user-input", "ufw6-nothere"]
-    assert ur.policies(SAVE) == "-P INPUT DROP\n-P FORWARD DROP\n-P OUTPUT ACCEPT\n"
+    assert ufw_revert.policies(SAVE) == "-P INPUT DROP\n-P FORWARD DROP\n-P OUTPUT ACCEPT\n"
     assert "*nat" not in text and "DOCKER-USER" not in text and "f2b" not in text
     assert "-A INPUT -j ufw-before-input" not in text  # the jumps are revert.sh's: kept in place or appended
-    assert ur.jumps_in_order(SAVE) == "-A INPUT -j ufw-before-input\n"
+    assert ufw_revert.jumps_in_order(SAVE) == "-A INPUT -j ufw-before-input\n"
 
 
 @pytest.mark.parametrize("broken", ["", "*nat\nCOMMIT\n", "# only a comment\n"])
 def test_a_snapshot_without_a_filter_table_is_refused(broken):
-    with pytest.raises(ur.SnapshotError, match="no filter table"):
-        ur.scoped_restore(broken)
+    with pytest.raises(ufw_revert.SnapshotError, match="no filter table"):
+        ufw_revert.scoped_restore(broken)
 
 
 def test_a_change_starts_only_under_an_armed_revert_with_time_to_go():
     meta = {"id": "r", "fires_at": 1100}
-    assert ur.armed_problem("r", ["meta.json", "armed"], meta, 1000) is None
-    assert "fires in 5 s, less than the 10 s" in ur.armed_problem("r", ["meta.json", "armed"], meta, 1095)
-    assert "is reverting, not armed" in ur.armed_problem("r", ["meta.json", "reverting"], meta, 1000)
-    assert "is confirmed, not armed" in ur.armed_problem("r", ["meta.json", "confirmed"], meta, 1000)
-    assert ur.armed_problem("x", [], None, 1000).startswith("no revert with id x: arm one first")
+    assert ufw_revert.armed_problem("r", ["meta.json", "armed"], meta, 1000) is None
+    assert "fires in 5 s, less than the 10 s" in ufw_revert.armed_problem("r", ["meta.json", "armed"], meta, 1095)
+    assert "is reverting, not armed" in ufw_revert.armed_problem("r", ["meta.json", "reverting"], meta, 1000)
+    assert "is confirmed, not armed" in ufw_revert.armed_problem("r", ["meta.json", "confirmed"], meta, 1000)
+    assert ufw_revert.armed_problem("x", [], None, 1000).startswith("no revert with id x: arm one first")
 
 
 def test_the_script_takes_the_shared_lock_before_the_armed_marker():
-    text = ur.script("/var/lib/homelab-edge/ufw-revert/r1", 60, True)
-    assert text.index('flock -w %d 9' % ur.LOCK_WAIT) < text.index('mv "$dir/armed" "$dir/reverting"')
+    text = ufw_revert.script("/var/lib/homelab-edge/ufw-revert/r1", 60, True)
+    assert text.index('flock -w %d 9' % ufw_revert.LOCK_WAIT) < text.index('mv "$dir/armed" "$dir/reverting"')
     assert 'exec 9>>"$(dirname "$dir")/lock"' in text
 
 
@@ -181,7 +181,7 @@ def test_at_boot_the_script_puts_the_files_back_and_leaves_the_rules_to_ufw(tmp_
 
 
 def test_the_boot_unit_runs_before_ufw_without_default_dependencies():
-    unit = ur.boot_unit("/var/lib/homelab-edge/ufw-revert")
+    unit = ufw_revert.boot_unit("/var/lib/homelab-edge/ufw-revert")
     assert "DefaultDependencies=no" in unit and "Before=ufw.service" in unit and "WantedBy=sysinit.target" in unit
     # systemd expands $VAR in ExecStart: the shell's variables are written $$
     assert 'if [ -e "$${d}armed" ] || [ -e "$${d}reverting" ]; then /bin/sh "$${d}revert.sh" boot; fi' in unit
@@ -190,17 +190,17 @@ def test_the_boot_unit_runs_before_ufw_without_default_dependencies():
 def test_a_filter_table_never_used_is_taken_only_where_the_live_ruleset_agrees():
     """A fresh VPS saves no filter table: that stands for ACCEPT policies and no rules - only where `iptables -S`
     shows exactly that; a save that lost its filter table on a host with rules is still refused."""
-    fixed = ur.with_filter_table("", ur.EMPTY_LIVE)
-    assert ur.own_part(fixed) == ["-P INPUT ACCEPT", "-P FORWARD ACCEPT", "-P OUTPUT ACCEPT"]
-    assert "".join(x + "\n" for x in sorted(ur.own_part(fixed))) == ur.EMPTY_LIVE
-    with pytest.raises(ur.SnapshotError):
-        ur.scoped_restore(ur.with_filter_table("", "-P FORWARD ACCEPT\n-P INPUT DROP\n-P OUTPUT ACCEPT\n-N ufw-x\n"))
+    fixed = ufw_revert.with_filter_table("", ufw_revert.EMPTY_LIVE)
+    assert ufw_revert.own_part(fixed) == ["-P INPUT ACCEPT", "-P FORWARD ACCEPT", "-P OUTPUT ACCEPT"]
+    assert "".join(x + "\n" for x in sorted(ufw_revert.own_part(fixed))) == ufw_revert.EMPTY_LIVE
+    with pytest.raises(ufw_revert.SnapshotError):
+        ufw_revert.scoped_restore(ufw_revert.with_filter_table("", "-P FORWARD ACCEPT\n-P INPUT DROP\n-P OUTPUT ACCEPT\n-N ufw-x\n"))
 
 
 # ------------------------------------------------------------ the new login
 def test_parse_stat_reads_a_comm_with_spaces_and_parentheses():
     rest = " ".join(["S", "41"] + [str(n) for n in range(5, 22)] + ["123456", "0"])
-    assert ur.parse_stat("77 (sshd: edge (x)) %s" % rest) == ("sshd: edge (x)", 41, 123456)
+    assert ufw_revert.parse_stat("77 (sshd: edge (x)) %s" % rest) == ("sshd: edge (x)", 41, 123456)
 
 
 # /proc/net/tcp and tcp6 as Linux writes them (a listener, an established login from 172.18.0.1, one from loopback,
@@ -217,8 +217,8 @@ TCP6 = """  sl  local_address                         remote_address            
 
 
 def test_tcp_sockets_reads_both_tables():
-    s = ur.tcp_sockets(TCP)
-    s.update(ur.tcp_sockets(TCP6))
+    s = ufw_revert.tcp_sockets(TCP)
+    s.update(ufw_revert.tcp_sockets(TCP6))
     assert s[1001]["state"] == "0A" and s[1001]["local_port"] == 22
     assert (s[1002]["peer"], s[1002]["peer_port"], s[1002]["local"]) == ("172.18.0.1", 50000, "172.18.0.3")
     assert s[1003]["peer"] == "127.0.0.1"
@@ -238,12 +238,12 @@ def chain(login_socket, start=500.0, comm="sshd"):
 
 
 def test_ssh_login_is_the_connections_own_sshd_not_the_listener():
-    sockets = ur.tcp_sockets(TCP)
-    assert ur.ssh_login(chain(1002), sockets) == {"pid": 895, "started": 500.0, "peer": "172.18.0.1", "port": 22,
-                                                  "local": "172.18.0.3"}
-    assert ur.ssh_login(chain(1002, comm="sshd-session"), sockets)["pid"] == 895  # OpenSSH 9.8 and later
-    assert ur.ssh_login(chain(1002)[:4], sockets) is None  # no sshd above: local, docker, aws_ssm
-    assert ur.ssh_login(chain(1001), sockets) is None  # only the listener's socket: no login
+    sockets = ufw_revert.tcp_sockets(TCP)
+    assert ufw_revert.ssh_login(chain(1002), sockets) == {"pid": 895, "started": 500.0, "peer": "172.18.0.1", "port": 22,
+                                                          "local": "172.18.0.3"}
+    assert ufw_revert.ssh_login(chain(1002, comm="sshd-session"), sockets)["pid"] == 895  # OpenSSH 9.8 and later
+    assert ufw_revert.ssh_login(chain(1002)[:4], sockets) is None  # no sshd above: local, docker, aws_ssm
+    assert ufw_revert.ssh_login(chain(1001), sockets) is None  # only the listener's socket: no login
 
 
 @pytest.mark.parametrize("socket, armed, proves", [
@@ -255,10 +255,10 @@ def test_ssh_login_is_the_connections_own_sshd_not_the_listener():
     (None, 400.0, False),                   # no SSH login at all
 ])
 def test_a_new_login_from_outside_and_nothing_else_proves_the_way_in(socket, armed, proves):
-    sockets = ur.tcp_sockets(TCP)
-    sockets.update(ur.tcp_sockets(TCP6))
-    login = ur.ssh_login(chain(socket), sockets) if socket else None
-    problem = ur.new_login_problem(login, armed)
+    sockets = ufw_revert.tcp_sockets(TCP)
+    sockets.update(ufw_revert.tcp_sockets(TCP6))
+    login = ufw_revert.ssh_login(chain(socket), sockets) if socket else None
+    problem = ufw_revert.new_login_problem(login, armed)
     assert (problem is None) is proves
     if socket == 1002 and not proves:
         assert "older than the revert" in problem and "reset_connection" in problem
@@ -279,27 +279,27 @@ def test_the_login_of_this_test_reads_from_proc():
 
 def test_a_revert_cut_off_half_way_is_stalled_once_it_cannot_still_run():
     meta = {"id": "x", "armed_at": 1000, "fires_at": 1120, "timeout": 120}
-    assert ur.describe(meta, "reverting", 1200, reverting_since=1121, booted_at=500)["state"] == "reverting"
-    assert ur.describe(meta, "reverting", 1121 + ur.STALL + 1, reverting_since=1121, booted_at=500)["state"] == "stalled"
-    assert ur.describe(meta, "reverting", 1200, reverting_since=1121, booted_at=1150)["state"] == "stalled"  # restarted
+    assert ufw_revert.describe(meta, "reverting", 1200, reverting_since=1121, booted_at=500)["state"] == "reverting"
+    assert ufw_revert.describe(meta, "reverting", 1121 + ufw_revert.STALL + 1, reverting_since=1121, booted_at=500)["state"] == "stalled"
+    assert ufw_revert.describe(meta, "reverting", 1200, reverting_since=1121, booted_at=1150)["state"] == "stalled"  # restarted
     # armed by an earlier release (the marker's time is the arm's): counted from the due time
-    assert ur.describe(meta, "reverting", 1120 + ur.STALL - 1, reverting_since=1000, booted_at=500)["state"] == "reverting"
-    assert ur.describe(meta, "reverting", 1200)["state"] == "reverting"  # no marker time: no guess
+    assert ufw_revert.describe(meta, "reverting", 1120 + ufw_revert.STALL - 1, reverting_since=1000, booted_at=500)["state"] == "reverting"
+    assert ufw_revert.describe(meta, "reverting", 1200)["state"] == "reverting"  # no marker time: no guess
 
 
 def test_after_a_restart_every_login_is_newer_than_the_arm():
     """The boot clock starts again: a login of this boot started 'before' the arm's start, but after the arm."""
-    login = ur.ssh_login(chain(1002, start=50.0), ur.tcp_sockets(TCP))
-    assert ur.new_login_problem(login, 49800.0) is not None
-    assert ur.new_login_problem(login, 49800.0, same_boot=False) is None
+    login = ufw_revert.ssh_login(chain(1002, start=50.0), ufw_revert.tcp_sockets(TCP))
+    assert ufw_revert.new_login_problem(login, 49800.0) is not None
+    assert ufw_revert.new_login_problem(login, 49800.0, same_boot=False) is None
 
 
 def test_a_login_from_the_hosts_own_address_is_the_host_itself():
     """ssh -J vps vps: the jump connects to the host's public address from itself; it arrives on lo."""
     own = TCP + "   3: 0A0B0CCB:0016 0A0B0CCB:D432 01 00000000:00000000 02:0009C2A5 00000000     0        0 1006 2 0 20 4 30 10 -1\n"
-    login = ur.ssh_login(chain(1006), ur.tcp_sockets(own))
+    login = ufw_revert.ssh_login(chain(1006), ufw_revert.tcp_sockets(own))
     assert login["peer"] == login["local"] == "203.12.11.10"
-    assert "this host itself" in ur.new_login_problem(login, 400.0)
+    assert "this host itself" in ufw_revert.new_login_problem(login, 400.0)
 
 
 # ------------------------------------------------------------ nothing of anyone else's lost
@@ -366,13 +366,13 @@ def test_bans_of_the_armed_copy_and_rules_that_open_are_not_kept(tmp_path):
     armed, now = tmp_path / "armed", tmp_path / "now"
     armed.write_text(NOW_USER_RULES)
     now.write_text(NOW_USER_RULES.replace("allow tcp 8443", "deny tcp 8443"))
-    sh = "dir=%s\n%s\nbans %s %s" % (tmp_path, ur.bans_fn(), now, armed)
+    sh = "dir=%s\n%s\nbans %s %s" % (tmp_path, ufw_revert.bans_fn(), now, armed)
     assert subprocess.run(["sh", "-c", sh], capture_output=True, text=True, check=True).stdout == ""  # port deny: no source
 
 
 def policy_decision(tmp_path, armed, now, chain):
     (tmp_path / "ufw.policy").write_text(armed)
-    sh = 'dir=%s\nnow_policy="%s"\n%s\npolicy_set_by_change %s' % (tmp_path, now, ur.policy_fn(), chain)
+    sh = 'dir=%s\nnow_policy="%s"\n%s\npolicy_set_by_change %s' % (tmp_path, now, ufw_revert.policy_fn(), chain)
     return subprocess.run(["sh", "-c", sh], check=False).returncode == 0
 
 
@@ -427,25 +427,25 @@ RESTORED_NFT = """table ip filter {
 
 
 def test_nft_chains_reads_chains_without_counters_handles_or_sets():
-    chains = ur.nft_chains(LIVE_NFT)
+    chains = ufw_revert.nft_chains(LIVE_NFT)
     assert chains["ufw-user-input"] == ["ip saddr @blocked drop", "meta l4proto tcp tcp dport 22 counter accept"]
     assert "blocked" not in chains and chains["ufw-before-input"] == ['iifname "lo" counter accept']
 
 
 def test_a_set_lookup_that_iptables_prints_as_drop_everything_is_found():
-    found = ur.unfaithful(ur.nft_chains(LIVE_NFT), ur.nft_chains(RESTORED_NFT))
+    found = ufw_revert.unfaithful(ufw_revert.nft_chains(LIVE_NFT), ufw_revert.nft_chains(RESTORED_NFT))
     assert found == [("ufw-user-input", "ip saddr @blocked drop", "counter drop")]
-    words = ur.unfaithful_problem("iptables", found)
+    words = ufw_revert.unfaithful_problem("iptables", found)
     assert "ufw-user-input" in words and "`ip saddr @blocked drop`" in words and "`counter drop`" in words
     assert words.endswith("no revert was armed and nothing was changed")
     # the same rules restored as they are: nothing found (built-in and others' chains are not compared)
     faithful = LIVE_NFT.replace("ip saddr @blocked drop # handle 40", "counter packets 9 bytes 1 drop")
-    assert ur.unfaithful(ur.nft_chains(faithful), ur.nft_chains(RESTORED_NFT)) == []
+    assert ufw_revert.unfaithful(ufw_revert.nft_chains(faithful), ufw_revert.nft_chains(RESTORED_NFT)) == []
 
 
 def test_the_scratch_restore_declares_the_other_chains_ours_jump_to():
     save = SAVE.replace("-A ufw-user-input -p tcp", "-A ufw-user-input -j DOCKER-USER\n-A ufw-user-input -p tcp")
-    text = ur.scratch_restore(save)
+    text = ufw_revert.scratch_restore(save)
     assert text.startswith("*filter\n:DOCKER-USER - [0:0]\n:homelab-edge-docker - [0:0]\n")
     assert ":f2b-sshd" not in text and ":INPUT" not in text
 
@@ -454,17 +454,17 @@ def test_the_scratch_restore_declares_the_other_chains_ours_jump_to():
 def test_the_hook_goes_in_once_after_the_shebang_and_comes_out_whole():
     stock = "#!/bin/sh\nset -e\ncase \"$1\" in\nstart) ;;\nesac\n"
     state = "/var/lib/homelab-edge/ufw-revert"
-    once = ur.init_hook(stock, state, "before")
-    assert once.startswith("#!/bin/sh\n" + ur.HOOK_BEGIN) and once.index(ur.HOOK_END) < once.index("set -e")
-    assert ur.init_hook(once, state, "before") == once
-    assert ur.init_hook(once, state, "before", present=False) == stock
-    assert ur.init_hook(None, state, "before").startswith("#!/bin/sh\n" + ur.HOOK_BEGIN)
+    once = ufw_revert.init_hook(stock, state, "before")
+    assert once.startswith("#!/bin/sh\n" + ufw_revert.HOOK_BEGIN) and once.index(ufw_revert.HOOK_END) < once.index("set -e")
+    assert ufw_revert.init_hook(once, state, "before") == once
+    assert ufw_revert.init_hook(once, state, "before", present=False) == stock
+    assert ufw_revert.init_hook(None, state, "before").startswith("#!/bin/sh\n" + ufw_revert.HOOK_BEGIN)
     # ufw's own before.init: after its leading comments, still before its `set -e`
     packaged = "#!/bin/sh\n#\n# before.init: if executable, called by ufw-init.\n#\nset -e\n"
-    placed = ur.init_hook(packaged, state, "before")
-    assert placed.index("called by ufw-init") < placed.index(ur.HOOK_BEGIN) < placed.index("set -e")
-    with pytest.raises(uc.RulesError, match="before.init: the managed block's markers are damaged"):
-        ur.init_hook(once.replace(ur.HOOK_END + "\n", ""), state, "before")
+    placed = ufw_revert.init_hook(packaged, state, "before")
+    assert placed.index("called by ufw-init") < placed.index(ufw_revert.HOOK_BEGIN) < placed.index("set -e")
+    with pytest.raises(ufw_connlimit.RulesError, match="before.init: the managed block's markers are damaged"):
+        ufw_revert.init_hook(once.replace(ufw_revert.HOOK_END + "\n", ""), state, "before")
     subprocess.run(["sh", "-n", "-c", once], check=True)
 
 
@@ -474,7 +474,7 @@ def boot_tree(tmp_path, boot_id, pid=None, was_enabled=False):
     state.mkdir()
     rd = state / "r1"
     os.rename(str(d), str(rd))
-    (rd / "revert.sh").write_text(ur.script(str(rd), 1, was_enabled, roots=(str(root),)))
+    (rd / "revert.sh").write_text(ufw_revert.script(str(rd), 1, was_enabled, roots=(str(root),)))
     (rd / "boot_id").write_text(boot_id + "\n")
     (rd / "was_enabled").write_text("yes\n" if was_enabled else "no\n")
     if pid:
@@ -482,7 +482,7 @@ def boot_tree(tmp_path, boot_id, pid=None, was_enabled=False):
     init = tmp_path / "ufw-init"
     init.write_text("#!/bin/sh\necho ufw-init \"$@\" >> %s/init-calls\n" % tmp_path)
     os.chmod(str(init), 0o755)
-    (state / "boot.sh").write_text(ur.boot_script(str(state), ufw_init=(str(init),)))
+    (state / "boot.sh").write_text(ufw_revert.boot_script(str(state), ufw_init=(str(init),)))
     return root, state, rd
 
 
@@ -504,7 +504,7 @@ def test_ufws_start_after_another_boot_reverts_then_stops_ufw_where_it_was_off(t
 def test_ufws_start_inside_the_window_with_the_timer_alive_does_nothing(tmp_path):
     root, state, rd = boot_tree(tmp_path, boot_id())
     (root / "user.rules").write_text("changed\n")
-    (rd / "revert.sh").write_text(ur.script(str(rd), 30, False, roots=(str(root),)))
+    (rd / "revert.sh").write_text(ufw_revert.script(str(rd), 30, False, roots=(str(root),)))
     timer = subprocess.Popen(["sh", str(rd / "revert.sh")])  # the detached timer: sleeps, then reverts
     try:
         (rd / "pid").write_text("%d\n" % timer.pid)
@@ -533,16 +533,16 @@ def test_a_start_that_is_not_the_one_that_reverted_is_left_alone(tmp_path):
     (["[Other]\nKillUserProcesses=yes\n"], False),
 ])
 def test_kill_user_processes_reads_the_last_setting(texts, kills):
-    assert ur.kills_user_processes(texts) is kills
+    assert ufw_revert.kills_user_processes(texts) is kills
 
 
 # ------------------------------------------------------------ edges no other test reached (issue 51)
 def test_a_login_that_started_in_the_same_second_as_the_arm_is_not_new():
     """/proc's start times are whole clock ticks: a login that started in the arm's own second may be the
     connection that armed it (ESTABLISHED traffic), so it proves no new way in; one a second later does."""
-    login = ur.ssh_login(chain(1002, start=400.0), ur.tcp_sockets(TCP))
-    assert "older than the revert" in ur.new_login_problem(login, 400.0)
-    assert ur.new_login_problem(login, 399.0) is None
+    login = ufw_revert.ssh_login(chain(1002, start=400.0), ufw_revert.tcp_sockets(TCP))
+    assert "older than the revert" in ufw_revert.new_login_problem(login, 400.0)
+    assert ufw_revert.new_login_problem(login, 399.0) is None
 
 
 @pytest.mark.parametrize("restored, falls_back", [(True, False), (False, True)])
@@ -563,6 +563,6 @@ def test_ufw_reloads_from_the_files_only_where_the_scoped_restore_failed(tmp_pat
 
 
 def test_no_boot_path_is_a_refusal_when_arming_and_a_finding_when_planning():
-    refusal, finding = ur.no_boot_path_problem(), ur.no_boot_path_problem(refused=False)
+    refusal, finding = ufw_revert.no_boot_path_problem(), ufw_revert.no_boot_path_problem(refused=False)
     assert refusal.endswith("no revert was armed and nothing was changed") and refusal.startswith(finding)
     assert "nothing was changed" not in finding and "Install ufw first" in finding

@@ -6,8 +6,9 @@ import difflib
 import pytest
 import yaml
 
-from ansible_collections.homelab.edge.plugins.module_utils import traefik_inflight as traefik, yaml_text
-from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError, apply_changes
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import yaml_text
+from ansible_collections.homelab.edge.plugins.module_utils.traefik.text_edit import EditError, apply_changes
 
 OPTS = {"name": "inflight-limit", "amount": 400, "entrypoints": ["websecure"], "http2_max_streams": 32,
         "provider": {"kind": "none", "dir": "/etc/traefik/dynamic"}}
@@ -99,7 +100,7 @@ log:
 
 
 def changes_for(text):
-    return traefik.static_changes(yaml_text.parse(text, "traefik.yml"), OPTS)
+    return traefik_inflight.static_changes(yaml_text.parse(text, "traefik.yml"), OPTS)
 
 
 @pytest.mark.parametrize("style, text, refused", STYLES, ids=[s[0] for s in STYLES])
@@ -117,7 +118,7 @@ def test_every_yaml_style_is_changed_correctly_or_refused_clearly(style, text, r
     # the one line of theirs that may change: a {} emptied to take keys, a flow list that took the item
     assert removed in ([], ['-    http: {}'], ['-      middlewares: [mine@file, "two@file"]   # mine']), removed
     assert ("\r\n" in new) == ("\r\n" in text) and new.count("\n") == new.count("\r\n") or "\r\n" not in text
-    mws = traefik.lookup(yaml.safe_load(new), ["entryPoints", "websecure", "http", "middlewares"])
+    mws = traefik_inflight.lookup(yaml.safe_load(new), ["entryPoints", "websecure", "http", "middlewares"])
     assert mws[-1] == "inflight-limit@file" and mws.count("inflight-limit@file") == 1
     if text.rstrip().endswith("..."):
         assert new.rstrip().endswith("...")

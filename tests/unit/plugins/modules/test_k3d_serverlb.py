@@ -3,8 +3,8 @@ workers, confd's render) behind a fake engine: check mode reports the change and
 the fixed template in and nginx runs the fixed config; bad settings are refused before the engine is asked."""
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import container as k3d_container
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import template as k3d_template
 from ansible_collections.homelab.edge.plugins.modules import k3d_serverlb as mod
 
 from ..module_utils.test_k3d_serverlb import FIXED, Fake
@@ -29,17 +29,17 @@ def test_documentation_matches_the_argument_spec(monkeypatch):
 
 
 def test_check_mode_reports_the_change_and_writes_nothing(run_main, engine):
-    template = engine.lb.fs[lb_container.TEMPLATE_PATH]
+    template = engine.lb.fs[k3d_container.TEMPLATE_PATH]
     res = run(run_main, check=True)
     assert res["changed"] and [r["name"] for r in res["load_balancers"]] == ["k3d-core-serverlb"]
-    assert engine.lb.fs[lb_container.TEMPLATE_PATH] == template and engine.lb.renders == []
+    assert engine.lb.fs[k3d_container.TEMPLATE_PATH] == template and engine.lb.renders == []
 
 
 def test_a_run_puts_the_fixed_template_in_and_nginx_runs_it(run_main, engine):
     res = run(run_main)
     assert res["changed"] and res["failed_load_balancers"] == [] and res["load_balancers"][0]["state"] == "fixed"
-    assert lb_template.BEGIN in engine.lb.fs[lb_container.TEMPLATE_PATH]
-    assert engine.lb.fs[lb_container.NGINX_CONF] == FIXED
+    assert k3d_template.BEGIN in engine.lb.fs[k3d_container.TEMPLATE_PATH]
+    assert engine.lb.fs[k3d_container.NGINX_CONF] == FIXED
 
 
 def test_bad_settings_are_refused_before_the_engine_is_asked(run_main, engine):

@@ -3,7 +3,7 @@ running stock one is read as not fixed, with its DNS upstreams probed, and nothi
 one is listed as not running."""
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
+from ansible_collections.homelab.edge.plugins.module_utils.k3d_serverlb import container as k3d_container
 from ansible_collections.homelab.edge.plugins.modules import k3d_serverlb_info as mod
 
 from ..module_utils.test_k3d_serverlb import LBL, Observed
@@ -25,10 +25,10 @@ def test_documentation_matches_the_argument_spec(monkeypatch):
 
 
 def test_a_stock_load_balancer_is_read_as_not_fixed_and_left_as_it_is(run_main, stock):
-    template = stock.fs[lb_container.TEMPLATE_PATH]
+    template = stock.fs[k3d_container.TEMPLATE_PATH]
     res = run_main(mod, udp_ports=K3D_UDP_PORTS)
     running, stopped = sorted(res["load_balancers"], key=lambda e: e["name"] != "k3d-core-serverlb")
     assert not res["changed"] and running["running"] and running["state"] == "not_fixed" and running["drift"]
     assert running["dns_upstreams"] and all(u["answer_s"] == 0.004 for u in running["dns_upstreams"])
     assert stopped == {"name": "k3d-ai-serverlb", "cluster": "ai", "running": False}
-    assert stock.fs[lb_container.TEMPLATE_PATH] == template and stock.renders == []
+    assert stock.fs[k3d_container.TEMPLATE_PATH] == template and stock.renders == []

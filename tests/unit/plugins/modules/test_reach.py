@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import prove_net
+from ansible_collections.homelab.edge.plugins.module_utils.prove import net as prove_net
 from ansible_collections.homelab.edge.plugins.modules import reach
 
 from .conftest import assert_documented_as_specified

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils import tcp_drain_boot as tdb
+from ansible_collections.homelab.edge.plugins.module_utils.tcp_drain import boot as tcp_drain_boot
 from ansible_collections.homelab.edge.plugins.modules import tcp_drain as mod
 
 from .conftest import run_module
@@ -34,8 +34,8 @@ class FakeNamespace(object):
 def root(tmp_path, monkeypatch):
     def under(dirs):
         return tuple(str(tmp_path) + d for d in dirs)
-    monkeypatch.setattr(tdb, "SYSCTL_DIRS", under(tdb.SYSCTL_DIRS))
-    monkeypatch.setattr(tdb, "MODULES_LOAD_DIRS", under(tdb.MODULES_LOAD_DIRS))
+    monkeypatch.setattr(tcp_drain_boot, "SYSCTL_DIRS", under(tcp_drain_boot.SYSCTL_DIRS))
+    monkeypatch.setattr(tcp_drain_boot, "MODULES_LOAD_DIRS", under(tcp_drain_boot.MODULES_LOAD_DIRS))
     monkeypatch.setattr(mod, "Namespace", FakeNamespace)
     monkeypatch.setattr(mod.host, "is_root", lambda: True)
     FakeNamespace.live = {FIN: 60, ABORT: 0, CT: 120}

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError
+from ansible_collections.homelab.edge.plugins.module_utils.traefik.text_edit import EditError
 from ansible_collections.homelab.edge.plugins.modules import traefik_inflight as ti
 
 

@@ -51,7 +51,7 @@ def test_check_mode_plans_every_listening_port_and_runs_no_ufw_command(run_main,
 def test_a_run_adds_the_rules_then_enables_ufw_and_nothing_listening_is_blocked(run_main, vps, commands):
     res = run(run_main, vps, allow=[443])
     assert res["changed"] and res["blocked"] == []
-    assert [c[2] for c in commands.ran("ufw", "allow")] == sorted(KEPT_OPEN + ["443/tcp"], key=mod.ua.sort_key)
+    assert [c[2] for c in commands.ran("ufw", "allow")] == sorted(KEPT_OPEN + ["443/tcp"], key=mod.ufw_access.sort_key)
     assert commands.calls[-1] == ["ufw", "--force", "enable"]
 
 

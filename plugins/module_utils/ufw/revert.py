@@ -31,16 +31,18 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import binascii
+import fcntl
+import json
+import os
 import re
 import socket
 import sys
+import time
 
-try:
-    from ansible_collections.homelab.edge.plugins.module_utils import ufw_access as ua
-    from ansible_collections.homelab.edge.plugins.module_utils import ufw_connlimit as uc
-except ImportError:  # read by the lab's tests beside it (no collection there): the files sit side by side
-    import ufw_access as ua  # noqa: F811
-    import ufw_connlimit as uc  # noqa: F811
+from .. import host
+from . import access as ufw_access
+from . import connlimit as ufw_connlimit
+
 
 STATE_DIR = "/var/lib/homelab-edge/ufw-revert"
 ROOTS = ("/etc/ufw", "/etc/default/ufw")
@@ -464,7 +466,7 @@ def init_hook(text, state_dir, stage, present=True):
     path = "%s/%s" % (state_dir, BOOT_SCRIPT)
     block = [HOOK_BEGIN, "# a firewall change a restart left unconfirmed is reverted here (nothing when none is armed)",
              '[ "${1:-}" = start ] && [ -f %s ] && /bin/sh %s %s "$PPID" || true' % (path, path, stage), HOOK_END]
-    return uc.apply_init_block(text, block, present, HOOK_BEGIN, HOOK_END, "%s.init" % stage)
+    return ufw_connlimit.apply_init_block(text, block, present, HOOK_BEGIN, HOOK_END, "%s.init" % stage)
 
 
 def boot_script(state_dir=STATE_DIR, ufw_init=UFW_INIT):
@@ -654,8 +656,41 @@ def new_login_problem(login, armed_start, same_boot=True):
                 "a reused connection is ESTABLISHED traffic, which any firewall lets through; run the meta task "
                 "reset_connection before the confirmation (and no ControlPersist shared with another process)"
                 % (armed_start - login["started"]))
-    if ua.is_loopback(login["peer"]) or login["peer"] == login.get("local"):
+    if ufw_access.is_loopback(login["peer"]) or login["peer"] == login.get("local"):
         return ("the login came from %s, this host itself (an ssh -L tunnel, sslh, or a jump through the host): "
                 "ufw always lets the host's own traffic in (it arrives on lo), so it proves nothing about the way in "
                 "from outside" % login["peer"])
     return None
+
+
+def firewall_lock(module, state_dir):
+    """The firewall's one lock (the file revert.sh flocks), taken exclusive and held until the module exits: one
+    arm, change or revert at a time. Waits CHANGE_LOCK_WAIT seconds at most, then fails; returns the fd."""
+    lock = os.path.join(state_dir, LOCK)
+    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    deadline = time.time() + CHANGE_LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except (IOError, OSError):
+            if time.time() > deadline:
+                module.fail_json(msg="the firewall lock (%s) is held by another run or a revert for more than %d s: "
+                                     "see %s/*/revert.log; nothing was changed" % (lock, CHANGE_LOCK_WAIT, state_dir))
+            time.sleep(0.2)
+
+
+def hold_revert(module, state_dir, rid):
+    """The change modules' side of commit-confirmed: take the lock revert.sh takes (flock, held until the
+    module exits), then refuse unless revert `rid` is armed with time to go (armed_problem).
+    With the lock held, the revert cannot start until the change is done."""
+    if not os.path.isdir(state_dir):
+        module.fail_json(msg="no revert with id %s: %s does not exist; nothing was changed" % (rid, state_dir))
+    fd = firewall_lock(module, state_dir)
+    d = os.path.join(state_dir, rid)
+    meta = host.read_text(os.path.join(d, "meta.json"))
+    problem = armed_problem(rid, os.listdir(d) if os.path.isdir(d) else [], json.loads(meta) if meta else None,
+                            int(time.time()))
+    if problem:
+        module.fail_json(msg=problem + "; nothing was changed")
+    return fd

@@ -11,10 +11,8 @@ __metaclass__ = type
 
 import re
 
-try:
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_profiles as lb_profiles
-except ImportError:  # beside the keeper (no collection there): the files sit side by side
-    import k3d_serverlb_profiles as lb_profiles  # noqa: F811
+from . import profiles as k3d_profiles
+
 
 ZONE = "homelab_edge_udp"
 CONNECTIONS = "$homelabEdgeConnections"
@@ -75,12 +73,12 @@ def _floor_block(indent, worker_connections, cap=None):
 
 
 def _udp_block(indent, want):
-    """Per UDP port its profile (k3d_serverlb_profiles): dns ports end a
+    """Per UDP port its profile (k3d_profiles): dns ports end a
     session at the first reply, stream ports keep theirs open; both count
     against the UDP session budget. TCP keeps k3d's line."""
     k3d_timeout = 'proxy_timeout {{ getv "/settings/defaultProxyTimeout" "600" }};'
     stream_timeout = ("proxy_timeout %ds;" % want["udp_stream_timeout"]) if want.get("udp_stream_timeout") else k3d_timeout
-    dns = lb_profiles.dns_ports(want.get("udp_ports"))
+    dns = k3d_profiles.dns_ports(want.get("udp_ports"))
     dns_lines = ["proxy_responses 1;", "proxy_timeout %ds;" % want["udp_timeout"]]
     if dns:
         profile = ["{{- if (eq $port %s) }}" % " ".join('"%s"' % p for p in dns)] + dns_lines + [

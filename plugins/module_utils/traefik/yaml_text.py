@@ -19,7 +19,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.homelab.edge.plugins.module_utils.text_edit import (
+from .text_edit import (
     EditError, apply_changes, check_result, describe, in_place_of, make)
 
 try:

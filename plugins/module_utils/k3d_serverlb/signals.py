@@ -11,22 +11,16 @@ __metaclass__ = type
 
 import re
 
-try:
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_capacity as lb_capacity
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_config as lb_config
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb as lb
-except ImportError:  # beside the keeper (no collection there): the files sit side by side
-    import k3d_serverlb_capacity as lb_capacity  # noqa: F811
-    import k3d_serverlb_config as lb_config  # noqa: F811
-    import k3d_serverlb_container as lb_container  # noqa: F811
-    import k3d_serverlb as lb  # noqa: F811
+from . import capacity as k3d_capacity
+from . import config as k3d_config
+from . import container as k3d_container
+from . import fix as k3d_fix
 
 
 _NOT_ENOUGH = re.compile(r"worker_connections are not enough.*?(?P<proto>udp|tcp) client: [^,]+, server: "
                          r"[^,]*?:(?P<port>\d+)")
 # the server of a "not enough" line that does not name one
-UNNAMED = lb_config.UNNAMED
+UNNAMED = k3d_config.UNNAMED
 _EXCEED = re.compile(r"(\d+) worker_connections exceed open file resource limit: (\d+)")
 
 
@@ -75,7 +69,7 @@ def worker_load(output):
 
 def worker_load_of(container):
     """worker_load() of a running load balancer, read now."""
-    rc, out = lb_container._exec(container, ["sh", "-c", _WORKER_LOAD])[:2]
+    rc, out = k3d_container._exec(container, ["sh", "-c", _WORKER_LOAD])[:2]
     return worker_load(out if rc == 0 else "")
 
 
@@ -85,20 +79,20 @@ def signals(container, want, since, dns_probe=None, until=None):
     that back-to-back windows count no line twice), the files its workers
     hold open, and (dns_probe(address, port) -> seconds or None) whether each
     UDP upstream answers."""
-    state = lb_container.read_state(container)
-    want, cap = lb_capacity.capped_want(want, state["hard_limit"])
-    new_template, facts, reasons = lb.plan(state, want)
-    entry = lb_config.report(container.name, (container.labels or {}).get(lb_container.CLUSTER_LABEL), facts,
-                             max(state["worker_limits"] or [0]) or None, want)
+    state = k3d_container.read_state(container)
+    want, cap = k3d_capacity.capped_want(want, state["hard_limit"])
+    new_template, facts, reasons = k3d_fix.plan(state, want)
+    entry = k3d_config.report(container.name, (container.labels or {}).get(k3d_container.CLUSTER_LABEL), facts,
+                              max(state["worker_limits"] or [0]) or None, want)
     code = "not_fixed" if reasons else "capped" if cap else "fixed"
-    entry.update(state=code, state_text=lb.state_text(code, cap), open_file_cap=cap)
+    entry.update(state=code, state_text=k3d_fix.state_text(code, cap), open_file_cap=cap)
     raw = (container.logs(since=since, until=until) if until else container.logs(since=since)).decode("utf-8", "replace")
     entry.update(log_signals(raw), drift=reasons, template_patched=new_template == state["template"])
     entry["open_files"], entry["udp_sessions"], entry["connections"] = worker_load_of(container)
     entry["dns_upstreams"] = []
     if dns_probe:
-        for key in lb_config.udp_ports(lb_config.parse_values(state["values"])):
+        for key in k3d_config.udp_ports(k3d_config.parse_values(state["values"])):
             port = int(key.split(".")[0])
-            for node in lb_config.parse_values(state["values"])["ports"][key]:
+            for node in k3d_config.parse_values(state["values"])["ports"][key]:
                 entry["dns_upstreams"].append({"node": node, "port": port, "answer_s": dns_probe(node, port)})
     return entry

@@ -3,21 +3,24 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fix k3d's load balancer ("serverlb") for UDP: the fix's options and
 states, and applying it to a container (plan, apply, handle). Each other
-part has a file of its own:
+part has a file of its own in this package (k3d_serverlb/):
 
-- k3d_serverlb_template.py   patching k3d's confd template
-- k3d_serverlb_config.py     reading values.yaml and the rendered nginx.conf
-- k3d_serverlb_capacity.py   the capacity math (budget, exhaustion, the cap)
-- k3d_serverlb_container.py  the container through the Docker SDK
-- k3d_serverlb_signals.py    what a running load balancer shows (diagnose)
+- template.py   patching k3d's confd template
+- config.py     reading values.yaml and the rendered nginx.conf
+- capacity.py   the capacity math (budget, exhaustion, the cap)
+- container.py  the container through the Docker SDK
+- signals.py    what a running load balancer shows (diagnose)
+- metrics.py    the keeper's metrics (Prometheus text)
+- profiles.py   the UDP profile of each port
 
-No Ansible imports: the same files serve the modules and the host keeper
-that re-applies the fix when k3d recreates a load balancer (the role installs
-them beside it).
+No Ansible imports, and the files import each other (and ../nginx_stream.py)
+relatively: the same files serve the modules and the host keeper that
+re-applies the fix when k3d recreates a load balancer (the role installs
+them beside it as module_utils/, named in roles/k3d_serverlb/vars/main.yml).
 
 What the fix changes, all inside k3d's confd template (values.yaml is k3d's
 and is never written here, so nothing k3d writes there can be lost):
-- UDP servers get a profile per port (k3d_serverlb_profiles.py): dns ports
+- UDP servers get a profile per port (profiles.py): dns ports
   (53 and those the user names) end a session at the first reply
   (proxy_responses 1) and time out after udp_timeout seconds; every other
   UDP port (stream: WireGuard, QUIC, ...) keeps its sessions until
@@ -40,18 +43,11 @@ import io
 import tarfile
 import time
 
-try:
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_capacity as lb_capacity
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_config as lb_config
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_container as lb_container
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_profiles as lb_profiles
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
-except ImportError:  # beside the keeper (no collection there): the files sit side by side
-    import k3d_serverlb_capacity as lb_capacity  # noqa: F811
-    import k3d_serverlb_config as lb_config  # noqa: F811
-    import k3d_serverlb_container as lb_container  # noqa: F811
-    import k3d_serverlb_profiles as lb_profiles  # noqa: F811
-    import k3d_serverlb_template as lb_template  # noqa: F811
+from . import capacity as k3d_capacity
+from . import config as k3d_config
+from . import container as k3d_container
+from . import profiles as k3d_profiles
+from . import template as k3d_template
 
 
 # The fix's options and their defaults: the one home of these numbers (the
@@ -62,7 +58,7 @@ DEFAULTS = dict(
     worker_rlimit_nofile=16384,
     udp_share=50,
     budget_log_level="info",
-    # UDP profile per port (k3d_serverlb_profiles): 53 is dns unless named; an unnamed port is stream
+    # UDP profile per port (k3d_profiles): 53 is dns unless named; an unnamed port is stream
     udp_ports={"53": "dns"},  # a string key: Ansible's docs and JSON allow no other
     # seconds of silence that end a stream session; 0: k3d's own defaultProxyTimeout (600 s unless set)
     udp_stream_timeout=0,
@@ -99,7 +95,7 @@ def state_text(state, cap=None):
 def validate_options(udp_timeout, worker_connections, worker_rlimit_nofile, udp_share, budget_log_level,
                      udp_ports=None, udp_stream_timeout=0):
     """Return a list of problems with the options (empty when valid)."""
-    problems = lb_profiles.problems(udp_ports)
+    problems = k3d_profiles.problems(udp_ports)
     if not 0 <= udp_stream_timeout <= 86400:
         problems.append("udp_stream_timeout must be between 0 (k3d's own timeout) and 86400 seconds, got %r"
                         % (udp_stream_timeout,))
@@ -124,23 +120,23 @@ def wait_settled(container, want, timeout, sleep=time.sleep, clock=time.monotoni
     poll until the rendered file and the current workers carry `want`."""
     deadline = clock() + timeout
     while True:
-        state = lb_container.read_state(container)
+        state = k3d_container.read_state(container)
         missing = plan(state, want)[2]
         if not missing:
             return state
         if clock() >= deadline:
-            raise lb_container.ApplyError("after the render: %s" % "; ".join(missing))
+            raise k3d_container.ApplyError("after the render: %s" % "; ".join(missing))
         sleep(0.3)
 
 
 def plan(state, want):
     """The desired template and why a render is needed (empty: nothing to do)."""
-    new_template = lb_template.patch_template(state["template"], want)
-    facts = lb_config.parse_live(state["conf"])
+    new_template = k3d_template.patch_template(state["template"], want)
+    facts = k3d_config.parse_live(state["conf"])
     reasons = []
     if new_template != state["template"]:
         reasons.append("template not patched")
-    reasons += lb_config.shortfalls(facts, want)
+    reasons += k3d_config.shortfalls(facts, want)
     if state["worker_limits"] and state["worker_limits"] != [want["worker_rlimit_nofile"]]:
         reasons.append("nginx workers run with open-file limit %s" % ",".join(map(str, state["worker_limits"])))
     return new_template, facts, reasons
@@ -150,10 +146,10 @@ def _read_running(container, render_timeout):
     """The state of a load balancer that runs nginx (ApplyError when it does not)."""
     container.reload()
     if container.status != "running":
-        raise lb_container.ApplyError("container is %s, not running" % container.status)
-    if not lb_container.wait_for_nginx(container, render_timeout):
-        raise lb_container.ApplyError("nginx is not running in the container (waited %ds)" % render_timeout)
-    return lb_container.read_state(container)
+        raise k3d_container.ApplyError("container is %s, not running" % container.status)
+    if not k3d_container.wait_for_nginx(container, render_timeout):
+        raise k3d_container.ApplyError("nginx is not running in the container (waited %ds)" % render_timeout)
+    return k3d_container.read_state(container)
 
 
 def apply(container, want, check_mode=False, render_timeout=RENDER_TIMEOUT):
@@ -166,16 +162,16 @@ def apply(container, want, check_mode=False, render_timeout=RENDER_TIMEOUT):
     confd or nginx rejects puts the template back, renders the old one and
     raises ApplyError."""
     state = _read_running(container, render_timeout)
-    want, cap = lb_capacity.capped_want(want, state["hard_limit"])
+    want, cap = k3d_capacity.capped_want(want, state["hard_limit"])
     new_template, facts, reasons = plan(state, want)
     result = {"changed": bool(reasons), "reasons": reasons, "template": (state["template"], new_template),
               "facts": facts, "open_file_limit": max(state["worker_limits"] or [0]) or None,
-              "udp_ports": lb_config.udp_ports(lb_config.parse_values(state["values"])), "cap": cap}
+              "udp_ports": k3d_config.udp_ports(k3d_config.parse_values(state["values"])), "cap": cap}
     if check_mode or not reasons:
         return result
     after = _change(container, state["template"], new_template, render_timeout,
                     lambda: wait_settled(container, want, render_timeout))
-    result["facts"] = lb_config.parse_live(after["conf"])
+    result["facts"] = k3d_config.parse_live(after["conf"])
     result["open_file_limit"] = max(after["worker_limits"] or [0]) or None
     return result
 
@@ -184,25 +180,25 @@ def _change(container, template, new_template, render_timeout, settled):
     """The new template in place (where it differs), rendered, and settled() - the state once nginx runs it. A
     failure puts the old template back, renders it and raises ApplyError saying both."""
     if new_template != template:
-        lb_container.replace_file(container, lb_container.TEMPLATE_PATH, new_template)
+        k3d_container.replace_file(container, k3d_container.TEMPLATE_PATH, new_template)
     try:
-        lb_container.render(container, render_timeout)
+        k3d_container.render(container, render_timeout)
         return settled()
-    except lb_container.ApplyError as e:
+    except k3d_container.ApplyError as e:
         undone = _roll_back(container, template, new_template, render_timeout)
-        raise lb_container.ApplyError("%s; %s" % (e, undone))
+        raise k3d_container.ApplyError("%s; %s" % (e, undone))
 
 
 def _wait_unfixed(container, timeout, sleep, clock):
     """After the undo's render: poll until nginx runs none of the fix."""
     deadline = clock() + timeout
     while True:
-        after = lb_container.read_state(container)
+        after = k3d_container.read_state(container)
         left = _live_fix(after["conf"])
         if not left:
             return after
         if clock() >= deadline:
-            raise lb_container.ApplyError("after the render: %s" % "; ".join(left))
+            raise k3d_container.ApplyError("after the render: %s" % "; ".join(left))
         sleep(0.3)
 
 
@@ -210,18 +206,18 @@ def _roll_back(container, template, new_template, render_timeout):
     if template == new_template:
         return "the template was not changed"
     try:
-        lb_container.replace_file(container, lb_container.TEMPLATE_PATH, template)
-        lb_container.render(container, render_timeout)
+        k3d_container.replace_file(container, k3d_container.TEMPLATE_PATH, template)
+        k3d_container.render(container, render_timeout)
         return "template rolled back and rendered"
-    except lb_container.ApplyError as e:
+    except k3d_container.ApplyError as e:
         return "template rolled back; rendering it failed too: %s" % e
 
 
 def _live_fix(conf):
     """What of the fix nginx still runs (empty: none of it)."""
-    facts = lb_config.parse_live(conf)
+    facts = k3d_config.parse_live(conf)
     left = []
-    if lb_template.ZONE in conf:
+    if k3d_template.ZONE in conf:
         left.append("nginx runs the UDP session budget")
     if any(s["proxy_responses"] == "1" for s in facts["udp_servers"]):
         left.append("nginx runs proxy_responses 1 on UDP servers")
@@ -236,17 +232,17 @@ def remove(container, check_mode=False, render_timeout=RENDER_TIMEOUT, sleep=tim
     confd or nginx rejects puts the patched template back and raises
     ApplyError."""
     state = _read_running(container, render_timeout)
-    new_template = lb_template.unpatch_template(state["template"])
+    new_template = k3d_template.unpatch_template(state["template"])
     reasons = (["template patched by homelab.edge"] if new_template != state["template"] else []) \
         + _live_fix(state["conf"])
     result = {"changed": bool(reasons), "reasons": reasons, "template": (state["template"], new_template),
-              "facts": lb_config.parse_live(state["conf"]), "open_file_limit": max(state["worker_limits"] or [0]) or None,
+              "facts": k3d_config.parse_live(state["conf"]), "open_file_limit": max(state["worker_limits"] or [0]) or None,
               "cap": None}
     if check_mode or not reasons:
         return result
     after = _change(container, state["template"], new_template, render_timeout,
                     lambda: _wait_unfixed(container, render_timeout, sleep, clock))
-    result["facts"] = lb_config.parse_live(after["conf"])
+    result["facts"] = k3d_config.parse_live(after["conf"])
     result["open_file_limit"] = max(after["worker_limits"] or [0]) or None
     return result
 
@@ -256,17 +252,17 @@ def patch_created(container, want):
     yet (k3d creates, copies values.yaml in, then starts): its first render is
     then already fixed (capped where the container's ulimit says so). Uses the
     archive API, which works on stopped containers. Returns True when it wrote."""
-    want = lb_capacity.capped_want(want, lb_container.created_hard_limit(container))[0]
-    stream, stat = container.get_archive(lb_container.TEMPLATE_PATH)
+    want = k3d_capacity.capped_want(want, k3d_container.created_hard_limit(container))[0]
+    stream, stat = container.get_archive(k3d_container.TEMPLATE_PATH)
     with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
         member = tar.getmembers()[0]
         template = tar.extractfile(member).read().decode("utf-8")
-    new = lb_template.patch_template(template, want)
+    new = k3d_template.patch_template(template, want)
     if new == template:
         return False
-    if not container.put_archive(lb_container.TEMPLATE_PATH.rsplit("/", 1)[0],
-                                 lb_container._tar(lb_container.TEMPLATE_PATH.rsplit("/", 1)[1], new, stat.get("mode", 0o644) & 0o777)):
-        raise lb_container.ApplyError("copying the template into the container failed")
+    if not container.put_archive(k3d_container.TEMPLATE_PATH.rsplit("/", 1)[0],
+                                 k3d_container._tar(k3d_container.TEMPLATE_PATH.rsplit("/", 1)[1], new, stat.get("mode", 0o644) & 0o777)):
+        raise k3d_container.ApplyError("copying the template into the container failed")
     return True
 
 
@@ -274,9 +270,9 @@ def render_is_stale(container):
     """Whether nginx.conf lacks what values.yaml asks for (an upstream or a
     node). confd's watch can miss k3d's copy of values.yaml (Docker replaces
     the file by remove then create), leaving k3d's change unrendered."""
-    state = lb_container.read_state(container)
-    wanted_upstreams = lb_config.upstreams_from_values(lb_config.parse_values(state["values"]))
-    return wanted_upstreams != lb_config.parse_live(state["conf"])["upstreams"]
+    state = k3d_container.read_state(container)
+    wanted_upstreams = k3d_config.upstreams_from_values(k3d_config.parse_values(state["values"]))
+    return wanted_upstreams != k3d_config.parse_live(state["conf"])["upstreams"]
 
 
 def handle(container, name, explicit, want, check_mode=False, render_timeout=RENDER_TIMEOUT, require_full_fix=False,
@@ -290,7 +286,7 @@ def handle(container, name, explicit, want, check_mode=False, render_timeout=REN
     if container is None:
         entry.update(failed=True, msg="no container named %s" % name)
         return entry
-    entry["cluster"] = (container.labels or {}).get(lb_container.CLUSTER_LABEL)
+    entry["cluster"] = (container.labels or {}).get(k3d_container.CLUSTER_LABEL)
     if container.status != "running" and not explicit:
         entry["msg"] = "skipped: container is %s" % container.status
         return entry
@@ -299,17 +295,17 @@ def handle(container, name, explicit, want, check_mode=False, render_timeout=REN
             res = remove(container, check_mode=check_mode, render_timeout=render_timeout)
         else:
             res = apply(container, want, check_mode=check_mode, render_timeout=render_timeout)
-    except (lb_template.ShapeError, lb_container.ApplyError) as e:
+    except (k3d_template.ShapeError, k3d_container.ApplyError) as e:
         entry.update(failed=True, msg="%s: %s" % (name, e))
         return entry
     except Exception as e:  # deliberate: the Docker API fails in many ways, and one LB must not stop the rest
         entry.update(failed=True, msg="%s: %s: %s" % (name, type(e).__name__, e))
         return entry
-    entry.update(lb_config.report(name, entry["cluster"], res["facts"], res["open_file_limit"], want))
+    entry.update(k3d_config.report(name, entry["cluster"], res["facts"], res["open_file_limit"], want))
     entry.update(changed=res["changed"], reasons=res["reasons"], open_file_cap=res["cap"])
     before, after = res["template"]
     if before != after:
-        header = "%s:%s" % (name, lb_container.TEMPLATE_PATH)
+        header = "%s:%s" % (name, k3d_container.TEMPLATE_PATH)
         entry["diff"] = [{"before_header": header, "after_header": header, "before": before, "after": after}]
     if check_mode and res["changed"]:
         entry["msg"] = "would %s: %s" % ("remove the fix" if absent else "fix", "; ".join(res["reasons"]))
@@ -320,7 +316,7 @@ def handle(container, name, explicit, want, check_mode=False, render_timeout=REN
     entry["state"] = "capped" if res["cap"] else "fixed"
     entry["state_text"] = state_text(entry["state"], res["cap"])
     if res["cap"]:
-        entry["warnings"].append(lb_capacity.cap_remedy(name, entry["cluster"], want, res["cap"]))
+        entry["warnings"].append(k3d_capacity.cap_remedy(name, entry["cluster"], want, res["cap"]))
         if require_full_fix:
             entry.update(failed=True, msg="%s (require_full_fix)" % entry["warnings"][-1])
     return entry

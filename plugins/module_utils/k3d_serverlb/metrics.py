@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """k3d's load balancer fix: the keeper's metrics, in Prometheus's text format
 for node_exporter's textfile collector (the load balancer itself has none).
-Pure: entries as k3d_serverlb_signals.signals() returns them in, text out.
+Pure: entries as k3d_signals.signals() returns them in, text out.
 The alert rules over them: roles/k3d_serverlb/templates/prometheus-rules.yml.j2."""
 
 from __future__ import absolute_import, division, print_function

@@ -23,7 +23,7 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.homelab.edge.plugins.module_utils.text_edit import (
+from .text_edit import (
     EditError, apply_changes, check_result, describe, make)
 
 try:

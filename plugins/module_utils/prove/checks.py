@@ -72,7 +72,7 @@ def _first(items, n):
 
 def k3d_refusal(entry):
     """Why the DNS check must not run against this load balancer (its entry
-    from k3d_serverlb_signals.signals), or None. Load on a load balancer that
+    from k3d_signals.signals), or None. Load on a load balancer that
     is not fixed would start the outage the check means to prove absent."""
     if not entry.get("running", True):
         return "%s is not running" % entry["name"]

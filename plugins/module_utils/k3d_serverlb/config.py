@@ -12,16 +12,10 @@ __metaclass__ = type
 
 import re
 
-try:
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_capacity as lb_capacity
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_profiles as lb_profiles
-    from ansible_collections.homelab.edge.plugins.module_utils import k3d_serverlb_template as lb_template
-    from ansible_collections.homelab.edge.plugins.module_utils import nginx_stream
-except ImportError:  # beside the keeper (no collection there): the files sit side by side
-    import k3d_serverlb_capacity as lb_capacity  # noqa: F811
-    import k3d_serverlb_profiles as lb_profiles  # noqa: F811
-    import k3d_serverlb_template as lb_template  # noqa: F811
-    import nginx_stream  # noqa: F811
+from . import capacity as k3d_capacity
+from . import profiles as k3d_profiles
+from . import template as k3d_template
+from .. import nginx_stream
 
 
 def parse_values(text):
@@ -40,27 +34,27 @@ def parse_values(text):
         body = line.strip()
         if indent == 0 and not body.startswith("-"):
             if not body.endswith(":"):
-                raise lb_template.ShapeError("values.yaml line %d: expected a top-level key, got %r" % (n, raw))
+                raise k3d_template.ShapeError("values.yaml line %d: expected a top-level key, got %r" % (n, raw))
             section, key = body[:-1].strip(), None
             continue
         if section == "ports":
             if body.startswith("- "):
                 if key is None:
-                    raise lb_template.ShapeError("values.yaml line %d: list item outside a port" % n)
+                    raise k3d_template.ShapeError("values.yaml line %d: list item outside a port" % n)
                 ports[key].append(body[2:].strip().strip("'\""))
             elif body.endswith(":"):
                 key = body[:-1].strip().strip("'\"")
                 ports[key] = []
             else:
-                raise lb_template.ShapeError("values.yaml line %d: unexpected %r under ports" % (n, raw))
+                raise k3d_template.ShapeError("values.yaml line %d: unexpected %r under ports" % (n, raw))
         elif section == "settings":
             k, sep, v = body.partition(":")
             if not sep:
-                raise lb_template.ShapeError("values.yaml line %d: unexpected %r under settings" % (n, raw))
+                raise k3d_template.ShapeError("values.yaml line %d: unexpected %r under settings" % (n, raw))
             settings[k.strip()] = v.strip().strip("'\"")
     for k in ports:
         if "." not in k or k.rsplit(".", 1)[1] not in ("tcp", "udp"):
-            raise lb_template.ShapeError("values.yaml: port key %r is not of the form <port>.<tcp|udp>" % k)
+            raise k3d_template.ShapeError("values.yaml: port key %r is not of the form <port>.<tcp|udp>" % k)
     return {"ports": ports, "settings": settings}
 
 
@@ -131,9 +125,9 @@ def timeout_seconds(value):
 def _profile(server, want):
     """The profile a parsed UDP server should run under `want` (its map of ports)."""
     try:
-        return lb_profiles.profile_of(server["port"], want.get("udp_ports", lb_profiles.IMPLICIT))[0]
+        return k3d_profiles.profile_of(server["port"], want.get("udp_ports", k3d_profiles.IMPLICIT))[0]
     except ValueError:
-        return lb_profiles.UNDECLARED
+        return k3d_profiles.UNDECLARED
 
 
 def _stream_timeout(facts, want):
@@ -155,11 +149,11 @@ def shortfalls(facts, want):
         out.append("worker_connections %s above the open-file cap %d" % (wc, want["cap"]))
     if facts["worker_rlimit_nofile"] != want["worker_rlimit_nofile"]:
         out.append("worker_rlimit_nofile %s, not %d" % (facts["worker_rlimit_nofile"], want["worker_rlimit_nofile"]))
-    budget = lb_capacity.udp_budget(max(wc or 0, want["worker_connections"]), want["udp_share"])
+    budget = k3d_capacity.udp_budget(max(wc or 0, want["worker_connections"]), want["udp_share"])
     for s in facts["udp_servers"]:
         port = "UDP %s" % s["port"]
         profile = _profile(s, want)
-        if profile == lb_profiles.DNS:
+        if profile == k3d_profiles.DNS:
             if s["proxy_responses"] != "1":
                 out.append("%s (dns): proxy_responses %s" % (port, s["proxy_responses"] or "unset"))
             if timeout_seconds(s["proxy_timeout"]) != want["udp_timeout"]:
@@ -195,13 +189,13 @@ def udp_profiles(facts, want):
     out = []
     for s in facts["udp_servers"]:
         try:
-            profile, declared = lb_profiles.profile_of(s["port"], want.get("udp_ports", lb_profiles.IMPLICIT))
+            profile, declared = k3d_profiles.profile_of(s["port"], want.get("udp_ports", k3d_profiles.IMPLICIT))
         except ValueError:
-            profile, declared = lb_profiles.UNDECLARED, False
-        live = lb_profiles.live_profile(s)
+            profile, declared = k3d_profiles.UNDECLARED, False
+        live = k3d_profiles.live_profile(s)
         out.append({"port": s["port"], "profile": profile, "declared": declared, "live": live,
                     "proxy_timeout": timeout_seconds(s["proxy_timeout"]),
-                    "text": lb_profiles.describe(s["port"], profile, declared, live, s["proxy_timeout"])})
+                    "text": k3d_profiles.describe(s["port"], profile, declared, live, s["proxy_timeout"])})
     return out
 
 
@@ -215,7 +209,7 @@ def report(name, cluster, facts, open_file_limit, want=None):
     # the DNS profile's hold decides how fast unanswered queries fill the connections; a stream session is meant
     # to be held (the budget bounds those)
     timeouts = [timeout_seconds(s["proxy_timeout"]) or 600 for s, p in zip(udp, profiles)
-                if p["profile"] == lb_profiles.DNS]
+                if p["profile"] == k3d_profiles.DNS]
     udp_timeout = max(timeouts) if timeouts else None
     budgets = [s["limit_conn"] for s in udp if s["limit_conn"]]
     nofile = open_file_limit or facts["worker_rlimit_nofile"]
@@ -231,8 +225,8 @@ def report(name, cluster, facts, open_file_limit, want=None):
         "udp_profiles": profiles,
         "udp_profiles_text": "; ".join(p["text"] for p in profiles),
         # dns ports that do not end a session at the first reply, stream ports that do (tunnels cut)
-        "udp_dns_unfixed": [p["port"] for p in profiles if p["profile"] == lb_profiles.DNS and p["live"] != lb_profiles.DNS],
-        "udp_stream_cut": [p["port"] for p in profiles if p["profile"] == lb_profiles.STREAM and p["live"] != lb_profiles.STREAM],
+        "udp_dns_unfixed": [p["port"] for p in profiles if p["profile"] == k3d_profiles.DNS and p["live"] != k3d_profiles.DNS],
+        "udp_stream_cut": [p["port"] for p in profiles if p["profile"] == k3d_profiles.STREAM and p["live"] != k3d_profiles.STREAM],
         "udp_ports_undeclared": [p["port"] for p in profiles if not p["declared"]],
         # every key a "not enough" line is counted under: the keeper exports each from 0
         "not_enough_keys": sorted(["udp %s" % s["port"] for s in udp] + ["tcp %s" % s["port"] for s in facts["tcp_servers"]]
@@ -240,7 +234,7 @@ def report(name, cluster, facts, open_file_limit, want=None):
         "udp_timeout": udp_timeout,
         # the weakest server decides how much of the worker UDP can take
         "udp_session_budget": min(budgets) if len(budgets) == len(udp) and budgets else None,
-        "exhaustion_rate": lb_capacity.exhaustion_rate(wc, udp_timeout) if udp_timeout and wc else None,
+        "exhaustion_rate": k3d_capacity.exhaustion_rate(wc, udp_timeout) if udp_timeout and wc else None,
         "summary": summarize(name, facts),
         "warnings": [],
     }
@@ -249,7 +243,7 @@ def report(name, cluster, facts, open_file_limit, want=None):
             "%s: %d worker_connections exceed the open file limit %d: the real ceiling is %d"
             % (name, wc, nofile, nofile))
     if out["udp_ports_undeclared"]:
-        out["warnings"].append(lb_profiles.undeclared_warning(name, out["udp_ports_undeclared"]))
+        out["warnings"].append(k3d_profiles.undeclared_warning(name, out["udp_ports_undeclared"]))
     if out["udp_servers"] and out["udp_session_budget"] is None:
         out["warnings"].append(
             "%s: UDP servers have no session budget: a hung DNS server or a flood of UDP sessions can exhaust the "

@@ -23,8 +23,9 @@ import os
 import re
 import shlex
 
-from ansible_collections.homelab.edge.plugins.module_utils import toml_text, yaml_text
-from ansible_collections.homelab.edge.plugins.module_utils.text_edit import EditError, ci, lookup
+from . import toml_text
+from . import yaml_text
+from .text_edit import EditError, ci, lookup
 
 SOURCES = ("ip", "host", "header")
 # Traefik's API, for the role to read after a change: an entrypoint on the
