@@ -15,11 +15,15 @@ version_added: "2.0.0"
 description:
   - B(Costs an outage) - Traefik answers nothing from the wedge until it is healed. Run it only when you accept that
     (homelab.edge.prove runs it only with C(prove_wedge=true)).
-  - Wedges Traefik as seed 001's was - alive, running, answering nothing - by stopping its processes (SIGSTOP through
-    the engine). Then probes O(url) twice a second until Traefik answers again from a restarted container that is
-    healthy. Proved when that happens within O(timeout); the result says how long the outage lasted.
-  - When it is not healed within O(timeout), the module resumes Traefik itself (SIGCONT) and says so - it never
-    leaves Traefik wedged.
+  - Wedges Traefik (O(wedge)) - C(stop), as seed 001's was, alive and running but answering nothing, by stopping
+    its processes (SIGSTOP through the engine); or C(entrypoint), alive but dark only where users come in, by
+    dropping TCP to the entrypoint's port inside Traefik's own network namespace (C(nsenter) and C(iptables) on the
+    host; one rule with the comment C(homelab-edge-prove)) while its other listeners (ping, metrics) answer - what a
+    health check that asks ping only does not see. Then probes O(url) twice a second until Traefik answers again
+    from a restarted container that is healthy. Proved when that happens within O(timeout); the result says how long
+    the outage lasted.
+  - When it is not healed within O(timeout), the module ends the wedge itself (SIGCONT, or the rule removed) and says
+    so - it never leaves Traefik wedged. A restart ends the C(entrypoint) wedge too (a new network namespace).
   - B(Refuses), before the wedge, when autoheal could not see or heal it - the autoheal container is not running,
     Traefik lacks the label autoheal watches (its C(AUTOHEAL_CONTAINER_LABEL)), has no health check or one that cannot
     fail, is not healthy now, or does not answer at O(url) now.
@@ -43,6 +47,16 @@ options:
     description: Seconds from the wedge to a healed Traefik (at most 600).
     type: int
     default: 180
+  wedge:
+    description:
+      - C(stop) - every listener silent (SIGSTOP); C(entrypoint) - only the entrypoint behind O(url) dark (the port
+        O(url) reaches, as Traefik listens on it in its own namespace, from the container's published ports).
+      - C(entrypoint) is refused for a Traefik in the host's network namespace (the rule would be the host's own
+        firewall) and where C(nsenter) or C(iptables) is missing.
+    type: str
+    choices: [stop, entrypoint]
+    default: stop
+    version_added: "2.0.0"
 extends_documentation_fragment:
   - homelab.edge.attributes
 attributes:
@@ -79,7 +93,7 @@ healthy_s:
   returned: when run
   type: float
 resumed:
-  description: The module resumed a Traefik that was not healed in time (SIGCONT).
+  description: The module ended the wedge of a Traefik that was not healed in time (SIGCONT, or the rule removed).
   returned: when run
   type: bool
 """
@@ -138,7 +152,25 @@ def refusal(traefik, autoheal_inspect, url_answers, name, autoheal_name):
 ARGUMENT_SPEC = dict(container=dict(type="str", default="traefik"),
                      autoheal_container=dict(type="str", default="autoheal"),
                      url=dict(type="str", default="https://127.0.0.1:443"),
-                     timeout=dict(type="int", default=180))
+                     timeout=dict(type="int", default=180),
+                     wedge=dict(type="str", choices=["stop", "entrypoint"], default="stop"))
+RULE_COMMENT = "homelab-edge-prove"
+
+
+def inner_port(traefik, port):
+    """The port Traefik listens on in its own namespace for `port` of this host (its published ports), or None
+    (not published; in the host's namespace it is the same port, but that wedge is refused)."""
+    for spec, bindings in ((traefik.get("NetworkSettings") or {}).get("Ports") or {}).items():
+        inner, dummy, proto = spec.partition("/")
+        if proto == "tcp" and any(str(b.get("HostPort")) == str(port) for b in bindings or []):
+            return int(inner)
+    return None
+
+
+def rule(pid, port, op):
+    """The iptables command, run in Traefik's network namespace, that adds (-I) or removes (-D) the wedge."""
+    return ["nsenter", "-t", str(pid), "-n", "iptables", "-w", op, "INPUT", "-p", "tcp", "--dport", str(port),
+            "-m", "comment", "--comment", RULE_COMMENT, "-j", "DROP"]
 
 
 def done(module, status, reasons, measured="-", **extra):
@@ -167,10 +199,30 @@ def read_and_plan(module, docker):
     return traefik, where
 
 
-def wedge(module, docker):
-    """Step 3: Traefik's processes stopped (SIGSTOP through the engine)."""
-    rc, out, err = module.run_command([docker, "kill", "-s", "STOP", module.params["container"]],
-                                      environ_update=host.C_ENV)
+def entrypoint_port(module, traefik, where):
+    """For wedge=entrypoint: the port to drop inside Traefik's namespace; refused where it cannot be made."""
+    if (traefik.get("HostConfig") or {}).get("NetworkMode") == "host":
+        done(module, prove_checks.REFUSED, ["%s shares the host's network namespace (network_mode: host): the "
+                                            "entrypoint wedge would be a rule in the host's own firewall; use "
+                                            "wedge=stop" % module.params["container"]])
+    missing = [b for b in ("nsenter", "iptables") if not module.get_bin_path(b)]
+    if missing:
+        done(module, prove_checks.REFUSED, ["the entrypoint wedge needs %s on this host; use wedge=stop"
+                                            % " and ".join(missing)])
+    port = inner_port(traefik, where[1])
+    if port is None:
+        done(module, prove_checks.REFUSED, ["%s publishes no TCP port %d (the url's): name the url users reach"
+                                            % (module.params["container"], where[1])])
+    return port
+
+
+def wedge(module, docker, traefik, port):
+    """Step 3: Traefik's processes stopped (SIGSTOP through the engine), or its entrypoint's port dropped."""
+    if module.params["wedge"] == "entrypoint":
+        rc, out, err = module.run_command(rule(traefik["State"]["Pid"], port, "-I"))
+    else:
+        rc, out, err = module.run_command([docker, "kill", "-s", "STOP", module.params["container"]],
+                                          environ_update=host.C_ENV)
     if rc != 0:
         done(module, prove_checks.FAILED, ["the wedge could not be made: %s" % (err or out).strip()])
 
@@ -191,11 +243,13 @@ def watch(module, docker, started, where, t0):
     return outage, healthy
 
 
-def resume_if_still_wedged(module, docker, started):
-    """Not healed in time: the wedged Traefik resumed (SIGCONT), never left so. Whether it was."""
+def resume_if_still_wedged(module, docker, started, port):
+    """Not healed in time: the wedge ended (SIGCONT, or the rule removed), never left so. Whether it was."""
     now = inspect(module, docker, module.params["container"]) or {"State": {}}
     if now["State"].get("StartedAt") != started:
         return False
+    if module.params["wedge"] == "entrypoint":
+        return module.run_command(rule(now["State"]["Pid"], port, "-D"))[0] == 0
     return module.run_command([docker, "kill", "-s", "CONT", module.params["container"]],
                               environ_update=host.C_ENV)[0] == 0
 
@@ -205,16 +259,18 @@ def main():
     p = module.params
     docker = module.get_bin_path("docker", required=True)
     traefik, where = read_and_plan(module, docker)
+    port = entrypoint_port(module, traefik, where) if p["wedge"] == "entrypoint" else None
+    how = "SIGSTOP" if port is None else "TCP to its port %d dropped in its namespace" % port
     if module.check_mode:
-        done(module, prove_checks.PLANNED, [], "would wedge %s (SIGSTOP) and wait up to %d s" % (p["container"], p["timeout"]))
+        done(module, prove_checks.PLANNED, [], "would wedge %s (%s) and wait up to %d s" % (p["container"], how, p["timeout"]))
     started = traefik["State"]["StartedAt"]
     t0 = time.monotonic()
-    wedge(module, docker)
+    wedge(module, docker, traefik, port)
     outage, healthy = watch(module, docker, started, where, t0)
     if outage is None or healthy is None:
-        resumed = resume_if_still_wedged(module, docker, started)
-        done(module, prove_checks.FAILED,
-             ["not healed within %d s%s" % (p["timeout"], "; Traefik resumed (SIGCONT)" if resumed else "")],
+        resumed = resume_if_still_wedged(module, docker, started, port)
+        ended = "; Traefik resumed (SIGCONT)" if port is None else "; the wedge's rule removed"
+        done(module, prove_checks.FAILED, ["not healed within %d s%s" % (p["timeout"], ended if resumed else "")],
              "served again after %s s, healthy after %s s" % (outage, healthy), outage_s=outage, healthy_s=healthy,
              resumed=resumed)
     done(module, prove_checks.PROVED, [], "outage %s s: served again after %s s, healthy after %s s"

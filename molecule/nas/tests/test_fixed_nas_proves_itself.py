@@ -102,6 +102,18 @@ def test_the_opt_in_wedge_is_healed_by_autoheal_and_timed():
 
 
 @upstream_images.needs("autoheal")
+@upstream_images.needs("autoheal")
+def test_the_opt_in_entrypoint_wedge_is_healed_through_the_check_on_that_entrypoint():
+    """Alive but dark only where users come in (traefik-b's :443, published on 9443): the role's health check asks
+    there, so autoheal restarts it; the rule is gone with the old namespace."""
+    rc, out, report = prove({"autoheal_prove_wedge": True, "autoheal_prove_wedge_kind": "entrypoint",
+                             "autoheal_prove_container": "traefik-b", "autoheal_prove_url": "https://127.0.0.1:9443"})
+    assert rc == 0, out[-3000:]
+    wedge = rows(report)["autoheal on a wedge"]
+    assert wedge["status"] == "proved" and wedge["measured"].startswith("outage "), wedge
+    adhoc.record("nas", "prove_entrypoint_wedge", measured=wedge["measured"].replace(" ", "_"))
+
+
 def test_with_autoheal_frozen_the_wedge_is_not_healed_and_traefik_is_resumed():
     NAS.check_output("docker pause autoheal")
     try:

@@ -59,3 +59,67 @@ def test_a_traefik_not_restarted_in_time_is_resumed_and_failed(run_main, host):
 def test_a_timeout_past_the_bound_is_refused_before_anything_is_read(run_main, host):
     res = run_main(mod, timeout=601)
     assert res["rows"][0]["status"] == "refused" and host.calls == []
+
+
+def published(doc, network_mode="default"):
+    doc = dict(doc, NetworkSettings={"Ports": {"443/tcp": [{"HostIp": "0.0.0.0", "HostPort": "9443"}],
+                                               "8080/tcp": None}},
+               HostConfig={"NetworkMode": network_mode})
+    doc["State"] = dict(doc["State"], Pid=4242)
+    return doc
+
+
+@pytest.fixture
+def entrypoint_host(host):
+    """The same host, Traefik publishing its :443 on 9443; the entrypoint wedge's rule is what autoheal's
+    restart ends (a new StartedAt after 2 s, as the SIGSTOP one)."""
+    clock_doc = host.answers[("docker", "inspect", "traefik")]
+
+    def inspect_traefik(argv):
+        rc, out, err = clock_doc(argv)
+        doc = published(json.loads(out)[0])
+        if host.ran("nsenter", "-t", "4242", "-n", "iptables", "-w", "-I") and host.heals and \
+                mod.time.monotonic() >= 2:
+            doc["State"]["StartedAt"] = "t1"
+        return 0, json.dumps([doc]), ""
+    host.answers[("docker", "inspect", "traefik")] = inspect_traefik
+    return host
+
+
+def test_the_entrypoint_wedge_drops_the_published_port_inside_traefik_s_namespace(run_main, entrypoint_host):
+    res = run_main(mod, url="https://127.0.0.1:9443", wedge="entrypoint", check=True)
+    assert "TCP to its port 443 dropped in its namespace" in res["rows"][0]["measured"]
+    assert entrypoint_host.ran("nsenter") == []
+    res = run_main(mod, url="https://127.0.0.1:9443", wedge="entrypoint", timeout=10)
+    assert res["rows"][0]["status"] == "proved" and res["outage_s"] == 2.0
+    assert entrypoint_host.ran("nsenter")[0] == ["nsenter", "-t", "4242", "-n", "iptables", "-w", "-I", "INPUT", "-p",
+                                                 "tcp", "--dport", "443", "-m", "comment", "--comment",
+                                                 "homelab-edge-prove", "-j", "DROP"]
+    assert entrypoint_host.ran("docker", "kill") == []
+
+
+def test_an_entrypoint_wedge_not_healed_in_time_has_its_rule_removed(run_main, entrypoint_host):
+    entrypoint_host.heals = False
+    res = run_main(mod, url="https://127.0.0.1:9443", wedge="entrypoint", timeout=3)
+    assert res["rows"][0]["reasons"] == ["not healed within 3 s; the wedge's rule removed"] and res["resumed"]
+    assert entrypoint_host.ran("nsenter", "-t", "4242", "-n", "iptables", "-w", "-D")
+
+
+@pytest.mark.parametrize("url, network_mode, missing, words", [
+    ("https://127.0.0.1:9443", "host", (), "would be a rule in the host's own firewall"),
+    ("https://127.0.0.1:9443", "default", ("nsenter",), "needs nsenter on this host"),
+    ("https://127.0.0.1:443", "default", (), "publishes no TCP port 443"),
+])
+def test_an_entrypoint_wedge_that_cannot_be_made_safely_is_refused(run_main, entrypoint_host, url, network_mode,
+                                                                  missing, words):
+    inspect_traefik = entrypoint_host.answers[("docker", "inspect", "traefik")]
+
+    def with_mode(argv):
+        doc = json.loads(inspect_traefik(argv)[1])[0]
+        doc["HostConfig"]["NetworkMode"] = network_mode
+        return 0, json.dumps([doc]), ""
+    entrypoint_host.answers[("docker", "inspect", "traefik")] = with_mode
+    entrypoint_host.missing.update(missing)
+    res = run_main(mod, url=url, wedge="entrypoint")
+    assert res["rows"][0]["status"] == "refused" and words in res["rows"][0]["reasons"][0]
+    assert entrypoint_host.ran("nsenter") == []
