@@ -32,7 +32,7 @@ SERVER = ("import socket, time\ns = socket.socket(); s.setsockopt(socket.SOL_SOC
           "s.bind(('0.0.0.0', %d)); s.listen(1024)\nheld = []\nend = time.time() + 60\n"
           "s.settimeout(0.5)\nwhile time.time() < end:\n    try:\n        held.append(s.accept()[0])\n"
           "    except OSError:\n        pass\n" % CONTAINER_PORT)
-COUNT = ("import sys; sys.path.insert(0, %r); import prove_net; c = prove_net.hold(sys.argv[1], %d, %d, 3.0, 0.5); "
+COUNT = ("import sys; sys.path.insert(0, %r); from module_utils.prove import net as prove_net; c = prove_net.hold(sys.argv[1], %d, %d, 3.0, 0.5); "
          "print(c['established'], c['reset'], c['timeout'])"
          % (os.path.join(ROOT, "plugins"), PUBLISHED, LIMIT + EXTRA))
 
