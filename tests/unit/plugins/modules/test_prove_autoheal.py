@@ -110,8 +110,8 @@ def test_an_entrypoint_wedge_not_healed_in_time_has_its_rule_removed(run_main, e
     ("https://127.0.0.1:9443", "default", ("nsenter",), "needs nsenter on this host"),
     ("https://127.0.0.1:443", "default", (), "publishes no TCP port 443"),
 ])
-def test_an_entrypoint_wedge_that_cannot_be_made_safely_is_refused(run_main, entrypoint_host, url, network_mode,
-                                                                  missing, words):
+def test_an_entrypoint_wedge_that_cannot_be_made_safely_is_refused(
+        run_main, entrypoint_host, url, network_mode, missing, words):
     inspect_traefik = entrypoint_host.answers[("docker", "inspect", "traefik")]
 
     def with_mode(argv):
