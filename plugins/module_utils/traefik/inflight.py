@@ -686,7 +686,7 @@ def static_changes(static, opts, warnings=None, report=None):
     if missing:
         raise TraefikConfigError("entrypoint(s) %s not defined in the static config (defined: %s)"
                                  % (", ".join(missing), ", ".join(sorted(eps)) or "none"))
-    addresses = dict((e, lookup(eps, [e, "address"])) for e in eps)
+    addresses = dict((name, ep["address"]) for name, ep in entrypoint_facts(static, None).items())
     udp = [ci(eps, e) for e in opts["entrypoints"] if is_udp(addresses.get(ci(eps, e)))]
     if udp:
         raise TraefikConfigError("entrypoint(s) %s listen on UDP: an in-flight limit is for HTTP; name the HTTP "
@@ -800,8 +800,8 @@ def flag_changes(flags, opts, warnings=None, report=None):
     gate(version, "entrypoint_middlewares")
     ref = "%s@file" % opts["name"]
     add, remove = {}, []
-    addresses = dict((k.split(".")[1], v) for k, v in flags.items()
-                     if k.startswith("entrypoints.") and k.endswith(".address") and k.count(".") == 2)
+    addresses = dict((name, ep["address"]) for name, ep in entrypoint_facts(None, flags).items()
+                     if ep["address"] is not None)
     if not addresses:
         raise TraefikConfigError(IMPLICIT_HTTP % "with a flag (--entrypoints.http.address=:80)")
     streams = opts.get("http2_max_streams")
