@@ -27,11 +27,23 @@ SCHED_FIFO; the clusters and the engine on the others). Three parts:
 3. lowrate: stock k3d at 1, 2, 4 and 8 q/s, four clusters at once: the time to
    the first "worker_connections are not enough" line, against the computed
    1024 / (2 x rate) s.
+4. quota (by name only; about 80 minutes): limits placed on two cores by
+   design. Each load balancer held to 5, 10 and 20 % of CPU 0 (a CFS quota of
+   a 20-ms period), the DNS server beside it on CPU 0, receive processing
+   steered to CPU 0 (RPS on both ends of each veth), the generator and the
+   probes on CPU 1. At each quota three repetitions of the seed's fix and
+   homelab.edge alternating (ABAB) and stock after them, 20-s steps. Each
+   limit with its spread, the periods throttled at the failing step (the load
+   balancer ran out of its quota), the generator's and the DNS server's
+   headroom there, the ratio homelab.edge / the seed's fix per repetition,
+   and each load balancer's service demand (its cgroup's CPU-seconds per
+   answered query, regressed over the steps that held) with the capacity
+   computed from it against the ladder's.
 
 Prints and saves JSON with machine info to benchmarks/results/. Traffic goes
 only to the lab's own containers.
 
-  bench_k3d_ladder.py [ladder] [slow] [lowrate]     (all three without arguments)
+  bench_k3d_ladder.py [ladder] [slow] [lowrate] [quota]     (the first three without arguments)
 """
 import calendar
 import contextlib
@@ -67,6 +79,14 @@ SLOW_DELAY_S, SLOW_RATES, SLOW_STEP_S, SLOW_PORT = 0.5, (100, 200, 400, 800, 160
 # (pool exhausted); a wait of 0.8 s keeps them under 5,000. 8,192 stays under this machine's 20,000 open files
 SLOW_POOL, SLOW_TIMEOUT_S = 8192, SLOW_DELAY_S + 0.3
 LOW_RATES, LOW_PORTS = (1, 2, 4, 8), (41400, 41500, 41600, 41700)
+# quota: each load balancer given a fixed share of CPU 0 (a CFS quota of a short period), so its limit falls where the
+# generator (CPU 1) and the DNS server (CPU 0, beside it) have room to spare
+QUOTAS_PCT, QUOTA_PERIOD_US, QUOTA_STEP_S, QUOTA_REPETITIONS = (2.5, 5, 10), 20000, 20, 3
+QUOTA_START_PER_PCT, QUOTA_BISECTIONS = 40, 4  # the fixes' first rate: 40 q/s per % of a core; 4 halvings after
+STOCK_START, STOCK_BISECTIONS = 20, 1  # stock runs out of connections (512 sessions of 600 s each), not CPU
+HEADROOM = 5  # the generator and the DNS server: at least 5x the CPU they used at each fix's first failing step
+CGROUP_CPU = "/sys/fs/cgroup/cpu/docker/%s/cpu.stat"  # cgroup v1 (this machine kind); v2 below
+CGROUP2_CPU = "/sys/fs/cgroup/system.slice/docker-%s.scope/cpu.stat"
 SLOWDNS = os.path.join(ROOT, "tests", "support", "slowdns.py")
 
 
@@ -107,12 +127,15 @@ def node_pid(container):
 
 
 @contextlib.contextmanager
-def slow_upstream(server, delay):
+def slow_upstream(server, delay, cpus=None):
     """The node's DNS ports (53, 1053) redirected to a responder that answers
-    `delay` s late, in the node's own network namespace; both removed after."""
+    `delay` s late, in the node's own network namespace, on `cpus` (the system
+    under test's, not the generator's this process probes from); both removed
+    after."""
     pid = str(node_pid(server))
     p = subprocess.Popen(["nsenter", "-t", pid, "-n", sys.executable, SLOWDNS, "--port", str(SLOW_PORT),
-                          "--delay", str(delay), "--seconds", "900"], stdout=subprocess.PIPE, text=True)
+                          "--delay", str(delay), "--seconds", "900"], stdout=subprocess.PIPE, text=True,
+                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     rules = ("table ip homelab_edge_slow {\n chain pre {\n  type nat hook prerouting priority dstnat;\n"
              "  udp dport { 53, 1053 } redirect to :%d\n }\n}\n" % SLOW_PORT)
     try:
@@ -129,6 +152,47 @@ def slow_upstream(server, delay):
             p.wait(10)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+def throttling(container):
+    """The container cgroup's CFS counters: periods, periods throttled, seconds throttled (cgroup v1 or v2)."""
+    for path, unit in ((CGROUP_CPU % container.id, 1e9), (CGROUP2_CPU % container.id, 1e6)):
+        if os.path.exists(path):
+            with open(path) as f:
+                kv = dict(line.split() for line in f if line.strip())
+            wait = kv.get("throttled_time", kv.get("throttled_usec", 0))
+            return {"nr_periods": int(kv.get("nr_periods", 0)), "nr_throttled": int(kv.get("nr_throttled", 0)),
+                    "throttled_s": int(wait) / unit}
+    return None
+
+
+def softirq_s(cpus):
+    """Seconds each CPU has spent in softirq (receive processing among it), from /proc/stat."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            name = line.split(" ", 1)[0]
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                out[int(name[3:])] = int(line.split()[7]) / float(os.sysconf("SC_CLK_TCK"))
+    return out
+
+
+def steer_receive(containers, cpus):
+    """Receive processing of each container's traffic steered to `cpus` (RPS on both ends of its veth pair): the
+    packets the generator sends from CPU 1 are processed on the system's CPU, not charged to the generator's."""
+    mask = "%x" % sum(1 << c for c in cpus)
+    for c in containers:
+        pid = str(node_pid(c))
+        peer = subprocess.run(["nsenter", "-t", pid, "-n", "cat", "/sys/class/net/eth0/iflink"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        host_dev = next(d for d in os.listdir("/sys/class/net")
+                        if open("/sys/class/net/%s/ifindex" % d).read().strip() == peer)
+        with open("/sys/class/net/%s/queues/rx-0/rps_cpus" % host_dev, "w") as f:
+            f.write(mask)
+        # the container's end: its own sysfs, mounted in a private mount namespace inside its network namespace
+        subprocess.run(["nsenter", "-t", pid, "-n", "unshare", "-m", "sh", "-c",
+                        "mount -t sysfs sysfs /sys && echo %s > /sys/class/net/eth0/queues/rx-0/rps_cpus" % mask],
+                       capture_output=True, text=True, check=True)
 
 
 def clusters_up(client, pin):
@@ -151,27 +215,37 @@ def clusters_down():
     k3d.delete(*[c for n, c, p in base.CONFIGS])
 
 
-def load_step(client, name, cluster, rate, seconds, pin, baseline, timeout=TIMEOUT_S, slow=None, pool=None):
+def load_step(client, name, cluster, rate, seconds, pin, baseline, timeout=TIMEOUT_S, slow=None, pool=None,
+              steer=None):
     """One step: a restarted load balancer (or the DNS server directly for
     "direct"), the lab's conntrack entries deleted, the generator at `rate`
     for `seconds`, open-loop probes through the same load balancer. Returns
     the generator's record with alerts, probes, CPU and the ladder's verdict."""
     server = client.containers.get(k3d.server_name(cluster or base.CONFIGS[0][1]))
+    marks = [("start", time.time())]
     lbc = None if name == "direct" else base.fresh(client, cluster)
+    marks.append(("restart", time.time()))
+    if steer and lbc is not None:
+        steer_receive([lbc], steer)  # a restarted container has a new veth pair
     server_ip = base.address(server)
     target = server_ip if lbc is None else base.address(lbc)
     tcp = None if lbc is None else [(target, 443), (target, 6443)]
     conntrack0 = forget([target, server_ip], baseline)
+    marks.append(("forget", time.time()))
     dnsmasq, extra = dnsmasq_pids(server), [slow] if slow else []  # the slow responder runs outside the node's cgroup
     parts = {"load balancer": lbc}
     before = dict((k, base.container_cpu_s(c)) for k, c in parts.items() if c is not None)
     node0, dnsmasq0, extra0 = base.container_cpu_s(server), base.pids_cpu_s(dnsmasq), base.pids_cpu_s(extra)
+    throttled0 = throttling(lbc) if lbc is not None else None
+    system = sorted(pin["system"]) if pin else list(range(os.cpu_count()))
+    softirq0 = softirq_s(system)
     prober = probes.OpenLoopProber(tcp, interval=0.25) if tcp else None
     if prober:
         prober.start()
     t0 = time.time()
     r = dnsgen.run_compiled(target, [53] if lbc is None else [53, 1053], rate, seconds, timeout=timeout,
                             cpus=pin["generator"] if pin else None, fifo=FIFO if pin else None, pool=pool)
+    marks.append(("load", time.time()))
     r["probes"] = prober.stop() if prober else None
     used = dict((k, base.container_cpu_s(c) - before[k]) for k, c in parts.items() if c is not None)
     in_dnsmasq = base.pids_cpu_s(dnsmasq) - dnsmasq0
@@ -179,8 +253,13 @@ def load_step(client, name, cluster, rate, seconds, pin, baseline, timeout=TIMEO
     used["TLS endpoints (k3s stand-in)"] = max(0.0, base.container_cpu_s(server) - node0 - in_dnsmasq)
     used["generator"] = r["generator_cpu_s"]
     r["cpu_s"] = dict((k, round(v, 3)) for k, v in used.items())
+    r["softirq_s"] = dict((str(c), round(v - softirq0.get(c, 0), 3)) for c, v in softirq_s(system).items())
+    throttled1 = throttling(lbc) if lbc is not None else None
+    r["throttling"] = dict((k, round(throttled1[k] - throttled0[k], 3)) for k in throttled1) if throttled1 else None
     r["alerts"] = probes.count_in_logs(lbc, probes.NOT_ENOUGH, t0) if lbc is not None else 0
     r["conntrack_before"], r["conntrack_after"] = conntrack0, conntrack_count()
+    marks.append(("after", time.time()))
+    r["phases_s"] = dict((b[0], round(b[1] - a[1], 2)) for a, b in zip(marks, marks[1:]))
     r["config"] = name
     r["holds"], r["why"] = ladder.holds(r)
     return r
@@ -215,7 +294,7 @@ def generator_ceiling():
     return saved.get("ceiling_qps") if built in (None, dnsgen.go_sources_hash()) else None
 
 
-def ladder_part(client, result):
+def ladder_part(client, result, save=None):
     pin = base.pinning()
     ceiling = generator_ceiling()
     result["generator_ceiling_qps"] = ceiling
@@ -281,11 +360,163 @@ def ladder_table(runs):
             if lim["holds_at"] is not None and not lim["invalid_at"]:
                 held.append(lim["holds_at"])
         out.append("  %-13s median of the repetitions that found a limit: %s" % (
-            name, sorted(held)[len(held) // 2] if held else "none"))
+            name, ladder.spread(held)["median"] if held else "none"))
     return out
 
 
-def slow_part(client, result):
+def one_ladder(client, name, cluster, start, bisections, pin, baseline, steer, ceiling=None):
+    """A configuration's ladder at the current quota: rising x2 from `start`, then `bisections` halvings; a step
+    where the generator was not valid is tried again (RETRIES), every attempt kept. Returns (limit, steps)."""
+    tried, steps = [], []
+    rate = ladder.next_rate(tried, start, bisections=bisections, ceiling=ceiling)
+    while rate is not None and len(steps) < 20:
+        for attempt in range(1 + RETRIES):
+            r = load_step(client, name, cluster, rate, QUOTA_STEP_S, pin, baseline, steer=steer)
+            r["attempt"] = attempt + 1
+            say(r, " throttled %s of %s periods" % (
+                (r["throttling"] or {}).get("nr_throttled"), (r["throttling"] or {}).get("nr_periods")))
+            steps.append(r)
+            if r["holds"] is not None:
+                break
+        tried.append((rate, r["holds"]))
+        rate = ladder.next_rate(tried, start, bisections=bisections, ceiling=ceiling)
+    return ladder.limit(tried), steps
+
+
+def quota_limit_facts(lim, steps, pct, pin):
+    """What a ladder's limit rests on: what ran out at the lowest failing step, the share of periods throttled
+    there, and the generator's and the DNS server's headroom there (computed: available / used)."""
+    at = next((s for s in steps if s["rate"] == lim["fails_at"] and s["holds"] is False), None)
+    lim["invalid_at"] = next((s["rate"] for s in steps if s["holds"] is None and s["attempt"] == 1 + RETRIES), None)
+    lim["invalid_attempts"] = sum(1 for s in steps if s["holds"] is None)
+    if at is None:
+        lim.update(bound_by=None, throttled_share=None, headroom=None)
+        return lim
+    quota = pct / 100.0
+    cpus = dict(cpus_of(pin), **{"load balancer": quota})
+    t = at.get("throttling") or {}
+    lim["bound_by"] = ladder.bound_by(at, cpus)
+    lim["throttled_share"] = round(t["nr_throttled"] / float(t["nr_periods"]), 3) if t.get("nr_periods") else None
+    lim["headroom"] = {
+        "generator": ladder.headroom(1.0, at["cpu_s"].get("generator"), at["seconds"]),
+        "DNS server": ladder.headroom(1.0 - quota, at["cpu_s"].get("DNS server"), at["seconds"])}
+    lim["headroom"] = dict((k, None if v is None else round(v, 1)) for k, v in lim["headroom"].items())
+    return lim
+
+
+def quota_part(client, result, save):
+    """Ladders with each load balancer held to QUOTAS_PCT of CPU 0 (CFS quota, QUOTA_PERIOD_US period), the DNS
+    server beside it on CPU 0, receive processing steered there, the generator and the probes on CPU 1."""
+    pin = base.pinning()
+    if not pin:
+        raise SystemExit("the quota ladders need two CPUs: one for the system under test, one for the generator")
+    baseline = conntrack_count()
+    runs, order = [], ladder.alternating([n for n, c, p in base.CONFIGS[1:]], [base.CONFIGS[0][0]], QUOTA_REPETITIONS)
+    clusters = dict((n, c) for n, c, p in base.CONFIGS)
+    clusters_up(client, pin)
+    try:
+        steer_receive([client.containers.get(k3d.server_name(c)) for n, c, p in base.CONFIGS], pin["system"])
+        for pct in QUOTAS_PCT:
+            for name, cluster, port in base.CONFIGS:
+                client.containers.get(k3d.lb_name(cluster)).update(
+                    cpu_period=QUOTA_PERIOD_US, cpu_quota=int(QUOTA_PERIOD_US * pct / 100))
+            for rep, names in enumerate(order, 1):
+                print("quota %g %%, repetition %d: %s" % (pct, rep, ", ".join(names)), flush=True)
+                for name in names:
+                    stock = name == base.CONFIGS[0][0]
+                    lim, steps = one_ladder(client, name, clusters[name], STOCK_START if stock else QUOTA_START_PER_PCT
+                                            * pct, STOCK_BISECTIONS if stock else QUOTA_BISECTIONS, pin, baseline,
+                                            pin["system"])
+                    quota_limit_facts(lim, steps, pct, pin)
+                    print("  %s at %g %%: holds at %s q/s, fails at %s q/s (%s; throttled %s; headroom %s)" % (
+                        name, pct, lim["holds_at"], lim["fails_at"], lim["bound_by"], lim["throttled_share"],
+                        lim["headroom"]), flush=True)
+                    runs.append({"quota_pct": pct, "repetition": rep, "config": name, "limit": lim, "steps": steps})
+                    result["quota"] = quota_summary(runs, order)
+                    save()
+    finally:
+        for name, cluster, port in base.CONFIGS:
+            with contextlib.suppress(docker.errors.APIError):
+                client.containers.get(k3d.lb_name(cluster)).update(cpu_period=100000, cpu_quota=-1)
+        clusters_down()
+    result["quota"] = quota_summary(runs, order)
+    result["quota_table"] = quota_table(result["quota"])
+
+
+def quota_summary(runs, order):
+    """The runs, and per quota: each configuration's limits with their spread, the ratio homelab.edge / the
+    seed's fix per repetition, each load balancer's service demand regressed over the steps that held and
+    the capacity computed from it against the ladder's."""
+    by_quota = {}
+    for pct in QUOTAS_PCT:
+        here = [r for r in runs if r["quota_pct"] == pct]
+        if not here:
+            continue
+        out = {}
+        for name, cluster, port in base.CONFIGS:
+            mine = [r for r in here if r["config"] == name]
+            valid = [r for r in mine if not r["limit"]["invalid_at"] and r["limit"]["holds_at"] is not None]
+            held = [s for r in mine for s in r["steps"] if s["holds"]]
+            demand = ladder.service_demand([(s["answered"], s["cpu_s"].get("load balancer")) for s in held])
+            softirq = ladder.service_demand([(s["answered"], sum(s["softirq_s"].values())) for s in held])
+            holds = ladder.spread([r["limit"]["holds_at"] for r in valid])
+            fails = ladder.spread([r["limit"]["fails_at"] for r in valid])
+            # a capacity from CPU demand says something only where the quota is what ran out
+            cpu_bound = bool(valid) and all((r["limit"]["bound_by"] or "").startswith("CPU (load balancer")
+                                            for r in valid)
+            agree = ladder.capacity_agrees(pct / 100.0, demand["per_query_s"] if demand else None, holds["median"],
+                                           fails["median"]) if cpu_bound else None
+            out[name] = {"holds_at": holds, "fails_at": fails, "valid_repetitions": len(valid),
+                         "repetitions": len(mine), "bound_by": sorted(set(r["limit"]["bound_by"] for r in valid)),
+                         "service_demand": demand, "softirq_demand": softirq, "capacity_from_demand": agree,
+                         "whole_core_computed_qps": round(holds["median"] * 100.0 / pct)
+                         if cpu_bound and holds["median"] else None}
+        seed, edge = base.CONFIGS[1][0], base.CONFIGS[2][0]
+
+        def per_rep(name):
+            return [next((r["limit"]["holds_at"] for r in here if r["config"] == name and r["repetition"] == rep
+                          and not r["limit"]["invalid_at"]), None) for rep in range(1, len(order) + 1)]
+        out["ratio homelab.edge / seed's fix"] = ladder.ratios(per_rep(edge), per_rep(seed))
+        by_quota["%g" % pct] = out
+    return {"quotas_pct": list(QUOTAS_PCT), "period_us": QUOTA_PERIOD_US, "step_s": QUOTA_STEP_S,
+            "repetitions": QUOTA_REPETITIONS, "orders": order, "start_per_pct": QUOTA_START_PER_PCT,
+            "bisections": QUOTA_BISECTIONS, "stock": {"start": STOCK_START, "bisections": STOCK_BISECTIONS},
+            "headroom_required": HEADROOM, "agree_within": ladder.AGREE_WITHIN, "by_quota": by_quota, "runs": runs}
+
+
+def quota_table(q):
+    out = ["each load balancer held to a CPU quota (%d us period) on CPU 0 with the DNS server; generator and probes on "
+           "CPU 1; %d-s steps; highest rate held (q/s), median [min-max] of the valid repetitions" % (
+               q["period_us"], q["step_s"])]
+    for pct, per in sorted(q["by_quota"].items(), key=lambda kv: float(kv[0])):
+        out.append("quota %s %%:" % pct)
+        for name, cluster, port in base.CONFIGS:
+            c = per[name]
+            h, d = c["holds_at"], c["service_demand"]
+            reps = [r for r in q["runs"] if r["quota_pct"] == float(pct) and r["config"] == name]
+            out.append("  %-13s holds at %s [%s-%s] (%d of %d valid); each: %s" % (
+                name, h["median"], h["min"], h["max"], c["valid_repetitions"], c["repetitions"],
+                ", ".join("%s/%s %s throttled %s headroom gen %s dns %s" % (
+                    r["limit"]["holds_at"], r["limit"]["fails_at"], r["limit"].get("bound_by"),
+                    r["limit"].get("throttled_share"), (r["limit"].get("headroom") or {}).get("generator"),
+                    (r["limit"].get("headroom") or {}).get("DNS server")) for r in reps)))
+            if d and c["capacity_from_demand"] is None:
+                out.append("  %-13s service demand %.1f us/query; no capacity computed: not bound by its quota (%s)" % (
+                    "", d["per_query_s"] * 1e6, ", ".join(c["bound_by"])))
+            elif d:
+                a = c["capacity_from_demand"]
+                out.append("  %-13s service demand %.1f us/query (load balancer's cgroup, %d steps held); computed "
+                           "capacity %s q/s: %s the ladder's; whole core computed: %s q/s" % (
+                               "", d["per_query_s"] * 1e6, d["points"], a["computed_qps"],
+                               "agrees with" if a["agrees"] else "DISAGREES with", c["whole_core_computed_qps"]))
+        r = per["ratio homelab.edge / seed's fix"]
+        out.append("  ratio homelab.edge / seed's fix: median %s [%s-%s] over %d repetitions (%s)" % (
+            None if r["median"] is None else round(r["median"], 3), r["min"] and round(r["min"], 3),
+            r["max"] and round(r["max"], 3), r["n"], r["each"]))
+    return out
+
+
+def slow_part(client, result, save=None):
     pin = base.pinning()
     baseline = conntrack_count()
     steps = []
@@ -294,7 +525,7 @@ def slow_part(client, result):
         for name, cluster, port in base.CONFIGS[1:]:
             server = client.containers.get(k3d.server_name(cluster))
             for rate in SLOW_RATES:
-                with slow_upstream(server, SLOW_DELAY_S) as slow_pid:
+                with slow_upstream(server, SLOW_DELAY_S, pin["system"] if pin else None) as slow_pid:
                     r = load_step(client, name, cluster, rate, SLOW_STEP_S, pin, baseline,
                                   timeout=SLOW_TIMEOUT_S, slow=slow_pid, pool=SLOW_POOL)
                 r["answered_share"] = round(r["answered"] / float(r["sent"]), 4) if r["sent"] else None
@@ -334,7 +565,7 @@ def nginx_workers(container):
     return sum(1 for p in container.top(ps_args="-o pid,args")["Processes"] if "nginx: worker process" in p[-1])
 
 
-def lowrate_part(client, result):
+def lowrate_part(client, result, save=None):
     pin = base.pinning()
     names = ["blow%d" % r for r in LOW_RATES]
     for name, port in zip(names, LOW_PORTS):
@@ -383,7 +614,7 @@ def lowrate_part(client, result):
 
 
 def main():
-    parts = sys.argv[1:] or ["ladder", "slow", "lowrate"]
+    parts = sys.argv[1:] or ["ladder", "slow", "lowrate"]  # quota: by name only (about 80 minutes)
     client = docker.from_env()
     dnsgen.compiled_binary()  # refuses a generator of other sources before anything starts
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
@@ -393,14 +624,15 @@ def main():
     os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
     path = os.path.join(ROOT, "benchmarks", "results", "k3d_ladder-%s.json" % time.strftime("%Y%m%dT%H%M%S"))
 
-    def save():  # after each part: a part that fails later loses nothing measured before it
+    def save():  # after each part (and each quota ladder): nothing measured before a failure is lost
         with open(path, "w") as f:
             json.dump(result, f, indent=1)
-    for name, part in (("lowrate", lowrate_part), ("ladder", ladder_part), ("slow", slow_part)):
+    for name, part in (("lowrate", lowrate_part), ("ladder", ladder_part), ("slow", slow_part),
+                       ("quota", quota_part)):
         if name in parts:
-            part(client, result)
+            part(client, result, save)
             save()
-    for key in ("ladder_table", "slow_table", "lowrate_table"):
+    for key in ("ladder_table", "slow_table", "lowrate_table", "quota_table"):
         for line in result.get(key, []):
             print(line)
     print("saved %s" % path)

@@ -159,3 +159,50 @@ def test_a_cpu_run_out_by_two_components_together_is_named():
     assert ladder.bound_by(three, pair) == "CPU (load balancer + DNS server + TLS endpoints together)"
     # counts alone say nothing of sharing: as before
     assert ladder.bound_by(step, {"load balancer": 1, "DNS server": 1, "generator": 1}).startswith("neither")
+
+
+def test_a_quota_is_a_share_of_one_core_for_bound_by():
+    step = good(wall_s=20.0, cpu_s={"load balancer": 1.85, "DNS server": 0.4, "generator": 1.0})
+    cpus = {"load balancer": 0.1, "DNS server": {0}, "generator": {1}}
+    assert ladder.bound_by(step, cpus) == "CPU (load balancer)"  # 1.85 s of the 2 s its 10 % quota gives
+    step["cpu_s"]["load balancer"] = 1.7
+    assert ladder.bound_by(step, cpus).startswith("neither")
+
+
+def test_spread_takes_the_middle_not_the_favourable():
+    assert ladder.spread([900, 1100]) == {"median": 1000.0, "min": 900, "max": 1100, "n": 2}
+    assert ladder.spread([3, None, float("nan"), 1, 2])["median"] == 2
+    assert ladder.spread([]) == {"median": None, "min": None, "max": None, "n": 0}
+
+
+def test_ratios_pair_repetitions_and_leave_out_what_is_missing():
+    r = ladder.ratios([900, 1000, None], [1000, 1000, 800])
+    assert r["each"] == [0.9, 1.0] and r["n"] == 2 and r["median"] == 0.95
+    assert ladder.ratios([900], [0])["n"] == 0
+
+
+def test_service_demand_is_the_slope_and_needs_two_counts():
+    d = ladder.service_demand([(1000, 0.2 + 1000 * 95e-6), (4000, 0.2 + 4000 * 95e-6), (8000, 0.2 + 8000 * 95e-6)])
+    assert abs(d["per_query_s"] - 95e-6) < 1e-9 and abs(d["fixed_s"] - 0.2) < 1e-9 and d["points"] == 3
+    assert ladder.service_demand([(1000, 0.1), (1000, 0.2)]) is None
+    assert ladder.service_demand([(1000, None), (2000, 0.2)]) is None
+
+
+def test_a_computed_capacity_agrees_only_near_the_ladder():
+    assert ladder.capacity_agrees(0.1, 95e-6, 1000, 1125) == {"computed_qps": 1053, "agrees": True}
+    assert ladder.capacity_agrees(0.1, 50e-6, 1000, 1125)["agrees"] is False  # 2,000 q/s computed
+    assert ladder.capacity_agrees(0.1, 200e-6, 1000, 1125)["agrees"] is False  # 500
+    assert ladder.capacity_agrees(0.1, None, 1000, 1125) == {"computed_qps": None, "agrees": False}
+
+
+def test_headroom_is_available_over_used():
+    assert ladder.headroom(1.0, 2.0, 20.0) == 10.0
+    assert ladder.headroom(0.9, 0.0, 20.0) is None
+    assert ladder.headroom(1.0, float("nan"), 20.0) is None
+
+
+def test_alternating_orders_never_run_one_twice_in_a_row():
+    orders = ladder.alternating(["seed", "edge"], ["stock"], 3)
+    assert orders == [["seed", "edge", "stock"], ["edge", "seed", "stock"], ["seed", "edge", "stock"]]
+    flat = [n for o in orders for n in o]
+    assert all(a != b for a, b in zip(flat, flat[1:]))

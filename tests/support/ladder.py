@@ -37,6 +37,10 @@ def _figure(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
+def _number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def _count(x):
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
@@ -103,8 +107,8 @@ def bound_by(step, cpus_of):
     share CPUs and together reached that share of them (two components on one
     core, each at half of it, ran it out); else "neither (latency or losses
     without a full CPU)". `cpus_of`: component -> the CPUs it may use, as a
-    set of CPU numbers (components with the same set share them) or a count
-    (CPUs of its own)."""
+    set of CPU numbers (components with the same set share them) or a number
+    of CPUs of its own (0.1: a CPU quota of a tenth of one core)."""
     if step.get("alerts"):
         return "connections"
     wall = step.get("wall_s") or 0
@@ -114,7 +118,7 @@ def bound_by(step, cpus_of):
 
     def size(comp):
         cpus = cpus_of.get(comp)
-        return cpus if isinstance(cpus, int) else len(cpus or ())
+        return cpus if _number(cpus) else len(cpus or ())
     for comp, cpu_s in sorted(used.items(), key=lambda kv: -kv[1]):
         n = size(comp)
         if n and cpu_s >= CPU_BOUND_SHARE * n * wall:
@@ -122,11 +126,11 @@ def bound_by(step, cpus_of):
     groups = {}
     for comp in used:
         cpus = cpus_of.get(comp)
-        if cpus and not isinstance(cpus, int):
+        if cpus and not _number(cpus):
             groups.setdefault(frozenset(cpus), []).append(comp)
     for cpus, comps in sorted(groups.items(), key=lambda kv: sorted(kv[1])):
         # every component confined to these CPUs (or to some of them) runs on them
-        on = sorted(c for c in used if not isinstance(cpus_of.get(c), int) and cpus_of.get(c)
+        on = sorted(c for c in used if not _number(cpus_of.get(c)) and cpus_of.get(c)
                     and frozenset(cpus_of[c]) <= cpus)
         if len(on) > 1 and sum(used[c] for c in on) >= CPU_BOUND_SHARE * len(cpus) * wall:
             return "CPU (%s together)" % " + ".join(c for c in sorted(on, key=lambda c: -used[c]) if used[c] > 0)
@@ -141,4 +145,67 @@ def orders(configs, repetitions, seed):
         one = list(configs)
         rnd.shuffle(one)
         out.append(one)
+    return out
+
+
+def spread(values):
+    """{"median", "min", "max", "n"} of the figures given (None and non-figures left out); the median of an even
+    count is the mean of the middle two, never the more favourable one."""
+    xs = sorted(v for v in values if _figure(v))
+    if not xs:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    mid = len(xs) // 2
+    med = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+    return {"median": med, "min": xs[0], "max": xs[-1], "n": len(xs)}
+
+
+def ratios(a, b):
+    """Each repetition's a / b (pairs by position; a pair with a missing or zero figure left out), with spread()."""
+    out = [x / float(y) for x, y in zip(a, b) if _figure(x) and _figure(y) and y > 0]
+    return dict(spread(out), each=[round(r, 3) for r in out])
+
+
+def service_demand(points):
+    """Least squares of CPU seconds against queries answered, over steps below saturation: [(answered, cpu_s)] ->
+    {"per_query_s": slope, "fixed_s": intercept, "points": n}, or None with fewer than two distinct counts
+    (nothing to regress). The slope is the component's CPU-seconds per query."""
+    pts = [(float(n), float(c)) for n, c in points if _figure(n) and _figure(c)]
+    if len(set(n for n, c in pts)) < 2:
+        return None
+    k = float(len(pts))
+    mx, my = sum(n for n, c in pts) / k, sum(c for n, c in pts) / k
+    sxx = sum((n - mx) ** 2 for n, c in pts)
+    slope = sum((n - mx) * (c - my) for n, c in pts) / sxx
+    return {"per_query_s": slope, "fixed_s": my - slope * mx, "points": len(pts)}
+
+
+AGREE_WITHIN = 0.25  # a capacity computed from service demand agrees with the ladder within this share
+
+
+def capacity_agrees(cores, per_query_s, holds_at, fails_at):
+    """The capacity `cores` of CPU serve at `per_query_s` each (computed: cores / per_query_s), and whether it
+    agrees with the ladder: inside [holds_at x (1 - AGREE_WITHIN), fails_at x (1 + AGREE_WITHIN)]."""
+    if not (_figure(cores) and _figure(per_query_s) and per_query_s > 0 and _figure(holds_at)):
+        return {"computed_qps": None, "agrees": False}
+    cap = cores / per_query_s
+    high = (fails_at if _figure(fails_at) else holds_at) * (1 + AGREE_WITHIN)
+    return {"computed_qps": round(cap), "agrees": holds_at * (1 - AGREE_WITHIN) <= cap <= high}
+
+
+def headroom(available_cores, used_cpu_s, wall_s):
+    """How many times its use a component's CPU could carry: available / (used / wall); None without a figure.
+    A limit placed by design leaves the generator and the DNS server at least 5x."""
+    if not (_figure(available_cores) and _figure(used_cpu_s) and _figure(wall_s) and wall_s > 0):
+        return None
+    used = used_cpu_s / wall_s
+    return None if used == 0 else available_cores / used
+
+
+def alternating(pair, others, repetitions):
+    """ABAB: the pair's two configurations alternate which goes first, repetition by repetition (A B, B A, A B,
+    ...), the others after them; no configuration runs twice in a row."""
+    out = []
+    for rep in range(repetitions):
+        first = list(pair) if rep % 2 == 0 else list(reversed(pair))
+        out.append(first + list(others))
     return out
