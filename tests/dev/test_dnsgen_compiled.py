@@ -1,10 +1,9 @@
-"""The compiled DNS generator (tests/support/dnsgen_go, dnsgen.run_compiled):
+"""The compiled DNS generator (tests/support/loadgen_go/cmd/dnsgen, dnsgen.run_compiled):
 every query from a socket of its own, answers timed, and a run the generator
 itself may have shaped is invalid (dnsgen.compiled_validity). Loopback only,
 each run a second or less; conftest.py's responder answers."""
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -18,7 +17,6 @@ import dnsgen  # noqa: E402
 # cores an ordinary sender is sometimes milliseconds late (a fact the rule
 # must see, not one these tests are about).
 FIFO = 10
-GO_ENV = dict(os.environ, GOFLAGS="-mod=mod", GOWORK="off", CGO_ENABLED="0")
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +40,6 @@ def valid_but_for_timing(r):
     machine is while the tests run (make test runs other steps beside them), so a benchmark judges them, and
     the crafted outputs below test them; these live runs test what was sent and answered."""
     return all(why.startswith(TIMING) for why in r["invalid_because"].split("; ") if why)
-
-
-@pytest.fixture
-def dead():
-    """A port bound and never read: queries to it go unanswered."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    yield sock.getsockname()[1]
-    sock.close()
 
 
 def test_a_paced_run_is_valid_every_query_answered_and_timed(built, responder):
@@ -96,21 +85,6 @@ def test_a_dry_pool_is_a_send_error_not_a_wait(built, dead):
 def test_a_public_target_is_refused(built):
     with pytest.raises(RuntimeError, match="loopback or private"):
         dnsgen.run_compiled("8.8.8.8", [53], rate=1, seconds=0.1)
-
-
-def test_a_missing_binary_says_what_to_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOMELAB_EDGE_CACHE", str(tmp_path))
-    with pytest.raises(dnsgen.CompiledMissing, match=r"run `lab/lab.sh gobins`"):
-        dnsgen.run_compiled("127.0.0.1", [53], rate=1, seconds=0.1)
-
-
-def test_a_binary_of_other_sources_is_refused(tmp_path, monkeypatch):
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "dnsgen-000000000000").write_text("")
-    (tmp_path / "bin" / "dnsgen").symlink_to("dnsgen-000000000000")
-    monkeypatch.setenv("HOMELAB_EDGE_CACHE", str(tmp_path))
-    with pytest.raises(dnsgen.CompiledMissing, match="other sources"):
-        dnsgen.compiled_binary()
 
 
 def good_output(**change):
@@ -197,11 +171,3 @@ def test_a_pool_dried_by_the_targets_unanswered_queries_is_the_systems_failure()
     # another error beside the dry pool, or a target that answered everything: the generator's own
     for change in ({"send_errno": {"pool_exhausted": 14999, "EAGAIN": 1}}, {"unanswered": 0, "answered": 65000}):
         assert not dnsgen.compiled_result(dict(out, **change))["valid"]
-
-
-def test_the_go_unit_tests_pass():
-    if not shutil.which("go"):
-        pytest.skip("go is not installed")
-    p = subprocess.run(["go", "test", "-count=1", "."], cwd=dnsgen.GO_DIR, env=GO_ENV, capture_output=True,
-                       text=True, timeout=300, check=False)
-    assert p.returncode == 0, p.stdout + p.stderr

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"homelab-edge/loadgen/core"
 )
 
 // epoll_pwait2(2) (Linux 5.11) sleeps to the nanosecond; epoll_wait(2) only
@@ -107,7 +109,7 @@ type Run struct {
 // openPool opens and binds every socket and registers it with epoll, before
 // the clock starts: each its own ephemeral source port.
 func openPool(cfg Config) (*Run, error) {
-	planned := plannedCount(cfg.Rate, cfg.Seconds)
+	planned := core.PlannedCount(cfg.Rate, cfg.Seconds)
 	r := &Run{cfg: cfg, free: newRing(cfg.Pool), pkt: queryPacket(cfg.Name), errnos: map[string]int{},
 		sendAt: make([]int64, planned), sockOf: make([]int32, planned), state: make([]uint8, planned),
 		lateness: make([]int64, 0, planned), latency: make([]int64, 0, planned), waitCall: "epoll_pwait2"}
@@ -144,7 +146,7 @@ func (r *Run) loop() {
 	planned := len(r.state)
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
-	limit := sendLimitNs(r.cfg.Seconds)
+	limit := core.StopNs(r.cfg.Seconds)
 	timeout := int64(r.cfg.Timeout * 1e9)
 	next, oldest := 0, 0
 	sending := planned > 0
@@ -157,7 +159,7 @@ func (r *Run) loop() {
 				sending, r.stoppedAtBound = false, true
 				break
 			}
-			due := dueNs(next, r.cfg.Rate)
+			due := core.DueNs(next, r.cfg.Rate)
 			if due > t {
 				break
 			}
@@ -172,7 +174,7 @@ func (r *Run) loop() {
 		}
 		wait := int64(100e6)
 		if sending {
-			wait = min(dueNs(next, r.cfg.Rate), limit) - t
+			wait = min(core.DueNs(next, r.cfg.Rate), limit) - t
 		}
 		if oldest < next { // the oldest query still out: its deadline
 			wait = min(wait, r.sendAt[oldest]+timeout-t)
@@ -234,7 +236,7 @@ func (r *Run) receive(k int32, buf []byte, now func() int64) {
 	if answered(buf[:n], id) {
 		r.state[q] = qAnswered
 		r.answered++
-		r.latency = append(r.latency, t-dueNs(int(q), r.cfg.Rate))
+		r.latency = append(r.latency, t-core.DueNs(int(q), r.cfg.Rate))
 	} else {
 		r.state[q] = qWrong
 		r.wrong++
@@ -250,7 +252,7 @@ func (r *Run) receive(k int32, buf []byte, now func() int64) {
 // the queries the target left unanswered weigh in the percentiles rather than
 // drop out of them.
 func (r *Run) unanswered(q int, sentNs int64) {
-	r.latency = append(r.latency, sentNs+int64(r.cfg.Timeout*1e9)-dueNs(q, r.cfg.Rate))
+	r.latency = append(r.latency, sentNs+int64(r.cfg.Timeout*1e9)-core.DueNs(q, r.cfg.Rate))
 }
 
 func (r *Run) release(k int32) {
