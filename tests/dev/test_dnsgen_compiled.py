@@ -50,6 +50,7 @@ def test_a_paced_run_is_valid_every_query_answered_and_timed(built, responder):
     assert 0 < r["latency_p50_s"] <= r["latency_p99_s"] <= r["latency_max_s"] < 1.0, r
     assert 0 <= r["lateness_p50_s"] <= r["lateness_p99_s"] <= r["lateness_max_s"], r
     assert 0.9 <= r["send_s"] <= 1.1 and r["generator_user_s"] >= 0 and r["generator_system_s"] > 0, r
+    assert r["stray_replies"] == 0, r  # a reply for another query than the one in flight on its socket
     assert len(set(sources)) == 200  # 200 queries, 4,096 sockets: no source port twice
 
 
@@ -108,6 +109,17 @@ def test_a_good_output_is_valid_and_keeps_run_s_keys():
                    "invalid_because"}
     assert python_keys <= set(r) and r["generator_cpu_s"] == 1.0
     assert dnsgen.compiled_result(good_output(insert_failed=None))["valid"]  # no conntrack here: nothing to fail
+    assert r["stray_replies"] == 0  # a generator of before issue 52 printed none
+
+
+def test_stray_replies_leave_a_run_valid_and_are_reported():
+    """Replies on a socket while another query was in flight on it (late replies to an earlier query from a reused
+    source port, issue 52): the binary counts none as an answer, so they are no reason to reject the step, but the
+    verdict says them."""
+    r = dnsgen.compiled_result(good_output(stale_replies=3, stray_replies=2))
+    assert r["valid"] and r["stray_replies"] == 2 and r["invalid_because"].startswith("2 stray replies"), r
+    valid, why = dnsgen.compiled_validity(good_output(stray_replies=2, sent=4999))
+    assert not valid and "sent 4999 of 5000" in why and "2 stray replies" in why, why
 
 
 @pytest.mark.parametrize("change, says", [

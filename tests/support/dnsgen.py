@@ -156,7 +156,8 @@ def pool_dried_by_the_target(out):
 
 
 def compiled_validity(out):
-    """(valid, why) for the compiled generator's JSON output `out`."""
+    """(valid, why) for the compiled generator's JSON output `out`. Stray replies (stray_note) leave a run valid;
+    `why` then reports them."""
     bad = [k for k in COMPILED_FIGURES if not is_figure(out.get(k))]
     if bad or not out.get("planned") or not out.get("rate") or not out.get("seconds"):
         return False, "not a finite, non-negative figure: %s" % ", ".join(bad or ["planned, rate or seconds is 0"])
@@ -190,7 +191,18 @@ def compiled_validity(out):
         why.append("answered %d + unanswered %d + send errors %d is not the %d sent"
                    % (out["answered"], out["unanswered"], out["send_errors"], out["sent"]))
     loadgen.own_verdict(out, why)
-    return not why, "; ".join(why)
+    return not why, "; ".join(why + stray_note(out))
+
+
+def stray_note(out):
+    """A report of the replies that came on a socket while another query was in flight on it (late replies to an
+    earlier query from the same source port, issue 52): the generator counted none of them as an answer, so the
+    run stays valid, but they say a target answered after the query's timeout."""
+    stray = out.get("stray_replies") or 0
+    if not stray:
+        return []
+    return ["%d stray replies (late replies to an earlier query from a reused source port; none counted as an "
+            "answer)" % stray]
 
 
 def compiled_result(out):
@@ -201,7 +213,8 @@ def compiled_result(out):
         "rate", "seconds", "planned", "sent", "answered", "unanswered", "send_errors", "send_errno", "send_s",
         "wall_s", "lateness_p50_s", "lateness_p99_s", "lateness_max_s", "latency_p50_s", "latency_p99_s",
         "latency_max_s", "snd_buf_errors", "rcv_buf_errors", "insert_failed", "pool", "sched", "build"))
-    r.update(latency_from=out.get("latency_from", "the send (a generator of before issue 51): answers only"),
+    r.update(stray_replies=out.get("stray_replies", 0),  # 0: a generator of before issue 52 counted none
+             latency_from=out.get("latency_from", "the send (a generator of before issue 51): answers only"),
              generator_cpu_s=round(out["user_s"] + out["system_s"], 3), generator_user_s=out["user_s"],
              generator_system_s=out["system_s"], valid=valid, invalid_because=why)
     return r

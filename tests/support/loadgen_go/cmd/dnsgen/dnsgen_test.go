@@ -104,3 +104,47 @@ func TestFlagsRefuseAPublicTarget(t *testing.T) {
 		t.Errorf("%v %v", c, err)
 	}
 }
+
+func TestAReplyToAnEarlierQueryOnTheSameSourcePortIsNoAnswer(t *testing.T) {
+	// one socket, used again: query 1 times out, query 65537 (the same ID
+	// were IDs the query's number) goes out from the same source port, and
+	// query 1's late answer comes
+	r := newRun(Config{Rate: 1000, Seconds: 66, Timeout: 1, Pool: 1, Ports: []int{53}, Name: "a.lab"})
+	r.addSocket(-1)
+	send := func(q int) uint16 {
+		k, ok := r.free.pop()
+		if !ok || k != 0 {
+			t.Fatalf("no free socket for query %d", q)
+		}
+		id := r.nextID(k)
+		r.sent(q, k, 0)
+		return id
+	}
+	reply := func(id uint16) []byte {
+		p := queryPacket("a.lab")
+		setID(p, id)
+		return append([]byte{p[0], p[1], 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0}, p[12:]...)
+	}
+	first := send(1)
+	r.expire(0, 2, int64(2e9), int64(1e9))
+	if r.state[1] != qTimedOut || r.onSock[0] != -1 {
+		t.Fatalf("query 1 did not time out: %v", r.state[1])
+	}
+	second := send(65537)
+	if first == second {
+		t.Fatalf("two queries from one source port share the ID %d", first)
+	}
+	r.reply(0, reply(first), int64(65.6e9))
+	if r.answered != 0 || r.state[65537] != qInFlight || r.stray != 1 || r.stale != 1 {
+		t.Errorf("a late answer to query 1 counted for query 65537: answered %d state %d stray %d stale %d",
+			r.answered, r.state[65537], r.stray, r.stale)
+	}
+	r.reply(0, reply(second), int64(65.7e9))
+	if r.answered != 1 || r.state[65537] != qAnswered || r.stray != 1 || r.onSock[0] != -1 {
+		t.Errorf("query 65537's own answer: answered %d state %d stray %d", r.answered, r.state[65537], r.stray)
+	}
+	r.reply(0, reply(second), int64(65.8e9)) // a duplicate, no query in flight: stale, not stray
+	if r.answered != 1 || r.stray != 1 || r.stale != 2 {
+		t.Errorf("a reply to a free socket: answered %d stray %d stale %d", r.answered, r.stray, r.stale)
+	}
+}

@@ -48,7 +48,8 @@ type Output struct {
 	Answered       int            `json:"answered"`
 	Unanswered     int            `json:"unanswered"`    // out, and no answer within the timeout
 	WrongReplies   int            `json:"wrong_replies"` // of those: a reply that was no answer
-	StaleReplies   int            `json:"stale_replies"` // answers after their query's timeout
+	StaleReplies   int            `json:"stale_replies"` // replies to no query in flight on their socket: late ones
+	StrayReplies   int            `json:"stray_replies"` // of those: while another query was in flight on it
 	StoppedAtBound bool           `json:"stopped_at_bound"`
 	SendS          float64        `json:"send_s"`
 	WallS          float64        `json:"wall_s"`
@@ -151,7 +152,8 @@ func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
 			out.Sent++
 		}
 	}
-	out.SendErrors, out.Answered, out.WrongReplies, out.StaleReplies = r.sendErrors, r.answered, r.wrong, r.stale
+	out.SendErrors, out.Answered, out.WrongReplies = r.sendErrors, r.answered, r.wrong
+	out.StaleReplies, out.StrayReplies = r.stale, r.stray
 	out.Unanswered = out.Sent - out.SendErrors - out.Answered
 	out.StoppedAtBound, out.WaitCall = r.stoppedAtBound, r.waitCall
 	out.SendS, out.WallS = core.Round6(float64(r.lastSendNs)/1e9), core.Round6(float64(r.endNs)/1e9)
