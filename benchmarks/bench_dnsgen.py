@@ -7,7 +7,7 @@ bottleneck itself. Here it loads a real DNS server on loopback that costs
 as little per query as one can: dnsmasq (Debian's dnsmasq-base; `apt-get
 install dnsmasq-base`), answering every *.lab name from its own config (no
 upstream, nothing to look up), on 127.0.0.1 at a free port, pinned to CPU 0.
-The generator (tests/support/dnsgen_go; `lab/lab.sh gobins` builds it) runs
+The generator (tests/support/loadgen_go/cmd/dnsgen; `lab/lab.sh gobins` builds it) runs
 pinned to CPU 1 under SCHED_FIFO, a fresh source port per query, at RATES
 for STEP_S each, from 1,000 to 40,000 queries/s. Each step is judged by
 dnsgen.compiled_validity (no send errors, p99 lateness under 1 ms, the

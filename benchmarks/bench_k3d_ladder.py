@@ -3,7 +3,7 @@
 
 The same clusters as bench_k3d_serverlb.py (stock, the seed's fix,
 homelab.edge) and the DNS server asked directly, loaded by the compiled
-generator (tests/support/dnsgen_go via dnsgen.run_compiled: a fresh source
+generator (tests/support/loadgen_go/cmd/dnsgen via dnsgen.run_compiled: a fresh source
 port per query, an absolute schedule, pinned to the last CPU under
 SCHED_FIFO; the clusters and the engine on the others). Three parts:
 

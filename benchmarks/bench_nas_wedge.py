@@ -11,7 +11,7 @@ by line as CrowdSec does (JSON, then a set of regular expressions over path
 and user agent). The LAN client (generator and probes) is pinned to CPU 0, its
 receive processing steered there.
 
-Each run: 10 s quiet, then the ladder (tests/support/tlsgen_go: new TLS
+Each run: 10 s quiet, then the ladder (tests/support/loadgen_go/cmd/tlsgen: new TLS
 connections opened at a fixed rate, each holding a slow request, /slower:
 6 s; steps back to back), then up to --watch seconds until every probe behind
 Traefik has answered HEALTHY_RUN_S seconds in a row (at least --min-watch).

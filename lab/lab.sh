@@ -9,8 +9,8 @@
 #   lab/lab.sh privileged   let --privileged containers start where they fail (k3d's nodes need it)
 #   lab/lab.sh venv         pinned Python tools in a venv, cached by hash
 #   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik v3, cached by version, dnsgen and tlsgen
-#   lab/lab.sh dnsgen       the compiled DNS load generator (tests/support/dnsgen_go), cached by its sources' hash
-#   lab/lab.sh tlsgen       the compiled TLS connection generator (tests/support/tlsgen_go), the same way
+#   lab/lab.sh dnsgen       the compiled DNS load generator (tests/support/loadgen_go/cmd/dnsgen), cached by its sources' hash
+#   lab/lab.sh tlsgen       the compiled TLS connection generator (tests/support/loadgen_go/cmd/tlsgen), the same way
 #   lab/lab.sh traefik2     Traefik v2 from source (setup runs it in the background)
 #   lab/lab.sh engine29     Docker Engine 29 from source: dockerd, docker-proxy, containerd 2, runc 1.3
 #   lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
@@ -407,15 +407,19 @@ cmd_engine29() {
   grep -q "^ExecStart=/usr/local/bin/dockerd " "$units/docker.service" || { log "moby's docker.service changed: $units"; return 1; }
 }
 
-# The compiled load generators, tests/support/<name>_go (dnsgen: DNS queries;
-# tlsgen: TLS connections): the standard library only (nothing to download,
-# seconds to build), each cached by the hash of its sources (not its tests).
-# tests/support/<name>.py runs $CACHE/bin/<name> only when the link names the
-# build of the checkout's sources (the same hash), and the binary reports the
-# hash in every result.
+# The compiled load generators, one Go module tests/support/loadgen_go: its
+# package core (schedule, lateness, percentiles, CPU, kernel counters, the
+# shared JSON record) and a command each, cmd/<name> (dnsgen: DNS queries;
+# tlsgen: TLS connections). The standard library only (nothing to download,
+# seconds to build); each binary is cached by the hash of its sources: go.mod,
+# core and its cmd/<name> (not the tests). tests/support/<name>.py runs
+# $CACHE/bin/<name> only when the link names the build of the checkout's
+# sources (the same hash: tests/support/loadgen.py's sources_hash), and the
+# binary reports the hash in every result.
 go_tool_sources() {
-  (cd "$ROOT" && find "tests/support/$1_go" -maxdepth 1 -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) \
-    ! -name '*_test.go' | LC_ALL=C sort)
+  (cd "$ROOT" && { find tests/support/loadgen_go -maxdepth 1 -type f \( -name go.mod -o -name go.sum \);
+    find tests/support/loadgen_go/core "tests/support/loadgen_go/cmd/$1" -maxdepth 1 -type f -name '*.go' \
+      ! -name '*_test.go'; } | LC_ALL=C sort)
 }
 
 go_tool() {
@@ -427,8 +431,8 @@ go_tool() {
   if [ ! -x "$out" ]; then
     log "building $name ($h)"
     # -buildvcs=false: the binary is the same whatever commit the checkout is at (its hash keys the cache)
-    (cd "$ROOT/tests/support/${name}_go" && GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 \
-      go build -trimpath -buildvcs=false -ldflags "-X main.build=$h" -o "$out.tmp" .)
+    (cd "$ROOT/tests/support/loadgen_go" && GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 \
+      go build -trimpath -buildvcs=false -ldflags "-X main.build=$h" -o "$out.tmp" "./cmd/$name")
     mv "$out.tmp" "$out"
   fi
   ln -sfn "$out" "$CACHE/bin/$name"

@@ -17,6 +17,26 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
 __import__("conftest")  # tests/unit's: the collection importable as ansible_collections.homelab.edge
 
 
+def _bound(kind):
+    """A port on 127.0.0.1 bound by a socket of `kind` that is never read nor listening, for the generators' tests."""
+    sock = socket.socket(socket.AF_INET, kind)
+    sock.bind(("127.0.0.1", 0))
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.fixture
+def dead():
+    """A UDP port bound and never read: queries to it go unanswered."""
+    yield from _bound(socket.SOCK_DGRAM)
+
+
+@pytest.fixture
+def closed():
+    """A TCP port bound and not listening: every connect to it is refused."""
+    yield from _bound(socket.SOCK_STREAM)
+
+
 @pytest.fixture
 def responder():
     """A DNS server on 127.0.0.1 for the generators' tests (test_dnsgen*.py):

@@ -1,4 +1,4 @@
-"""The compiled TLS connection generator (tests/support/tlsgen_go, tlsgen.py):
+"""The compiled TLS connection generator (tests/support/loadgen_go/cmd/tlsgen, tlsgen.py):
 connections started on schedule whatever the target does, what each got
 counted by stage, and a run the generator itself shaped is invalid
 (tlsgen.validity). Loopback only, each run 2 s or less at 50 connections/s
@@ -18,6 +18,7 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import loadgen  # noqa: E402
 import tlsgen  # noqa: E402
 
 GO_ENV = dict(os.environ, GOFLAGS="-mod=mod", GOWORK="off", CGO_ENABLED="0")
@@ -33,8 +34,7 @@ def built(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     h = tlsgen.sources_hash()
     out = cache / "bin" / ("tlsgen-" + h)
-    subprocess.run(["go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-X main.build=" + h, "-o", str(out),
-                    "."], cwd=tlsgen.GO_DIR, env=GO_ENV, check=True, timeout=300)
+    subprocess.run(loadgen.build_command("tlsgen", out, h), cwd=tlsgen.GO_DIR, env=GO_ENV, check=True, timeout=300)
     (cache / "bin" / "tlsgen").symlink_to(out.name)
     mp = pytest.MonkeyPatch()
     mp.setenv("HOMELAB_EDGE_CACHE", str(cache))
@@ -122,15 +122,6 @@ def mute():
     t.join(2)
     for c in held:
         c.close()
-    sock.close()
-
-
-@pytest.fixture
-def closed():
-    """A port bound and not listening: every connect to it is refused."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    yield sock.getsockname()[1]
     sock.close()
 
 
@@ -271,21 +262,6 @@ def test_a_container_gets_the_binary_once(built, https, tmp_path, monkeypatch):
     assert calls[0].endswith("lab-lan-client:/tmp/tlsgen") and calls[1].startswith("exec lab-lan-client /tmp/tlsgen ")
 
 
-def test_a_missing_binary_says_what_to_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOMELAB_EDGE_CACHE", str(tmp_path))
-    with pytest.raises(tlsgen.Missing, match=r"run `lab/lab.sh gobins`"):
-        tlsgen.run("127.0.0.1", 443, SNI, "/", rate=1, seconds=0.1, timeout=1)
-
-
-def test_a_binary_of_other_sources_is_refused(tmp_path, monkeypatch):
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "tlsgen-000000000000").write_text("")
-    (tmp_path / "bin" / "tlsgen").symlink_to("tlsgen-000000000000")
-    monkeypatch.setenv("HOMELAB_EDGE_CACHE", str(tmp_path))
-    with pytest.raises(tlsgen.Missing, match="other sources"):
-        tlsgen.binary()
-
-
 def good_output(**change):
     """A valid run's output as the binary prints it, with `change` applied."""
     out = {"planned": 1000, "started": 1000, "skipped_at_bound": 0, "stopped_at_bound": False, "max_open": 20000,
@@ -314,11 +290,3 @@ def test_a_good_output_is_valid():
 def test_each_rule_alone_makes_a_run_invalid(change, says):
     valid, why = tlsgen.validity(good_output(**change))
     assert not valid and says in why and ";" not in why, why
-
-
-def test_the_go_unit_tests_pass():
-    if not shutil.which("go"):
-        pytest.skip("go is not on PATH (lab/lab.sh env puts it there)")
-    p = subprocess.run(["go", "test", "-count=1", "."], cwd=tlsgen.GO_DIR, env=GO_ENV, capture_output=True,
-                       text=True, timeout=300, check=False)
-    assert p.returncode == 0, p.stdout + p.stderr

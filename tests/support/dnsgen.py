@@ -20,19 +20,17 @@ about the system under test.
 Targets are only loopback or the lab's own containers; every run is
 bounded by its planned time x MAX_OVERRUN plus the reply timeout.
 
-run_compiled does the same with the compiled generator (dnsgen_go/, for
-rates Python cannot reach, and each answer's latency), under a stricter rule
-(compiled_validity).
+run_compiled does the same with the compiled generator (loadgen_go/cmd/dnsgen,
+for rates Python cannot reach, and each answer's latency), under a stricter
+rule (compiled_validity).
 """
-import json
 import math
 import multiprocessing
 import os
 import resource
-import subprocess
 
-import gotool
 import ladder
+import loadgen
 import probes
 
 MIN_SENT_SHARE = 0.98
@@ -124,8 +122,8 @@ def run(host, ports, rate, seconds, timeout=2.0, cpus=None):
         return pool.apply(_child, ((cpus, host, ports, rate, seconds, timeout),))
 
 
-# The compiled generator (tests/support/dnsgen_go, built by `lab/lab.sh
-# gobins` into $HOMELAB_EDGE_CACHE/bin/dnsgen): the same plan and the same
+# The compiled generator (tests/support/loadgen_go/cmd/dnsgen, built by `lab/lab.sh
+# gobins` into $HOMELAB_EDGE_CACHE/bin/dnsgen; loadgen.py): the same plan and the same
 # fresh source port per query, at rates Python cannot reach, with each
 # answer's latency. It is judged harder than the Python generator, because it
 # claims more: a compiled sender that is 1 ms late at p99 (or 10 ms late
@@ -135,7 +133,7 @@ COMPILED_MAX_P99_LATENESS_S = 0.001
 COMPILED_MAX_LATENESS_S = 0.010
 COMPILED_MAX_BURST = 64        # queries one stall may hold back (at 16,000 q/s: a stall of 4 ms)
 COMPILED_MAX_CPU_SHARE = 0.70  # of one core, over the sending interval (send_s: not the reply-timeout tail)
-GO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dnsgen_go")
+GO_DIR = loadgen.GO_DIR  # the Go module; the generator is its ./cmd/dnsgen
 # the figures every output must hold as finite, non-negative numbers
 COMPILED_FIGURES = ("rate", "seconds", "planned", "sent", "answered", "unanswered", "send_errors", "send_s",
                     "wall_s", "user_s", "system_s", "lateness_p50_s", "lateness_p99_s", "lateness_max_s", "pool",
@@ -158,15 +156,15 @@ def pool_dried_by_the_target(out):
 
 
 def compiled_validity(out):
-    """(valid, why) for the compiled generator's JSON output `out`."""
+    """(valid, why) for the compiled generator's JSON output `out`. Stray replies (stray_note) leave a run valid;
+    `why` then reports them."""
     bad = [k for k in COMPILED_FIGURES if not is_figure(out.get(k))]
     if bad or not out.get("planned") or not out.get("rate") or not out.get("seconds"):
         return False, "not a finite, non-negative figure: %s" % ", ".join(bad or ["planned, rate or seconds is 0"])
     why = []
     system_failure = pool_dried_by_the_target(out)
     if out["send_errors"] and not system_failure:
-        why.append("%d send errors (%s)" % (out["send_errors"], ", ".join(
-            "%s %d" % kv for kv in sorted((out.get("send_errno") or {}).items()))))
+        why.append("%d send errors (%s)" % (out["send_errors"], loadgen.counts_text(out.get("send_errno"))))
     p99 = out["lateness_p99_s"]
     if p99 >= COMPILED_MAX_P99_LATENESS_S:
         why.append("99th percentile lateness %s s (not under %s s)" % (p99, COMPILED_MAX_P99_LATENESS_S))
@@ -192,11 +190,19 @@ def compiled_validity(out):
     if out["answered"] + out["unanswered"] + out["send_errors"] != out["sent"]:
         why.append("answered %d + unanswered %d + send errors %d is not the %d sent"
                    % (out["answered"], out["unanswered"], out["send_errors"], out["sent"]))
-    if "valid" not in out:
-        why.append("the generator gave no verdict of its own")
-    elif not why and out["valid"] is not True:  # two copies of one rule: both must pass
-        why.append("the generator's own verdict: %s" % out.get("invalid_because"))
-    return not why, "; ".join(why)
+    loadgen.own_verdict(out, why)
+    return not why, "; ".join(why + stray_note(out))
+
+
+def stray_note(out):
+    """A report of the replies that came on a socket while another query was in flight on it (late replies to an
+    earlier query from the same source port, issue 52): the generator counted none of them as an answer, so the
+    run stays valid, but they say a target answered after the query's timeout."""
+    stray = out.get("stray_replies") or 0
+    if not stray:
+        return []
+    return ["%d stray replies (late replies to an earlier query from a reused source port; none counted as an "
+            "answer)" % stray]
 
 
 def compiled_result(out):
@@ -207,26 +213,21 @@ def compiled_result(out):
         "rate", "seconds", "planned", "sent", "answered", "unanswered", "send_errors", "send_errno", "send_s",
         "wall_s", "lateness_p50_s", "lateness_p99_s", "lateness_max_s", "latency_p50_s", "latency_p99_s",
         "latency_max_s", "snd_buf_errors", "rcv_buf_errors", "insert_failed", "pool", "sched", "build"))
-    r.update(latency_from=out.get("latency_from", "the send (a generator of before issue 51): answers only"),
+    r.update(stray_replies=out.get("stray_replies", 0),  # 0: a generator of before issue 52 counted none
+             latency_from=out.get("latency_from", "the send (a generator of before issue 51): answers only"),
              generator_cpu_s=round(out["user_s"] + out["system_s"], 3), generator_user_s=out["user_s"],
              generator_system_s=out["system_s"], valid=valid, invalid_because=why)
     return r
 
 
-class CompiledMissing(RuntimeError):
-    """No compiled generator built from these sources."""
+class CompiledMissing(loadgen.Missing):
+    """No compiled DNS generator built from these sources."""
 
 
-def go_sources_hash():
-    """The hash lab/lab.sh's go_tool names the binary by (gotool.sources_hash)."""
-    return gotool.sources_hash(GO_DIR)
-
-
-def compiled_binary():
-    """$HOMELAB_EDGE_CACHE/bin/dnsgen, when it is the build of the sources in
-    this checkout; a binary of other sources is refused, not run: its figures
-    would be another generator's."""
-    return gotool.binary("dnsgen", GO_DIR, "DNS generator", CompiledMissing)
+COMPILED = loadgen.Generator("dnsgen", "DNS generator", CompiledMissing)
+# go_sources_hash(): the hash lab/lab.sh's go_tool names the binary by; compiled_binary():
+# $HOMELAB_EDGE_CACHE/bin/dnsgen when it is the build of these sources (else CompiledMissing)
+go_sources_hash, compiled_binary = COMPILED.sources_hash, COMPILED.binary
 
 
 def compiled_command(binary, host, ports, rate, seconds, timeout, cpus=None, fifo=None, pool=None):
@@ -236,9 +237,7 @@ def compiled_command(binary, host, ports, rate, seconds, timeout, cpus=None, fif
         cmd += ["-pool", str(pool)]
     if fifo:
         cmd += ["-fifo", str(fifo)]
-    if cpus:
-        cmd = ["taskset", "-c", ",".join(str(c) for c in sorted(cpus))] + cmd
-    return cmd
+    return loadgen.pinned(cmd, cpus)
 
 
 def run_compiled(host, ports, rate, seconds, timeout=2.0, cpus=None, fifo=None, pool=None):
@@ -249,7 +248,4 @@ def run_compiled(host, ports, rate, seconds, timeout=2.0, cpus=None, fifo=None, 
     cmd = compiled_command(compiled_binary(), host, ports, rate, seconds, timeout, cpus, fifo, pool)
     # the binary stops sending at seconds x SEND_OVERRUN + 0.5 s and exits by that plus timeout + 1 s
     bound = seconds * MAX_OVERRUN + 0.5 + timeout + 5
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=bound, check=False)
-    if p.returncode:
-        raise RuntimeError("%s exited %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
-    return compiled_result(json.loads(p.stdout))
+    return compiled_result(loadgen.run_json(cmd, bound))

@@ -1,6 +1,7 @@
-"""The compiled TLS connection generator (tests/support/tlsgen_go, built by
-`lab/lab.sh gobins` into $HOMELAB_EDGE_CACHE/bin/tlsgen): seed 001's flood,
-new TLS connections opened at a fixed rate, each holding one request.
+"""The compiled TLS connection generator (tests/support/loadgen_go/cmd/tlsgen,
+built by `lab/lab.sh gobins` into $HOMELAB_EDGE_CACHE/bin/tlsgen; loadgen.py):
+seed 001's flood, new TLS connections opened at a fixed rate, each holding
+one request.
 
 Open loop: connection i is due at start + i/rate whatever the target does,
 each with one deadline (`timeout`) from its start. The binary counts what
@@ -19,37 +20,30 @@ Targets are only loopback or private addresses (the binary refuses others,
 exit code 2); it prints its one JSON object by seconds x START_OVERRUN +
 timeout + 2 s.
 """
-import json
 import os
 import subprocess
 import threading
 
-import gotool
+import loadgen
 
 START_OVERRUN = 1.10
 MAX_P99_LATENESS_S = 0.010
 MAX_CPU_SHARE = 0.70  # of the cores the generator may run on, over its wall time
-GO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tlsgen_go")
+GO_DIR = loadgen.GO_DIR  # the Go module; the generator is its ./cmd/tlsgen
 IN_CONTAINER = "/tmp/tlsgen"
 
 _copied = {}  # container -> the binary copied into it
 _copy_lock = threading.Lock()
 
 
-class Missing(RuntimeError):
-    """No compiled generator built from these sources."""
+class Missing(loadgen.Missing):
+    """No compiled TLS generator built from these sources."""
 
 
-def sources_hash():
-    """The hash lab/lab.sh's go_tool names the binary by (gotool.sources_hash)."""
-    return gotool.sources_hash(GO_DIR)
-
-
-def binary():
-    """$HOMELAB_EDGE_CACHE/bin/tlsgen, when it is the build of the sources in
-    this checkout; a binary of other sources is refused, not run: its figures
-    would be another generator's."""
-    return gotool.binary("tlsgen", GO_DIR, "TLS generator", Missing)
+GENERATOR = loadgen.Generator("tlsgen", "TLS generator", Missing)
+# sources_hash(): the hash lab/lab.sh's go_tool names the binary by; binary(): $HOMELAB_EDGE_CACHE/bin/tlsgen when it
+# is the build of these sources (else Missing)
+sources_hash, binary = GENERATOR.sources_hash, GENERATOR.binary
 
 
 def build():
@@ -59,15 +53,15 @@ def build():
 
 
 def validity(result):
-    """(valid, why) for the generator's JSON output `result`: the Go code's rule (stats.go's validity)."""
+    """(valid, why) for the generator's JSON output `result`: the Go code's rule (cmd/tlsgen/validity.go's validity)."""
     r = result
     why = []
     if r["skipped_at_bound"]:
         why.append("%d connections skipped at the generator's bound (-max-open %d)"
                    % (r["skipped_at_bound"], r["max_open"]))
     if r["local_errors"]:
-        why.append("%d connections the generator could not open (%s)" % (r["local_errors"], ", ".join(
-            "%s %d" % kv for kv in sorted((r.get("local_errno") or {}).items()))))
+        why.append("%d connections the generator could not open (%s)"
+                   % (r["local_errors"], loadgen.counts_text(r.get("local_errno"))))
     p99 = r["lateness_p99_s"]
     if p99 is None or p99 >= MAX_P99_LATENESS_S:
         why.append("99th percentile lateness %s s (not under %s s)" % (p99, MAX_P99_LATENESS_S))
@@ -80,8 +74,7 @@ def validity(result):
     if r["stopped_at_bound"] or r["started"] + r["skipped_at_bound"] != r["planned"]:
         why.append("reached %d of %d planned (stopped at the hard bound)"
                    % (r["started"] + r["skipped_at_bound"], r["planned"]))
-    if not why and not r.get("valid", True):  # two copies of one rule: both must pass
-        why.append("the generator's own verdict: %s" % r.get("invalid_because"))
+    loadgen.own_verdict(r, why, required=False)
     return not why, "; ".join(why)
 
 
@@ -120,9 +113,6 @@ def run(target, port, sni, path, rate, seconds, timeout, max_open=None, timeline
         cmd = command(local, target, port, sni, path, rate, seconds, timeout, max_open, timeline)
     # the binary is gone by seconds x START_OVERRUN + timeout + 2 s; docker exec's own start on top
     bound = seconds * START_OVERRUN + timeout + 2 + 10
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=bound, check=False)
-    if p.returncode:
-        raise RuntimeError("%s exited %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
-    result = json.loads(p.stdout)
+    result = loadgen.run_json(cmd, bound)
     result["valid"], result["invalid_because"] = validity(result)
     return result

@@ -159,7 +159,7 @@ def test_the_keeper_fixes_a_cluster_created_after_the_role(name):
 def test_dns_through_the_fixed_load_balancer_answers_every_query(name):
     """A fresh source port per query (each a new UDP session), from inside the host."""
     host(name, "mkdir -p /tmp/hle")
-    for f in ("dnsgen.py", "gotool.py", "ladder.py", "probes.py"):
+    for f in ("dnsgen.py", "loadgen.py", "ladder.py", "probes.py"):
         subprocess.run(["docker", "cp", os.path.join(ROOT, "tests", "support", f), "%s:/tmp/hle/%s" % (name, f)],
                        check=True, capture_output=True)
     since = int(host(name, "date +%s")) - 1

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"homelab-edge/loadgen/core"
 )
 
 // epoll_pwait2(2) (Linux 5.11) sleeps to the nanosecond; epoll_wait(2) only
@@ -85,7 +87,8 @@ type Config struct {
 type Run struct {
 	cfg    Config
 	fds    []int
-	onSock []int32 // the query in flight on each socket; -1: free
+	onSock []int32  // the query in flight on each socket; -1: free
+	ids    []uint16 // the ID of each socket's latest query (see nextID)
 	free   *ring
 	epfd   int
 	addrs  []syscall.SockaddrInet4
@@ -97,23 +100,38 @@ type Run struct {
 	lateness []int64
 	latency  []int64
 
-	inFlight, answered, wrong, stale, sendErrors int
-	errnos                                       map[string]int
-	stoppedAtBound                               bool
-	lastSendNs, endNs                            int64
-	waitCall                                     string
+	inFlight, answered, wrong, stale, stray, sendErrors int
+	errnos                                              map[string]int
+	stoppedAtBound                                      bool
+	lastSendNs, endNs                                   int64
+	waitCall                                            string
+}
+
+// newRun allocates a run's bookkeeping: everything but the sockets.
+func newRun(cfg Config) *Run {
+	planned := core.PlannedCount(cfg.Rate, cfg.Seconds)
+	r := &Run{cfg: cfg, free: newRing(cfg.Pool), pkt: queryPacket(cfg.Name), errnos: map[string]int{},
+		sendAt: make([]int64, planned), sockOf: make([]int32, planned), state: make([]uint8, planned),
+		lateness: make([]int64, 0, planned), latency: make([]int64, 0, planned), waitCall: "epoll_pwait2",
+		onSock: make([]int32, 0, cfg.Pool), ids: make([]uint16, 0, cfg.Pool)}
+	for _, p := range cfg.Ports {
+		r.addrs = append(r.addrs, syscall.SockaddrInet4{Port: p, Addr: cfg.Target})
+	}
+	return r
+}
+
+// addSocket puts socket fd in the pool, free.
+func (r *Run) addSocket(fd int) {
+	r.fds = append(r.fds, fd)
+	r.onSock = append(r.onSock, -1)
+	r.ids = append(r.ids, 0)
+	r.free.push(int32(len(r.fds) - 1))
 }
 
 // openPool opens and binds every socket and registers it with epoll, before
 // the clock starts: each its own ephemeral source port.
 func openPool(cfg Config) (*Run, error) {
-	planned := plannedCount(cfg.Rate, cfg.Seconds)
-	r := &Run{cfg: cfg, free: newRing(cfg.Pool), pkt: queryPacket(cfg.Name), errnos: map[string]int{},
-		sendAt: make([]int64, planned), sockOf: make([]int32, planned), state: make([]uint8, planned),
-		lateness: make([]int64, 0, planned), latency: make([]int64, 0, planned), waitCall: "epoll_pwait2"}
-	for _, p := range cfg.Ports {
-		r.addrs = append(r.addrs, syscall.SockaddrInet4{Port: p, Addr: cfg.Target})
-	}
+	r := newRun(cfg)
 	var err error
 	if r.epfd, err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC); err != nil {
 		return nil, err
@@ -130,9 +148,7 @@ func openPool(cfg Config) (*Run, error) {
 		if err = syscall.EpollCtl(r.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			return nil, err
 		}
-		r.fds = append(r.fds, fd)
-		r.onSock = append(r.onSock, -1)
-		r.free.push(int32(i))
+		r.addSocket(fd)
 	}
 	return r, nil
 }
@@ -144,7 +160,7 @@ func (r *Run) loop() {
 	planned := len(r.state)
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
-	limit := sendLimitNs(r.cfg.Seconds)
+	limit := core.StopNs(r.cfg.Seconds)
 	timeout := int64(r.cfg.Timeout * 1e9)
 	next, oldest := 0, 0
 	sending := planned > 0
@@ -157,7 +173,7 @@ func (r *Run) loop() {
 				sending, r.stoppedAtBound = false, true
 				break
 			}
-			due := dueNs(next, r.cfg.Rate)
+			due := core.DueNs(next, r.cfg.Rate)
 			if due > t {
 				break
 			}
@@ -172,7 +188,7 @@ func (r *Run) loop() {
 		}
 		wait := int64(100e6)
 		if sending {
-			wait = min(dueNs(next, r.cfg.Rate), limit) - t
+			wait = min(core.DueNs(next, r.cfg.Rate), limit) - t
 		}
 		if oldest < next { // the oldest query still out: its deadline
 			wait = min(wait, r.sendAt[oldest]+timeout-t)
@@ -197,12 +213,29 @@ func (r *Run) send(q int, t, due int64) {
 		r.sendError(q, "pool_exhausted")
 		return
 	}
-	setID(r.pkt, uint16(q))
+	setID(r.pkt, r.nextID(k))
 	if err := syscall.Sendto(r.fds[k], r.pkt, 0, &r.addrs[q%len(r.addrs)]); err != nil {
 		r.free.push(k)
 		r.sendError(q, errnoName(err))
 		return
 	}
+	r.sent(q, k, t)
+}
+
+// nextID is the ID of the next query from pool socket k: one more than its
+// last one. A source port is used again once its query was answered or timed
+// out, and a late reply to that earlier query may still come; with IDs per
+// socket, that reply carries another ID than the query now in flight (unless
+// 65,536 queries went out from that socket in between), so it cannot pass
+// for its answer. (An ID from the query's number would repeat on a socket
+// whenever two of its queries' numbers differ by a multiple of 65,536.)
+func (r *Run) nextID(k int32) uint16 {
+	r.ids[k]++
+	return r.ids[k]
+}
+
+// sent records query q in flight on socket k since t.
+func (r *Run) sent(q int, k int32, t int64) {
 	r.sendAt[q], r.sockOf[q], r.onSock[k], r.state[q] = t, k, int32(q), qInFlight
 	r.inFlight++
 }
@@ -217,24 +250,35 @@ func (r *Run) sendError(q int, why string) {
 // receive reads one datagram from pool socket k: one read per event, as the
 // epoll set is level-triggered (a second datagram waiting makes the next wait
 // return at once) and reading on to EAGAIN would cost a second system call
-// per answer. A reply whose ID is not the socket's query in flight is a stale
-// one (the answer to a query that already timed out on it) and frees nothing.
+// per answer.
 func (r *Run) receive(k int32, buf []byte, now func() int64) {
 	n, err := syscall.Read(r.fds[k], buf)
 	if err != nil {
 		return
 	}
-	t := now()
+	r.reply(k, buf[:n], now())
+}
+
+// reply takes a datagram that came on pool socket k at t. Only a reply with
+// the ID of the socket's query in flight is that query's (an answer, or a
+// wrong reply); any other is stale (the reply to a query that already timed
+// out on it) and frees nothing. A stale reply while another query is in
+// flight on the socket is stray as well: a reply to an earlier query from
+// the same source port, which must not count as the new query's answer.
+func (r *Run) reply(k int32, reply []byte, t int64) {
 	q := r.onSock[k]
-	id, ok := replyID(buf[:n])
-	if q < 0 || !ok || id != uint16(q) {
+	id, ok := replyID(reply)
+	if q < 0 || !ok || id != r.ids[k] {
 		r.stale++
+		if q >= 0 {
+			r.stray++
+		}
 		return
 	}
-	if answered(buf[:n], id) {
+	if answered(reply, id) {
 		r.state[q] = qAnswered
 		r.answered++
-		r.latency = append(r.latency, t-dueNs(int(q), r.cfg.Rate))
+		r.latency = append(r.latency, t-core.DueNs(int(q), r.cfg.Rate))
 	} else {
 		r.state[q] = qWrong
 		r.wrong++
@@ -250,7 +294,7 @@ func (r *Run) receive(k int32, buf []byte, now func() int64) {
 // the queries the target left unanswered weigh in the percentiles rather than
 // drop out of them.
 func (r *Run) unanswered(q int, sentNs int64) {
-	r.latency = append(r.latency, sentNs+int64(r.cfg.Timeout*1e9)-dueNs(q, r.cfg.Rate))
+	r.latency = append(r.latency, sentNs+int64(r.cfg.Timeout*1e9)-core.DueNs(q, r.cfg.Rate))
 }
 
 func (r *Run) release(k int32) {

@@ -1,26 +1,25 @@
 package main
 
-// The pure parts of the generator: the schedule, percentiles, the per-second
-// timeline and the validity rule. No system calls here, so each is tested on
-// its own (stats_test.go).
+// The pure parts of the TLS generator: its bounds, the per-second timeline,
+// the validity rule and status lines (the schedule and percentiles are
+// core's). No system calls here, so each is tested on its own (tlsgen_test.go).
 
 import (
 	"fmt"
-	"math"
-	"sort"
 	"strconv"
 	"strings"
+
+	"homelab-edge/loadgen/core"
 )
 
-// The bound on starting, as dnsgen's and probes.dns_load's: the planned time
-// x StartOverrun + StartSlackS, whatever happens. Every connection ends by its
-// own deadline (-timeout after its start); the wait for the last ones gives
-// up WaitSlackS after that, and the process is gone by ExitSlackS after it.
+// Starting stops at core.StopNs (the planned time x core.Overrun +
+// core.SlackS, as dnsgen's and probes.dns_load's sending). Every connection
+// ends by its own deadline (-timeout after its start); the wait for the last
+// ones gives up WaitSlackS after that, and the process is gone by ExitSlackS
+// after it.
 const (
-	StartOverrun = 1.10
-	StartSlackS  = 0.5
-	WaitSlackS   = 1.0
-	ExitSlackS   = 2.0 // from seconds x StartOverrun + timeout (the brief's bound)
+	WaitSlackS = 1.0
+	ExitSlackS = 2.0 // from seconds x core.Overrun + timeout (the brief's bound)
 )
 
 // What a valid run needs (tests/support/tlsgen.py holds the same numbers and
@@ -35,65 +34,15 @@ const (
 	MaxCPUShare = 0.70
 )
 
-// plannedCount is how many connections `rate` per second for `seconds` plans.
-func plannedCount(rate, seconds float64) int {
-	return int(math.Round(rate * seconds))
-}
-
-// dueNs is when connection i is due, in ns after the start: an absolute
-// schedule, so a late start never shifts the ones after it.
-func dueNs(i int, rate float64) int64 {
-	return int64(float64(i) * 1e9 / rate)
-}
-
-// startLimitNs is when starting stops, in ns after the start.
-func startLimitNs(seconds float64) int64 {
-	return int64((seconds*StartOverrun + StartSlackS) * 1e9)
-}
-
 // waitLimitNs is when the wait for connections still open gives up (they are
 // then unfinished): every one is past its deadline by WaitSlackS.
 func waitLimitNs(seconds, timeout float64) int64 {
-	return startLimitNs(seconds) + int64((timeout+WaitSlackS)*1e9)
+	return core.StopNs(seconds) + int64((timeout+WaitSlackS)*1e9)
 }
 
 // exitLimitNs is when the process is gone whatever happens.
 func exitLimitNs(seconds, timeout float64) int64 {
-	return int64((seconds*StartOverrun + timeout + ExitSlackS) * 1e9)
-}
-
-// percentile of sorted values, by the index rule of the whole harness
-// (sorted[min(n-1, int(q*n))]), as dnsgen and probes.dns_load have it.
-func percentile(sorted []int64, q float64) (int64, bool) {
-	n := len(sorted)
-	if n == 0 {
-		return 0, false
-	}
-	i := int(q * float64(n))
-	if i > n-1 {
-		i = n - 1
-	}
-	return sorted[i], true
-}
-
-// Spread is p50, p99 and max of a set of durations, in seconds (nil: no values).
-type Spread struct {
-	P50 *float64
-	P99 *float64
-	Max *float64
-}
-
-func spread(ns []int64) Spread {
-	sort.Slice(ns, func(a, b int) bool { return ns[a] < ns[b] })
-	pick := func(q float64) *float64 {
-		v, ok := percentile(ns, q)
-		if !ok {
-			return nil
-		}
-		s := math.Round(float64(v)/1e3) / 1e6 // to the microsecond
-		return &s
-	}
-	return Spread{pick(0.50), pick(0.99), pick(1.0)}
+	return int64((seconds*core.Overrun + timeout + ExitSlackS) * 1e9)
 }
 
 // The per-second series the run counts; sEnded is only for the timeline's
@@ -171,10 +120,10 @@ func validity(v Verdict) []string {
 	}
 	if v.LocalErrors > 0 {
 		why = append(why, fmt.Sprintf("%d connections the generator could not open (%s)", v.LocalErrors,
-			countsText(v.LocalErrno)))
+			core.CountsText(v.LocalErrno)))
 	}
 	if v.LatenessP99S == nil || *v.LatenessP99S >= MaxP99LatenessS {
-		why = append(why, fmt.Sprintf("99th percentile lateness %s s (not under %g s)", fmtPtr(v.LatenessP99S),
+		why = append(why, fmt.Sprintf("99th percentile lateness %s s (not under %g s)", core.FmtPtr(v.LatenessP99S),
 			MaxP99LatenessS))
 	}
 	if v.WallS <= 0 || v.CPUs < 1 || v.UserS+v.SystemS >= MaxCPUShare*float64(v.CPUs)*v.WallS {
@@ -189,27 +138,6 @@ func validity(v Verdict) []string {
 			v.Started+v.SkippedAtBound, v.Planned))
 	}
 	return why
-}
-
-// countsText is "NAME n, NAME n" in name order.
-func countsText(m map[string]int) string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	parts := make([]string, 0, len(names))
-	for _, k := range names {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func fmtPtr(p *float64) string {
-	if p == nil {
-		return "none"
-	}
-	return strconv.FormatFloat(*p, 'g', -1, 64)
 }
 
 // statusCode is the code of an HTTP/1.x status line ("HTTP/1.1 200 OK").

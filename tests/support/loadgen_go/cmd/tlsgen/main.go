@@ -20,15 +20,14 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"runtime"
 	"strings"
 	"syscall"
-	"time"
+
+	"homelab-edge/loadgen/core"
 )
 
 // build is the hash of the sources the binary was built from (lab/lab.sh
@@ -37,10 +36,7 @@ var build = "dev"
 
 // Output is the one JSON object a run prints.
 type Output struct {
-	Generator      string                    `json:"generator"`
-	Build          string                    `json:"build"`
-	Go             string                    `json:"go"`
-	Target         string                    `json:"target"`
+	core.Head
 	Port           int                       `json:"port"`
 	SNI            string                    `json:"sni"`
 	Path           string                    `json:"path"`
@@ -69,46 +65,38 @@ type Output struct {
 	PeakOpen       int                       `json:"peak_open"`
 	StartS         float64                   `json:"start_s"` // the last start (or skip), after the clock started
 	WallS          float64                   `json:"wall_s"`
-	LatenessP50S   *float64                  `json:"lateness_p50_s"`
-	LatenessP99S   *float64                  `json:"lateness_p99_s"`
-	LatenessMaxS   *float64                  `json:"lateness_max_s"`
-	HandshakeP50S  *float64                  `json:"handshake_p50_s"` // TCP connected to handshake done
-	HandshakeP99S  *float64                  `json:"handshake_p99_s"`
-	HandshakeMaxS  *float64                  `json:"handshake_max_s"`
-	AnswerP50S     *float64                  `json:"answer_p50_s"` // start to the response's EOF (completed ones)
-	AnswerP99S     *float64                  `json:"answer_p99_s"`
-	AnswerMaxS     *float64                  `json:"answer_max_s"`
-	UserS          float64                   `json:"user_s"`   // over wall_s, this process's threads
-	SystemS        float64                   `json:"system_s"` // (getrusage RUSAGE_SELF)
-	CPUs           int                       `json:"cpus"`     // the cores it may run on (its affinity)
-	NoFile         uint64                    `json:"nofile"`   // RLIMIT_NOFILE, raised to its hard limit
-	Valid          bool                      `json:"valid"`
-	InvalidBecause string                    `json:"invalid_because"`
-	Timeline       []Second                  `json:"timeline,omitempty"` // with -timeline: one entry per second
+	core.Lateness
+	HandshakeP50S *float64 `json:"handshake_p50_s"` // TCP connected to handshake done
+	HandshakeP99S *float64 `json:"handshake_p99_s"`
+	HandshakeMaxS *float64 `json:"handshake_max_s"`
+	AnswerP50S    *float64 `json:"answer_p50_s"` // start to the response's EOF (completed ones)
+	AnswerP99S    *float64 `json:"answer_p99_s"`
+	AnswerMaxS    *float64 `json:"answer_max_s"`
+	core.CPU
+	CPUs   int    `json:"cpus"`   // the cores it may run on (its affinity)
+	NoFile uint64 `json:"nofile"` // RLIMIT_NOFILE, raised to its hard limit
+	core.Judgement
+	Timeline []Second `json:"timeline,omitempty"` // with -timeline: one entry per second
 }
 
 func main() {
 	cfg, asJSON, withTimeline, err := parseFlags(os.Args[1:])
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "tlsgen:", err)
-		os.Exit(2)
+		core.Fail("tlsgen", err, 2)
 	}
 	// The process is gone by its hard bound, whatever the loop does (it
 	// bounds its own wait; this is the belt to it).
-	time.AfterFunc(time.Duration(exitLimitNs(cfg.Seconds, cfg.Timeout)), func() {
-		fmt.Fprintln(os.Stderr, "tlsgen: past its hard bound; exiting")
-		os.Exit(3)
-	})
+	core.ExitAfter("tlsgen", exitLimitNs(cfg.Seconds, cfg.Timeout))
 	out := run(cfg, withTimeline)
 	if asJSON {
-		json.NewEncoder(os.Stdout).Encode(out)
+		core.PrintJSON(out)
 		return
 	}
 	fmt.Printf("planned %d started %d skipped %d connected %d handshakes %d 2xx %d 429 %d other %d completed %d "+
 		"failed %d peak open %d\nlateness p99 %s s handshake p99 %s s answer p99 %s s cpu %.3f s / %.3f s\nvalid %v %s\n",
 		out.Planned, out.Started, out.SkippedAtBound, out.Connected, out.Handshakes, out.OK2xx, out.R429, out.OtherCode,
-		out.Completed, out.Failed, out.PeakOpen, fmtPtr(out.LatenessP99S), fmtPtr(out.HandshakeP99S),
-		fmtPtr(out.AnswerP99S), out.UserS+out.SystemS, out.WallS, out.Valid, out.InvalidBecause)
+		out.Completed, out.Failed, out.PeakOpen, core.FmtPtr(out.LatenessP99S), core.FmtPtr(out.HandshakeP99S),
+		core.FmtPtr(out.AnswerP99S), out.UserS+out.SystemS, out.WallS, out.Valid, out.InvalidBecause)
 }
 
 func parseFlags(args []string) (Config, bool, bool, error) {
@@ -129,9 +117,9 @@ func parseFlags(args []string) (Config, bool, bool, error) {
 	}
 	cfg := Config{Port: *port, SNI: *sni, Path: *path, Rate: *rate, Seconds: *seconds, Timeout: *timeout,
 		MaxOpen: *maxOpen}
-	ip := net.ParseIP(*target)
-	if ip == nil || !(ip.IsLoopback() || ip.IsPrivate()) {
-		return cfg, false, false, fmt.Errorf("-target %q: a loopback or private IP address only", *target)
+	ip, err := core.LabTarget(*target, false)
+	if err != nil {
+		return cfg, false, false, err
 	}
 	cfg.Target = ip
 	if cfg.Port < 1 || cfg.Port > 65535 {
@@ -150,19 +138,19 @@ func parseFlags(args []string) (Config, bool, bool, error) {
 func run(cfg Config, withTimeline bool) *Output {
 	nofile := raiseNoFile()
 	r := newRun(cfg)
-	out := &Output{Generator: "tlsgen (Go)", Build: build, Go: runtime.Version(), Target: cfg.Target.String(),
-		Port: cfg.Port, SNI: cfg.SNI, Path: cfg.Path, Rate: cfg.Rate, Seconds: cfg.Seconds, Timeout: cfg.Timeout,
-		MaxOpen: cfg.MaxOpen, Planned: plannedCount(cfg.Rate, cfg.Seconds), CPUs: runtime.NumCPU(), NoFile: nofile}
-	cpu0 := rusage()
+	out := &Output{Head: core.Head{Generator: "tlsgen (Go)", Build: build, Go: runtime.Version(),
+		Target: cfg.Target.String()}, Port: cfg.Port, SNI: cfg.SNI, Path: cfg.Path, Rate: cfg.Rate, Seconds: cfg.Seconds, Timeout: cfg.Timeout,
+		MaxOpen: cfg.MaxOpen, Planned: core.PlannedCount(cfg.Rate, cfg.Seconds), CPUs: runtime.NumCPU(), NoFile: nofile}
+	cpu0 := core.Rusage()
 	r.loop()
-	cpu1 := rusage()
+	cpu1 := core.Rusage()
 	r.mu.Lock() // frozen: no connection counts any more
 	defer r.mu.Unlock()
 	fill(out, r, cpu0, cpu1)
 	if withTimeline {
 		out.Timeline = timeline(r.perSecond, secondsIn(r.endNs))
 	}
-	out.Valid, out.InvalidBecause = verdict(out)
+	out.Judgement = verdict(out)
 	return out
 }
 
@@ -184,20 +172,20 @@ func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
 		out.LocalErrors += n
 	}
 	out.Unfinished, out.PeakOpen = r.open, r.peakOpen
-	out.StartS, out.WallS = round6(float64(r.lastStartNs)/1e9), round6(float64(r.endNs)/1e9)
-	late, hs, ans := spread(r.lateness), spread(r.handshake), spread(r.answer)
-	out.LatenessP50S, out.LatenessP99S, out.LatenessMaxS = late.P50, late.P99, late.Max
+	out.StartS, out.WallS = core.Round6(float64(r.lastStartNs)/1e9), core.Round6(float64(r.endNs)/1e9)
+	hs, ans := core.SpreadOf(r.handshake), core.SpreadOf(r.answer)
+	out.Lateness = core.SpreadOf(r.lateness).Lateness()
 	out.HandshakeP50S, out.HandshakeP99S, out.HandshakeMaxS = hs.P50, hs.P99, hs.Max
 	out.AnswerP50S, out.AnswerP99S, out.AnswerMaxS = ans.P50, ans.P99, ans.Max
-	out.UserS, out.SystemS = round6(cpu1[0]-cpu0[0]), round6(cpu1[1]-cpu0[1])
+	out.CPU = core.CPUBetween(cpu0, cpu1)
 }
 
-func verdict(out *Output) (bool, string) {
+func verdict(out *Output) core.Judgement {
 	why := validity(Verdict{Planned: out.Planned, Started: out.Started, SkippedAtBound: out.SkippedAtBound,
 		MaxOpen: out.MaxOpen, StoppedAtBound: out.StoppedAtBound, LocalErrors: out.LocalErrors,
 		LocalErrno: out.LocalErrno, Unfinished: out.Unfinished, LatenessP99S: out.LatenessP99S, UserS: out.UserS,
 		SystemS: out.SystemS, WallS: out.WallS, CPUs: out.CPUs})
-	return len(why) == 0, strings.Join(why, "; ")
+	return core.Judge(why)
 }
 
 // raiseNoFile sets the soft open-file limit to the hard one (every open
@@ -214,12 +202,3 @@ func raiseNoFile() uint64 {
 	}
 	return lim.Cur
 }
-
-// rusage is this process's user and system CPU seconds so far.
-func rusage() [2]float64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return [2]float64{float64(ru.Utime.Nano()) / 1e9, float64(ru.Stime.Nano()) / 1e9}
-}
-
-func round6(s float64) float64 { return float64(int64(s*1e6+0.5)) / 1e6 }

@@ -16,7 +16,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
@@ -25,8 +24,9 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"homelab-edge/loadgen/core"
 )
 
 // build is the hash of the sources the binary was built from (lab/lab.sh
@@ -35,72 +35,55 @@ var build = "dev"
 
 // Output is the one JSON object a run prints.
 type Output struct {
-	Generator      string           `json:"generator"`
-	Build          string           `json:"build"`
-	Go             string           `json:"go"`
-	Target         string           `json:"target"`
-	Ports          []int            `json:"ports"`
-	Rate           float64          `json:"rate"`
-	Seconds        float64          `json:"seconds"`
-	Timeout        float64          `json:"timeout"`
-	Pool           int              `json:"pool"`
-	Planned        int              `json:"planned"`
-	Sent           int              `json:"sent"` // queries tried, send errors included (as dnsgen.run counts)
-	SendErrors     int              `json:"send_errors"`
-	SendErrno      map[string]int   `json:"send_errno"`
-	Answered       int              `json:"answered"`
-	Unanswered     int              `json:"unanswered"`    // out, and no answer within the timeout
-	WrongReplies   int              `json:"wrong_replies"` // of those: a reply that was no answer
-	StaleReplies   int              `json:"stale_replies"` // answers after their query's timeout
-	StoppedAtBound bool             `json:"stopped_at_bound"`
-	SendS          float64          `json:"send_s"`
-	WallS          float64          `json:"wall_s"`
-	LatenessP50S   *float64         `json:"lateness_p50_s"`
-	LatenessP99S   *float64         `json:"lateness_p99_s"`
-	LatenessMaxS   *float64         `json:"lateness_max_s"`
-	LatencyFrom    string           `json:"latency_from"`
-	LatencyP50S    *float64         `json:"latency_p50_s"`
-	LatencyP99S    *float64         `json:"latency_p99_s"`
-	LatencyMaxS    *float64         `json:"latency_max_s"`
-	UserS          float64          `json:"user_s"`   // over wall_s, this process's threads
-	SystemS        float64          `json:"system_s"` // (getrusage RUSAGE_SELF)
-	SetupS         float64          `json:"setup_s"`  // opening the pool, before the clock starts
-	WaitCall       string           `json:"wait_call"`
-	Sched          string           `json:"sched"` // the sending thread's scheduling policy
-	UDPBefore      map[string]int64 `json:"udp_before"`
-	UDPAfter       map[string]int64 `json:"udp_after"`
-	SndbufErrors   *int64           `json:"snd_buf_errors"` // deltas over the run
-	RcvbufErrors   *int64           `json:"rcv_buf_errors"`
-	InErrors       *int64           `json:"in_errors"`
-	InsertFailed   *int64           `json:"insert_failed"` // null: no /proc/net/stat/nf_conntrack here
-	Errors         []string         `json:"errors"`        // counters that could not be read
-	Valid          bool             `json:"valid"`
-	InvalidBecause string           `json:"invalid_because"`
+	core.Head
+	Ports          []int          `json:"ports"`
+	Rate           float64        `json:"rate"`
+	Seconds        float64        `json:"seconds"`
+	Timeout        float64        `json:"timeout"`
+	Pool           int            `json:"pool"`
+	Planned        int            `json:"planned"`
+	Sent           int            `json:"sent"` // queries tried, send errors included (as dnsgen.run counts)
+	SendErrors     int            `json:"send_errors"`
+	SendErrno      map[string]int `json:"send_errno"`
+	Answered       int            `json:"answered"`
+	Unanswered     int            `json:"unanswered"`    // out, and no answer within the timeout
+	WrongReplies   int            `json:"wrong_replies"` // of those: a reply that was no answer
+	StaleReplies   int            `json:"stale_replies"` // replies to no query in flight on their socket: late ones
+	StrayReplies   int            `json:"stray_replies"` // of those: while another query was in flight on it
+	StoppedAtBound bool           `json:"stopped_at_bound"`
+	SendS          float64        `json:"send_s"`
+	WallS          float64        `json:"wall_s"`
+	core.Lateness
+	LatencyFrom string   `json:"latency_from"`
+	LatencyP50S *float64 `json:"latency_p50_s"`
+	LatencyP99S *float64 `json:"latency_p99_s"`
+	LatencyMaxS *float64 `json:"latency_max_s"`
+	core.CPU
+	SetupS   float64 `json:"setup_s"` // opening the pool, before the clock starts
+	WaitCall string  `json:"wait_call"`
+	Sched    string  `json:"sched"` // the sending thread's scheduling policy
+	core.Kernel
+	core.Judgement
 }
 
 func main() {
 	cfg, asJSON, err := parseFlags(os.Args[1:])
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "dnsgen:", err)
-		os.Exit(2)
+		core.Fail("dnsgen", err, 2)
 	}
 	// The process is gone by the hard bound plus the reply timeout, whatever
 	// the loop does (it checks the bound itself; this is the belt to it).
-	time.AfterFunc(time.Duration((float64(sendLimitNs(cfg.Seconds))/1e9+cfg.Timeout+1)*1e9), func() {
-		fmt.Fprintln(os.Stderr, "dnsgen: past its hard bound; exiting")
-		os.Exit(3)
-	})
+	core.ExitAfter("dnsgen", int64((float64(core.StopNs(cfg.Seconds))/1e9+cfg.Timeout+1)*1e9))
 	out, err := run(cfg)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "dnsgen:", err)
-		os.Exit(1)
+		core.Fail("dnsgen", err, 1)
 	}
 	if asJSON {
-		json.NewEncoder(os.Stdout).Encode(out)
+		core.PrintJSON(out)
 		return
 	}
 	fmt.Printf("planned %d sent %d answered %d send errors %d lateness p99 %s s latency p99 %s s cpu %.3f s / %.3f s\nvalid %v %s\n",
-		out.Planned, out.Sent, out.Answered, out.SendErrors, fmtPtr(out.LatenessP99S), fmtPtr(out.LatencyP99S),
+		out.Planned, out.Sent, out.Answered, out.SendErrors, core.FmtPtr(out.LatenessP99S), core.FmtPtr(out.LatencyP99S),
 		out.UserS+out.SystemS, out.WallS, out.Valid, out.InvalidBecause)
 }
 
@@ -119,9 +102,9 @@ func parseFlags(args []string) (Config, bool, error) {
 		return Config{}, false, err
 	}
 	cfg := Config{Rate: *rate, Seconds: *seconds, Timeout: *timeout, Pool: *pool, Name: *name, FIFO: *fifo}
-	ip := net.ParseIP(*target).To4()
-	if ip == nil || !(ip.IsLoopback() || ip.IsPrivate()) {
-		return cfg, false, fmt.Errorf("-target %q: an IPv4 loopback or private address only", *target)
+	ip, err := core.LabTarget(*target, true)
+	if err != nil {
+		return cfg, false, err
 	}
 	copy(cfg.Target[:], ip)
 	for _, p := range strings.Split(*ports, ",") {
@@ -146,19 +129,19 @@ func run(cfg Config) (*Output, error) {
 	// Everything is allocated: a collection in the timed loop would be a
 	// stall of the generator's own, on the one core it is pinned to.
 	debug.SetGCPercent(-1)
-	out := &Output{Generator: "dnsgen (Go)", Build: build, Go: runtime.Version(), Target: net.IP(cfg.Target[:]).String(),
-		Ports: cfg.Ports, Rate: cfg.Rate, Seconds: cfg.Seconds, Timeout: cfg.Timeout, Pool: cfg.Pool,
+	out := &Output{Head: core.Head{Generator: "dnsgen (Go)", Build: build, Go: runtime.Version(),
+		Target: net.IP(cfg.Target[:]).String()}, Ports: cfg.Ports, Rate: cfg.Rate, Seconds: cfg.Seconds, Timeout: cfg.Timeout, Pool: cfg.Pool,
 		Planned: len(r.state), SendErrno: r.errnos}
-	out.Sched = setFIFO(cfg.FIFO)
-	before := readCounters()
-	cpu0 := rusage()
-	out.SetupS = round6(time.Since(t0).Seconds())
+	out.Sched = core.SetFIFO(cfg.FIFO)
+	before := core.ReadCounters()
+	cpu0 := core.Rusage()
+	out.SetupS = core.Round6(time.Since(t0).Seconds())
 	r.loop()
-	cpu1 := rusage()
-	after := readCounters()
+	cpu1 := core.Rusage()
+	after := core.ReadCounters()
 	fill(out, r, cpu0, cpu1)
-	countersInto(out, before, after)
-	out.Valid, out.InvalidBecause = verdict(out)
+	out.Kernel = core.KernelBetween(before, after)
+	out.Judgement = verdict(out)
 	return out, nil
 }
 
@@ -169,31 +152,23 @@ func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
 			out.Sent++
 		}
 	}
-	out.SendErrors, out.Answered, out.WrongReplies, out.StaleReplies = r.sendErrors, r.answered, r.wrong, r.stale
+	out.SendErrors, out.Answered, out.WrongReplies = r.sendErrors, r.answered, r.wrong
+	out.StaleReplies, out.StrayReplies = r.stale, r.stray
 	out.Unanswered = out.Sent - out.SendErrors - out.Answered
 	out.StoppedAtBound, out.WaitCall = r.stoppedAtBound, r.waitCall
-	out.SendS, out.WallS = round6(float64(r.lastSendNs)/1e9), round6(float64(r.endNs)/1e9)
-	late, lat := spread(r.lateness), spread(r.latency)
-	out.LatenessP50S, out.LatenessP99S, out.LatenessMaxS = late.P50, late.P99, late.Max
+	out.SendS, out.WallS = core.Round6(float64(r.lastSendNs)/1e9), core.Round6(float64(r.endNs)/1e9)
+	lat := core.SpreadOf(r.latency)
+	out.Lateness = core.SpreadOf(r.lateness).Lateness()
 	out.LatencyFrom = "each query's scheduled time; a query not answered counts at its timeout"
 	out.LatencyP50S, out.LatencyP99S, out.LatencyMaxS = lat.P50, lat.P99, lat.Max
-	out.UserS, out.SystemS = round6(cpu1[0]-cpu0[0]), round6(cpu1[1]-cpu0[1])
+	out.CPU = core.CPUBetween(cpu0, cpu1)
 }
 
-func verdict(out *Output) (bool, string) {
+func verdict(out *Output) core.Judgement {
 	why := validity(Verdict{Planned: out.Planned, Sent: out.Sent, SendErrors: out.SendErrors,
 		Answered: out.Answered, Unanswered: out.Unanswered, Pool: out.Pool, SendErrno: out.SendErrno,
 		Rate: out.Rate, Seconds: out.Seconds, Timeout: out.Timeout, SendS: out.SendS,
 		LatenessP99S: out.LatenessP99S, LatenessMaxS: out.LatenessMaxS, UserS: out.UserS, SystemS: out.SystemS,
 		WallS: out.WallS, SndbufErrors: out.SndbufErrors, InsertFailed: out.InsertFailed, CounterErrors: out.Errors})
-	return len(why) == 0, strings.Join(why, "; ")
+	return core.Judge(why)
 }
-
-// rusage is this process's user and system CPU seconds so far.
-func rusage() [2]float64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return [2]float64{float64(ru.Utime.Nano()) / 1e9, float64(ru.Stime.Nano()) / 1e9}
-}
-
-func round6(s float64) float64 { return float64(int64(s*1e6+0.5)) / 1e6 }

@@ -7,57 +7,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"strings"
 	"syscall"
 	"testing"
+
+	"homelab-edge/loadgen/coretest"
 )
 
-func TestPercentileUsesTheIndexRuleOfTheWholeHarness(t *testing.T) {
-	v := []int64{}
-	for i := int64(1); i <= 100; i++ {
-		v = append(v, i)
-	}
-	for _, c := range []struct {
-		q    float64
-		want int64
-	}{{0.5, 51}, {0.99, 100}, {1.0, 100}, {0, 1}} {
-		if got, ok := percentile(v, c.q); !ok || got != c.want {
-			t.Errorf("percentile(1..100, %v) = %v, want %v", c.q, got, c.want)
-		}
-	}
-	if _, ok := percentile(nil, 0.5); ok {
-		t.Error("no values must give no percentile")
-	}
-	if got, _ := percentile([]int64{7}, 0.99); got != 7 {
-		t.Errorf("one value: %v", got)
-	}
-}
-
-func TestSpreadSortsAndGivesSeconds(t *testing.T) {
-	s := spread([]int64{3000, 1000, 2000000, 2000})
-	if *s.P50 != 0.000003 || *s.P99 != 0.002 || *s.Max != 0.002 {
-		t.Errorf("spread: %v %v %v", *s.P50, *s.P99, *s.Max)
-	}
-	if e := spread(nil); e.P50 != nil || e.P99 != nil || e.Max != nil {
-		t.Error("an empty spread must be nil (null), not zero")
-	}
-}
-
-func TestTheScheduleIsAbsoluteAndBounded(t *testing.T) {
-	if plannedCount(50, 2) != 100 || plannedCount(333.4, 3) != 1000 || plannedCount(3000, 10) != 30000 {
-		t.Error("planned count")
-	}
-	if dueNs(0, 50) != 0 || dueNs(1, 50) != 20e6 || dueNs(50, 50) != 1e9 || dueNs(3, 3) != 1e9 {
-		t.Error("connection i is due at i/rate")
-	}
-	for i := 1; i < 100000; i++ { // never out of order, whatever the rate's rounding
-		if dueNs(i, 3333) < dueNs(i-1, 3333) {
-			t.Fatalf("due(%d) before due(%d)", i, i-1)
-		}
-	}
-	if startLimitNs(5) != 6e9 || startLimitNs(1) != 1.6e9 {
-		t.Errorf("starting stops at seconds x 1.1 + 0.5 s: %v", startLimitNs(5))
-	}
+func TestTheWaitAndTheExitAreBounded(t *testing.T) {
 	// each connection ends by its deadline: the wait gives up a second after
 	// the last one's, and the exit bound (seconds x 1.1 + timeout + 2 s) is later still
 	if waitLimitNs(10, 5) != 17.5e9 || exitLimitNs(10, 5) != 18e9 || waitLimitNs(1, 1) >= exitLimitNs(1, 1) {
@@ -86,7 +42,7 @@ func TestTheTimelineCountsOpenAtTheEndOfEachSecond(t *testing.T) {
 	}
 }
 
-func f(v float64) *float64 { return &v }
+var f = coretest.F
 
 func good() Verdict {
 	return Verdict{Planned: 1000, Started: 1000, MaxOpen: 20000, LatenessP99S: f(0.002), UserS: 0.5, SystemS: 1.0,
@@ -97,31 +53,21 @@ func TestValidity(t *testing.T) {
 	if why := validity(good()); len(why) != 0 {
 		t.Fatalf("a good run is invalid: %v", why)
 	}
-	for name, c := range map[string]struct {
-		change func(*Verdict)
-		says   string
-	}{
-		"skipped at max-open": {func(v *Verdict) { v.SkippedAtBound, v.Started = 3, 997 },
-			"3 connections skipped at the generator's bound (-max-open 20000)"},
-		"EMFILE": {func(v *Verdict) { v.LocalErrors, v.LocalErrno = 2, map[string]int{"EMFILE": 2} },
-			"could not open (EMFILE 2)"},
-		"p99 lateness 20 ms":  {func(v *Verdict) { v.LatenessP99S = f(0.02) }, "lateness"},
-		"p99 lateness 10 ms":  {func(v *Verdict) { v.LatenessP99S = f(0.01) }, "lateness"},
-		"no lateness":         {func(v *Verdict) { v.LatenessP99S = nil }, "lateness"},
-		"CPU 70 % of 2 cores": {func(v *Verdict) { v.UserS, v.SystemS = 3, 4 }, "not under 70 % of 2 cores"},
-		"no wall time":        {func(v *Verdict) { v.WallS = 0 }, "CPU"},
-		"no cores":            {func(v *Verdict) { v.CPUs = 0 }, "CPU"},
-		"unfinished":          {func(v *Verdict) { v.Unfinished = 1 }, "1 connections still open past their deadline"},
-		"stopped at bound":    {func(v *Verdict) { v.Started, v.StoppedAtBound = 900, true }, "reached 900 of 1000 planned"},
-		"short of the plan":   {func(v *Verdict) { v.Started = 999 }, "reached 999 of 1000 planned"},
-	} {
-		v := good()
-		c.change(&v)
-		why := validity(v)
-		if len(why) != 1 || !strings.Contains(why[0], c.says) {
-			t.Errorf("%s: %v", name, why)
-		}
-	}
+	coretest.EachRuleAlone(t, good, validity, map[string]coretest.Rule[Verdict]{
+		"skipped at max-open": {Change: func(v *Verdict) { v.SkippedAtBound, v.Started = 3, 997 },
+			Says: "3 connections skipped at the generator's bound (-max-open 20000)"},
+		"EMFILE": {Change: func(v *Verdict) { v.LocalErrors, v.LocalErrno = 2, map[string]int{"EMFILE": 2} },
+			Says: "could not open (EMFILE 2)"},
+		"p99 lateness 20 ms":  {Change: func(v *Verdict) { v.LatenessP99S = f(0.02) }, Says: "lateness"},
+		"p99 lateness 10 ms":  {Change: func(v *Verdict) { v.LatenessP99S = f(0.01) }, Says: "lateness"},
+		"no lateness":         {Change: func(v *Verdict) { v.LatenessP99S = nil }, Says: "lateness"},
+		"CPU 70 % of 2 cores": {Change: func(v *Verdict) { v.UserS, v.SystemS = 3, 4 }, Says: "not under 70 % of 2 cores"},
+		"no wall time":        {Change: func(v *Verdict) { v.WallS = 0 }, Says: "CPU"},
+		"no cores":            {Change: func(v *Verdict) { v.CPUs = 0 }, Says: "CPU"},
+		"unfinished":          {Change: func(v *Verdict) { v.Unfinished = 1 }, Says: "1 connections still open past their deadline"},
+		"stopped at bound":    {Change: func(v *Verdict) { v.Started, v.StoppedAtBound = 900, true }, Says: "reached 900 of 1000 planned"},
+		"short of the plan":   {Change: func(v *Verdict) { v.Started = 999 }, Says: "reached 999 of 1000 planned"},
+	})
 	slow := good() // a target that answers nothing is a figure about the target
 	slow.LatenessP99S = f(0.0099)
 	if why := validity(slow); len(why) != 0 {

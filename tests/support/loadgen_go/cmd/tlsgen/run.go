@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"homelab-edge/loadgen/core"
 )
 
 // MaxOtherErrors is how many distinct texts of failures classed "other" the
@@ -69,7 +71,7 @@ type Run struct {
 }
 
 func newRun(cfg Config) *Run {
-	planned := plannedCount(cfg.Rate, cfg.Seconds)
+	planned := core.PlannedCount(cfg.Rate, cfg.Seconds)
 	r := &Run{cfg: cfg, addr: net.JoinHostPort(cfg.Target.String(), strconv.Itoa(cfg.Port)),
 		request: []byte("GET " + cfg.Path + " HTTP/1.1\r\nHost: " + cfg.SNI + "\r\nConnection: close\r\n\r\n"),
 		// No session cache: every connection is a full handshake, as a
@@ -101,11 +103,11 @@ func (r *Run) tick(s int, t int64) {
 // or the hard bound, then waits for the open ones (each ends by its deadline)
 // until waitLimitNs at most.
 func (r *Run) loop() {
-	planned := plannedCount(r.cfg.Rate, r.cfg.Seconds)
+	planned := core.PlannedCount(r.cfg.Rate, r.cfg.Seconds)
 	r.start = time.Now()
-	limit := startLimitNs(r.cfg.Seconds)
+	limit := core.StopNs(r.cfg.Seconds)
 	for i := 0; i < planned; i++ {
-		due := dueNs(i, r.cfg.Rate)
+		due := core.DueNs(i, r.cfg.Rate)
 		if wait := due - r.now(); wait > 0 {
 			time.Sleep(time.Duration(wait))
 		}

@@ -1,4 +1,4 @@
-package main
+package core
 
 // Real-time scheduling for the generator, when asked (-fifo N): a busy
 // machine's other tasks then cannot hold the sender off its schedule (under
@@ -23,30 +23,30 @@ import (
 
 const schedFIFO = 1
 
-// setFIFO puts every thread under SCHED_FIFO at `prio` (0: leaves them as
+// SetFIFO puts every thread under SCHED_FIFO at `prio` (0: leaves them as
 // started) and says what the process runs under; a refusal is said, not
 // fatal (the lateness figures then show what the machine did to the sender).
-func setFIFO(prio int) string {
+func SetFIFO(prio int) string {
 	if prio == 0 {
-		return schedNow()
+		return SchedNow()
 	}
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		return fmt.Sprintf("%s (SCHED_FIFO %d not set: %v)", schedNow(), prio, err)
+		return fmt.Sprintf("%s (SCHED_FIFO %d not set: %v)", SchedNow(), prio, err)
 	}
 	param := int32(prio)
 	for _, t := range tasks {
 		tid, _ := strconv.Atoi(t.Name())
 		_, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETSCHEDULER, uintptr(tid), schedFIFO, uintptr(unsafe.Pointer(&param)))
 		if e != 0 {
-			return fmt.Sprintf("%s (SCHED_FIFO %d refused: %v)", schedNow(), prio, e)
+			return fmt.Sprintf("%s (SCHED_FIFO %d refused: %v)", SchedNow(), prio, e)
 		}
 	}
-	return schedNow()
+	return SchedNow()
 }
 
-// schedNow is this thread's policy and priority, as sched(7) names them.
-func schedNow() string {
+// SchedNow is this thread's policy and priority, as sched(7) names them.
+func SchedNow() string {
 	policy, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETSCHEDULER, 0, 0, 0)
 	if e != 0 {
 		return "unknown"
