@@ -82,7 +82,7 @@ LOW_RATES, LOW_PORTS = (1, 2, 4, 8), (41400, 41500, 41600, 41700)
 # quota: each load balancer given a fixed share of CPU 0 (a CFS quota of a short period), so its limit falls where the
 # generator (CPU 1) and the DNS server (CPU 0, beside it) have room to spare
 QUOTAS_PCT, QUOTA_PERIOD_US, QUOTA_STEP_S, QUOTA_REPETITIONS = (2.5, 5, 10), 20000, 20, 3
-QUOTA_START_PER_PCT, QUOTA_BISECTIONS = 40, 4  # the fixes' first rate: 40 q/s per % of a core; 4 halvings after
+QUOTA_START_PER_PCT, QUOTA_BISECTIONS = 80, 4  # the fixes' first rate: 80 q/s per % of a core; 4 halvings after
 STOCK_START, STOCK_BISECTIONS = 20, 1  # stock runs out of connections (512 sessions of 600 s each), not CPU
 HEADROOM = 5  # the generator and the DNS server: at least 5x the CPU they used at each fix's first failing step
 CGROUP_CPU = "/sys/fs/cgroup/cpu/docker/%s/cpu.stat"  # cgroup v1 (this machine kind); v2 below
@@ -299,9 +299,9 @@ def ladder_part(client, result, save=None):
     ceiling = generator_ceiling()
     result["generator_ceiling_qps"] = ceiling
     orders = ladder.orders([n for n, c, p in CONFIGS], REPETITIONS, SEED)
-    baseline = conntrack_count()
     runs = []
     clusters_up(client, pin)
+    baseline = conntrack_count()  # with the clusters up: their own traffic is no leftover of a step
     try:
         for rep, order in enumerate(orders, 1):
             print("repetition %d: %s" % (rep, ", ".join(order)), flush=True)
@@ -410,12 +410,12 @@ def quota_part(client, result, save):
     pin = base.pinning()
     if not pin:
         raise SystemExit("the quota ladders need two CPUs: one for the system under test, one for the generator")
-    baseline = conntrack_count()
     runs, order = [], ladder.alternating([n for n, c, p in base.CONFIGS[1:]], [base.CONFIGS[0][0]], QUOTA_REPETITIONS)
     clusters = dict((n, c) for n, c, p in base.CONFIGS)
     clusters_up(client, pin)
     try:
         steer_receive([client.containers.get(k3d.server_name(c)) for n, c, p in base.CONFIGS], pin["system"])
+        baseline = conntrack_count()  # with the clusters up: their own traffic is no leftover of a step
         for pct in QUOTAS_PCT:
             for name, cluster, port in base.CONFIGS:
                 client.containers.get(k3d.lb_name(cluster)).update(
@@ -518,9 +518,9 @@ def quota_table(q):
 
 def slow_part(client, result, save=None):
     pin = base.pinning()
-    baseline = conntrack_count()
     steps = []
     clusters_up(client, pin)
+    baseline = conntrack_count()  # with the clusters up: their own traffic is no leftover of a step
     try:
         for name, cluster, port in base.CONFIGS[1:]:
             server = client.containers.get(k3d.server_name(cluster))
@@ -620,7 +620,8 @@ def main():
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                           "docker": client.version()["Version"], "k3d": k3d.k3d("version").stdout.split("\n")[0],
                           "kernel": platform.release(), "cpu_model": base.cpu_model(), "dnsgen": dnsgen.go_sources_hash(),
-                          "date": time.strftime("%FT%T%z")}}
+                          "date": time.strftime("%FT%T%z"), "commit": subprocess.run(
+                              ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()}}
     os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
     path = os.path.join(ROOT, "benchmarks", "results", "k3d_ladder-%s.json" % time.strftime("%Y%m%dT%H%M%S"))
 
