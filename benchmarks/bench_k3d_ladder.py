@@ -39,11 +39,16 @@ SCHED_FIFO; the clusters and the engine on the others). Three parts:
    and each load balancer's service demand (its cgroup's CPU-seconds per
    answered query, regressed over the steps that held) with the capacity
    computed from it against the ladder's.
+5. separation (by name only; about 12 minutes): the slow part with the DNS
+   server 4 s late (SEPARATION): the seed's fix runs out of connections at
+   4,096 / (2 x 4 s) = 512 q/s per nginx worker (computed), homelab.edge's
+   UDP budget drops DNS above 1,024 / 4 s = 256 q/s (computed) and keeps
+   HTTPS and the API; three repetitions, alternating.
 
 Prints and saves JSON with machine info to benchmarks/results/. Traffic goes
 only to the lab's own containers.
 
-  bench_k3d_ladder.py [ladder] [slow] [lowrate] [quota]     (the first three without arguments)
+  bench_k3d_ladder.py [ladder] [slow] [lowrate] [quota] [separation]     (the first three without arguments)
 """
 import calendar
 import contextlib
@@ -517,38 +522,68 @@ def quota_table(q):
     return out
 
 
-def slow_part(client, result, save=None):
+SLOW = {"key": "slow", "delay_s": SLOW_DELAY_S, "rates": SLOW_RATES, "step_s": SLOW_STEP_S, "pool": SLOW_POOL,
+        "timeout_s": SLOW_TIMEOUT_S, "repetitions": 1}
+# separation: the slow upstream's delay raised until the seed's fix's connections run out at a rate this machine
+# offers with room to spare: each answer 4 s late (under homelab.edge's 5-s UDP timeout, so both fixes can answer)
+# holds a session of 2 connections 4 s, and 4,096 connections per worker / (2 x 4 s) = 512 q/s per worker (computed);
+# homelab.edge's budget (1,024 sessions: 50 % of 4,096 / 2) caps DNS at 1,024 / 4 = 256 q/s (computed) and keeps
+# the rest for HTTPS and the API. 1,536 q/s x 4.3 s holds about 6,600 of the generator's 8,192 sockets
+SEPARATION = {"key": "separation", "delay_s": 4.0, "rates": (128, 256, 512, 1024, 1536), "step_s": 5, "pool": 8192,
+              "timeout_s": 4.3, "repetitions": 3}
+
+
+def slow_part(client, result, save=None, plan=None):
+    """The DNS server slow but alive at rising rates, the seed's fix and homelab.edge (alternating, ABAB, when
+    repeated): DNS answered and HTTPS/API probes ok at each rate. `plan`: SLOW (default) or SEPARATION."""
+    plan = plan or SLOW
     pin = base.pinning()
-    steps = []
+    steps, workers = [], {}
+    order = ladder.alternating([n for n, c, p in base.CONFIGS[1:]], [], plan["repetitions"])
+    clusters = dict((n, c) for n, c, p in base.CONFIGS)
     clusters_up(client, pin)
     baseline = conntrack_count()  # with the clusters up: their own traffic is no leftover of a step
     try:
-        for name, cluster, port in base.CONFIGS[1:]:
-            server = client.containers.get(k3d.server_name(cluster))
-            for rate in SLOW_RATES:
-                with slow_upstream(server, SLOW_DELAY_S, pin["system"] if pin else None) as slow_pid:
-                    r = load_step(client, name, cluster, rate, SLOW_STEP_S, pin, baseline,
-                                  timeout=SLOW_TIMEOUT_S, slow=slow_pid, pool=SLOW_POOL)
-                r["answered_share"] = round(r["answered"] / float(r["sent"]), 4) if r["sent"] else None
-                p = r["probes"]
-                r["probes_ok_share"] = round(p["ok"] / float(p["planned"]), 4) if p["planned"] else None
-                steps.append(r)
-                say(r)
+        for rep, names in enumerate(order, 1):
+            for name in names:
+                server = client.containers.get(k3d.server_name(clusters[name]))
+                for rate in plan["rates"]:
+                    with slow_upstream(server, plan["delay_s"], pin["system"] if pin else None) as slow_pid:
+                        r = load_step(client, name, clusters[name], rate, plan["step_s"], pin, baseline,
+                                      timeout=plan["timeout_s"], slow=slow_pid, pool=plan["pool"])
+                    workers[name] = nginx_workers(client.containers.get(k3d.lb_name(clusters[name])))
+                    r["repetition"] = rep
+                    r["answered_share"] = round(r["answered"] / float(r["sent"]), 4) if r["sent"] else None
+                    p = r["probes"]
+                    r["probes_ok_share"] = round(p["ok"] / float(p["planned"]), 4) if p["planned"] else None
+                    steps.append(r)
+                    say(r)
+                if save:
+                    result[plan["key"]] = dict(((k, list(v) if isinstance(v, tuple) else v) for k, v in plan.items()),
+                                               steps=steps, nginx_workers=workers)
+                    save()
     finally:
         clusters_down()
-    result["slow"] = {"delay_s": SLOW_DELAY_S, "rates": list(SLOW_RATES), "step_s": SLOW_STEP_S, "pool": SLOW_POOL,
-                      "timeout_s": SLOW_TIMEOUT_S, "steps": steps}
+    result[plan["key"]] = dict(((k, list(v) if isinstance(v, tuple) else v) for k, v in plan.items()), steps=steps,
+                               nginx_workers=workers)
     out = ["DNS server %.1f s slow: DNS answered of sent; HTTPS+API probes ok of planned; 'not enough' lines "
-           "(%d s at each rate; invalid: the generator was not)" % (SLOW_DELAY_S, SLOW_STEP_S),
-           "  %-13s | %s" % ("", " | ".join("%22s" % ("%d q/s" % r) for r in SLOW_RATES))]
-    for name, cluster, port in base.CONFIGS[1:]:
-        cells = []
-        for rate in SLOW_RATES:
-            r = next(s for s in steps if s["config"] == name and s["rate"] == rate)
-            cells.append("invalid" if not r["valid"] else "%d/%d; %d/%d; %d" % (
-                r["answered"], r["sent"], r["probes"]["ok"], r["probes"]["planned"], r["alerts"]))
-        out.append("  %-13s | %s" % (name, " | ".join("%22s" % c for c in cells)))
-    result["slow_table"] = out
+           "(%d s at each rate; invalid: the generator was not); nginx workers %s" % (
+               plan["delay_s"], plan["step_s"], json.dumps(workers, sort_keys=True)),
+           "  %-13s | %s" % ("", " | ".join("%22s" % ("%d q/s" % r) for r in plan["rates"]))]
+    for rep in range(1, plan["repetitions"] + 1):
+        for name, cluster, port in base.CONFIGS[1:]:
+            cells = []
+            for rate in plan["rates"]:
+                r = next(s for s in steps if s["config"] == name and s["rate"] == rate and s["repetition"] == rep)
+                cells.append("invalid" if not r["valid"] else "%d/%d; %d/%d; %d" % (
+                    r["answered"], r["sent"], r["probes"]["ok"], r["probes"]["planned"], r["alerts"]))
+            out.append("  %-13s | %s" % (name if plan["repetitions"] == 1 else "%s %d" % (name[:11], rep),
+                                         " | ".join("%22s" % c for c in cells)))
+    result[plan["key"] + "_table"] = out
+
+
+def separation_part(client, result, save=None):
+    slow_part(client, result, save, SEPARATION)
 
 
 def first_not_enough(container, since):
@@ -630,11 +665,11 @@ def main():
         with open(path, "w") as f:
             json.dump(result, f, indent=1)
     for name, part in (("lowrate", lowrate_part), ("ladder", ladder_part), ("slow", slow_part),
-                       ("quota", quota_part)):
+                       ("quota", quota_part), ("separation", separation_part)):
         if name in parts:
             part(client, result, save)
             save()
-    for key in ("ladder_table", "slow_table", "lowrate_table", "quota_table"):
+    for key in ("ladder_table", "slow_table", "lowrate_table", "quota_table", "separation_table"):
         for line in result.get(key, []):
             print(line)
     print("saved %s" % path)

@@ -7,13 +7,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# The README as published: galaxy.yml's repository, its main branch (tests/unit/test_one_home.py holds them together).
-README_URL = "https://github.com/homelab-edge/homelab.edge/blob/main/README.md"
+# The docs as published: galaxy.yml's repository, its main branch (tests/dev/test_one_home.py holds them together).
+DOCS_URL = "https://github.com/homelab-edge/homelab.edge/blob/main/docs/"
 
 
-def runbook_url(anchor):
-    """The README's section `anchor` (a heading as GitHub links it) as an alert's runbook_url."""
-    return "%s#%s" % (README_URL, anchor)
+def runbook_url(section):
+    """A docs page, or one of its sections (`page.md#anchor`, the anchor as GitHub links a heading), as an alert's
+    runbook_url."""
+    return DOCS_URL + section
 
 
 class FilterModule(object):
