@@ -49,6 +49,7 @@ Prints and saves JSON with machine info to benchmarks/results/. Traffic goes
 only to the lab's own containers.
 
   bench_k3d_ladder.py [ladder] [slow] [lowrate] [quota] [separation]     (the first three without arguments)
+  bench_k3d_ladder.py report FILE     the quota summary computed again from FILE's saved runs
 """
 import calendar
 import contextlib
@@ -449,12 +450,24 @@ def quota_part(client, result, save):
     result["quota_table"] = quota_table(result["quota"])
 
 
-def quota_summary(runs, order):
+def quota_settings():
+    return {"quotas_pct": list(QUOTAS_PCT), "period_us": QUOTA_PERIOD_US, "step_s": QUOTA_STEP_S,
+            "repetitions": QUOTA_REPETITIONS, "start_per_pct": QUOTA_START_PER_PCT, "bisections": QUOTA_BISECTIONS,
+            "stock": {"start": STOCK_START, "bisections": STOCK_BISECTIONS}, "headroom_required": HEADROOM,
+            "agree_within": ladder.AGREE_WITHIN}
+
+
+COMPONENTS = ("load balancer", "DNS server", "generator")
+
+
+def quota_summary(runs, order, settings=None):
     """The runs, and per quota: each configuration's limits with their spread, the ratio homelab.edge / the
-    seed's fix per repetition, each load balancer's service demand regressed over the steps that held and
-    the capacity computed from it against the ladder's."""
+    seed's fix per repetition, each component's service demand (CPU-seconds per answered query, regressed over
+    the steps that held; CPU 0's softirq too), the capacity computed from the load balancer's against the
+    ladder's, and the least headroom of the generator and the DNS server at the failing steps."""
+    settings = settings or quota_settings()
     by_quota = {}
-    for pct in QUOTAS_PCT:
+    for pct in settings["quotas_pct"]:
         here = [r for r in runs if r["quota_pct"] == pct]
         if not here:
             continue
@@ -463,18 +476,30 @@ def quota_summary(runs, order):
             mine = [r for r in here if r["config"] == name]
             valid = [r for r in mine if not r["limit"]["invalid_at"] and r["limit"]["holds_at"] is not None]
             held = [s for r in mine for s in r["steps"] if s["holds"]]
-            demand = ladder.service_demand([(s["answered"], s["cpu_s"].get("load balancer")) for s in held])
-            softirq = ladder.service_demand([(s["answered"], sum(s["softirq_s"].values())) for s in held])
+            demand = dict((c, ladder.service_demand([(s["answered"], s["cpu_s"].get(c)) for s in held]))
+                          for c in COMPONENTS)
+            demand["softirq (CPU 0)"] = ladder.service_demand(
+                [(s["answered"], sum((s.get("softirq_s") or {}).values())) for s in held])
+            lb = demand["load balancer"]
             holds = ladder.spread([r["limit"]["holds_at"] for r in valid])
             fails = ladder.spread([r["limit"]["fails_at"] for r in valid])
+            bound = sorted(set(str(r["limit"]["bound_by"]) for r in valid))
             # a capacity from CPU demand says something only where the quota is what ran out
-            cpu_bound = bool(valid) and all((r["limit"]["bound_by"] or "").startswith("CPU (load balancer")
-                                            for r in valid)
-            agree = ladder.capacity_agrees(pct / 100.0, demand["per_query_s"] if demand else None, holds["median"],
-                                           fails["median"]) if cpu_bound else None
+            cpu_bound = bool(valid) and all(b.startswith("CPU (load balancer") for b in bound)
+            walls = [s["wall_s"] for s in held if s.get("wall_s")]
+            fixed = lb["fixed_s"] / (sum(walls) / len(walls)) if lb and walls and lb["fixed_s"] > 0 else 0.0
+            agree = ladder.capacity_agrees(pct / 100.0, lb["per_query_s"] if lb else None, holds["median"],
+                                           fails["median"], fixed) if cpu_bound else None
+            if agree:
+                agree["fixed_cores"] = round(fixed, 4)
+            rooms = [r["limit"].get("headroom") or {} for r in valid]
+            least = dict((c, min([h[c] for h in rooms if h.get(c) is not None] or [None], key=lambda v: v or 0))
+                         for c in ("generator", "DNS server"))
             out[name] = {"holds_at": holds, "fails_at": fails, "valid_repetitions": len(valid),
-                         "repetitions": len(mine), "bound_by": sorted(set(r["limit"]["bound_by"] for r in valid)),
-                         "service_demand": demand, "softirq_demand": softirq, "capacity_from_demand": agree,
+                         "repetitions": len(mine), "bound_by": bound, "service_demand": demand,
+                         "capacity_from_demand": agree, "least_headroom": least,
+                         "headroom_enough": all(v is not None and v >= settings["headroom_required"]
+                                                for v in least.values()),
                          "whole_core_computed_qps": round(holds["median"] * 100.0 / pct)
                          if cpu_bound and holds["median"] else None}
         seed, edge = base.CONFIGS[1][0], base.CONFIGS[2][0]
@@ -484,42 +509,69 @@ def quota_summary(runs, order):
                           and not r["limit"]["invalid_at"]), None) for rep in range(1, len(order) + 1)]
         out["ratio homelab.edge / seed's fix"] = ladder.ratios(per_rep(edge), per_rep(seed))
         by_quota["%g" % pct] = out
-    return {"quotas_pct": list(QUOTAS_PCT), "period_us": QUOTA_PERIOD_US, "step_s": QUOTA_STEP_S,
-            "repetitions": QUOTA_REPETITIONS, "orders": order, "start_per_pct": QUOTA_START_PER_PCT,
-            "bisections": QUOTA_BISECTIONS, "stock": {"start": STOCK_START, "bisections": STOCK_BISECTIONS},
-            "headroom_required": HEADROOM, "agree_within": ladder.AGREE_WITHIN, "by_quota": by_quota, "runs": runs}
+    return dict(settings, orders=order, by_quota=by_quota, runs=runs)
 
 
 def quota_table(q):
     out = ["each load balancer held to a CPU quota (%d us period) on CPU 0 with the DNS server; generator and probes on "
-           "CPU 1; %d-s steps; highest rate held (q/s), median [min-max] of the valid repetitions" % (
-               q["period_us"], q["step_s"])]
+           "CPU 1; %d-s steps; highest rate held (q/s), median [min-max] of the valid repetitions; each repetition: "
+           "held/failed, what ran out, share of periods throttled and the headroom (computed: available / used) of "
+           "the generator and the DNS server at the failing step" % (q["period_us"], q["step_s"])]
     for pct, per in sorted(q["by_quota"].items(), key=lambda kv: float(kv[0])):
-        out.append("quota %s %%:" % pct)
+        out.append("quota %s %% (%d us of %d):" % (pct, q["period_us"] * float(pct) / 100, q["period_us"]))
         for name, cluster, port in base.CONFIGS:
             c = per[name]
             h, d = c["holds_at"], c["service_demand"]
             reps = [r for r in q["runs"] if r["quota_pct"] == float(pct) and r["config"] == name]
             out.append("  %-13s holds at %s [%s-%s] (%d of %d valid); each: %s" % (
                 name, h["median"], h["min"], h["max"], c["valid_repetitions"], c["repetitions"],
-                ", ".join("%s/%s %s throttled %s headroom gen %s dns %s" % (
+                "; ".join("%s/%s %s, throttled %s, headroom %s / %s" % (
                     r["limit"]["holds_at"], r["limit"]["fails_at"], r["limit"].get("bound_by"),
                     r["limit"].get("throttled_share"), (r["limit"].get("headroom") or {}).get("generator"),
                     (r["limit"].get("headroom") or {}).get("DNS server")) for r in reps)))
-            if d and c["capacity_from_demand"] is None:
-                out.append("  %-13s service demand %.1f us/query; no capacity computed: not bound by its quota (%s)" % (
-                    "", d["per_query_s"] * 1e6, ", ".join(c["bound_by"])))
-            elif d:
-                a = c["capacity_from_demand"]
-                out.append("  %-13s service demand %.1f us/query (load balancer's cgroup, %d steps held); computed "
-                           "capacity %s q/s: %s the ladder's; whole core computed: %s q/s" % (
-                               "", d["per_query_s"] * 1e6, d["points"], a["computed_qps"],
-                               "agrees with" if a["agrees"] else "DISAGREES with", c["whole_core_computed_qps"]))
+            out.append("  %-13s service demand, us per answered query (regressed over the steps held): %s" % (
+                "", ", ".join("%s %s" % (k, "-" if not v else "%.1f (%d steps)" % (v["per_query_s"] * 1e6, v["points"]))
+                              for k, v in sorted(d.items()))))
+            a = c["capacity_from_demand"]
+            if a is None:
+                out.append("  %-13s no capacity computed: not bound by its quota (%s)" % ("", ", ".join(c["bound_by"])))
+            else:
+                out.append("  %-13s capacity computed from the load balancer's demand, (quota - %.1f %% fixed) / demand: "
+                           "%s q/s, %s the ladder's; a whole core, computed (median x 100 / %s): %s q/s" % (
+                               "", 100 * a.get("fixed_cores", 0), a["computed_qps"],
+                               "agrees with" if a["agrees"] else "DISAGREES with", pct, c["whole_core_computed_qps"]))
+            out.append("  %-13s least headroom: generator %s, DNS server %s (%s)" % (
+                "", c["least_headroom"]["generator"], c["least_headroom"]["DNS server"],
+                "at least %dx" % q["headroom_required"] if c["headroom_enough"] else
+                "UNDER %dx" % q["headroom_required"]))
         r = per["ratio homelab.edge / seed's fix"]
-        out.append("  ratio homelab.edge / seed's fix: median %s [%s-%s] over %d repetitions (%s)" % (
-            None if r["median"] is None else round(r["median"], 3), r["min"] and round(r["min"], 3),
-            r["max"] and round(r["max"], 3), r["n"], r["each"]))
+        out.append("  ratio homelab.edge / seed's fix (highest rate held, per repetition): median %s [%s-%s] over %d "
+                   "repetitions (%s)" % (None if r["median"] is None else round(r["median"], 3),
+                                         r["min"] and round(r["min"], 3), r["max"] and round(r["max"], 3), r["n"],
+                                         r["each"]))
     return out
+
+
+def quota_report(path):
+    """The quota summary and table computed again from a saved result's runs (its own settings), saved beside
+    the run's own as "quota_report" / "quota_report_table" with the commit that computed them."""
+    with open(path) as f:
+        result = json.load(f)
+    q = result["quota"]
+    settings = dict((k, q[k]) for k in quota_settings() if k in q)
+    report = quota_summary(q["runs"], q["orders"], dict(quota_settings(), **settings))
+    report.pop("runs")
+    report["computed_by"] = {"commit": git_commit(), "date": time.strftime("%FT%T%z"),
+                             "from": "the runs saved in this file"}
+    result["quota_report"], result["quota_report_table"] = report, quota_table(dict(report, runs=q["runs"]))
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    for line in result["quota_report_table"]:
+        print(line)
+
+
+def git_commit():
+    return subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 SLOW = {"key": "slow", "delay_s": SLOW_DELAY_S, "rates": SLOW_RATES, "step_s": SLOW_STEP_S, "pool": SLOW_POOL,
@@ -650,14 +702,15 @@ def lowrate_part(client, result, save=None):
 
 
 def main():
+    if sys.argv[1:2] == ["report"]:
+        return quota_report(sys.argv[2])
     parts = sys.argv[1:] or ["ladder", "slow", "lowrate"]  # quota: by name only (about 80 minutes)
     client = docker.from_env()
     dnsgen.compiled_binary()  # refuses a generator of other sources before anything starts
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                           "docker": client.version()["Version"], "k3d": k3d.k3d("version").stdout.split("\n")[0],
                           "kernel": platform.release(), "cpu_model": base.cpu_model(), "dnsgen": dnsgen.go_sources_hash(),
-                          "date": time.strftime("%FT%T%z"), "commit": subprocess.run(
-                              ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()}}
+                          "date": time.strftime("%FT%T%z"), "commit": git_commit()}}
     os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
     path = os.path.join(ROOT, "benchmarks", "results", "k3d_ladder-%s.json" % time.strftime("%Y%m%dT%H%M%S"))
 

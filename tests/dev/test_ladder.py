@@ -193,6 +193,9 @@ def test_a_computed_capacity_agrees_only_near_the_ladder():
     assert ladder.capacity_agrees(0.1, 50e-6, 1000, 1125)["agrees"] is False  # 2,000 q/s computed
     assert ladder.capacity_agrees(0.1, 200e-6, 1000, 1125)["agrees"] is False  # 500
     assert ladder.capacity_agrees(0.1, None, 1000, 1125) == {"computed_qps": None, "agrees": False}
+    # 2 % of a core goes to the probes whatever the rate: 8 % left for the queries
+    assert ladder.capacity_agrees(0.1, 80e-6, 1000, 1125, fixed_cores=0.02) == {"computed_qps": 1000, "agrees": True}
+    assert ladder.capacity_agrees(0.1, 80e-6, 1000, 1125)["computed_qps"] == 1250
 
 
 def test_headroom_is_available_over_used():

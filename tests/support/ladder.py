@@ -182,12 +182,14 @@ def service_demand(points):
 AGREE_WITHIN = 0.25  # a capacity computed from service demand agrees with the ladder within this share
 
 
-def capacity_agrees(cores, per_query_s, holds_at, fails_at):
-    """The capacity `cores` of CPU serve at `per_query_s` each (computed: cores / per_query_s), and whether it
-    agrees with the ladder: inside [holds_at x (1 - AGREE_WITHIN), fails_at x (1 + AGREE_WITHIN)]."""
+def capacity_agrees(cores, per_query_s, holds_at, fails_at, fixed_cores=0.0):
+    """The capacity `cores` of CPU serve at `per_query_s` each, after `fixed_cores` of it go to work that does not
+    grow with the queries (the regression's intercept over the step's wall time: the probes' connections, nginx's
+    own timers) - computed: (cores - fixed_cores) / per_query_s - and whether it agrees with the ladder: inside
+    [holds_at x (1 - AGREE_WITHIN), fails_at x (1 + AGREE_WITHIN)]."""
     if not (_figure(cores) and _figure(per_query_s) and per_query_s > 0 and _figure(holds_at)):
         return {"computed_qps": None, "agrees": False}
-    cap = cores / per_query_s
+    cap = max(0.0, cores - (fixed_cores if _figure(fixed_cores) else 0.0)) / per_query_s
     high = (fails_at if _figure(fails_at) else holds_at) * (1 + AGREE_WITHIN)
     return {"computed_qps": round(cap), "agrees": holds_at * (1 - AGREE_WITHIN) <= cap <= high}
 
