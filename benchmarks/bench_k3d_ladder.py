@@ -56,6 +56,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,7 @@ QUOTAS_PCT, QUOTA_PERIOD_US, QUOTA_STEP_S, QUOTA_REPETITIONS = (5, 7.5, 10), 200
 QUOTA_START_PER_PCT, QUOTA_BISECTIONS = 80, 4  # the fixes' first rate: 80 q/s per % of a core; 4 halvings after
 STOCK_START, STOCK_BISECTIONS = 20, 1  # stock runs out of connections (512 sessions of 600 s each), not CPU
 HEADROOM = 5  # the generator and the DNS server: at least 5x the CPU they used at each fix's first failing step
+DEMAND_PER_PCT = (20, 40)  # the service demand's own steps, before each quota's ladders: q/s per % of a core
 CGROUP_CPU = "/sys/fs/cgroup/cpu/docker/%s/cpu.stat"  # cgroup v1 (this machine kind); v2 below
 CGROUP2_CPU = "/sys/fs/cgroup/system.slice/docker-%s.scope/cpu.stat"
 SLOWDNS = os.path.join(ROOT, "tests", "support", "slowdns.py")
@@ -119,6 +121,16 @@ def forget(addresses, baseline, bound_s=20):
     while conntrack_count() > baseline + 100 and time.time() - t0 < bound_s:
         time.sleep(0.5)
     return conntrack_count()
+
+
+def lab_addresses(client):
+    """The addresses of the benchmark's clusters' load balancers and server nodes."""
+    out = []
+    for name, cluster, port in base.CONFIGS:
+        for c in (k3d.lb_name(cluster), k3d.server_name(cluster)):
+            with contextlib.suppress(docker.errors.NotFound):
+                out.append(base.address(client.containers.get(c)))
+    return [a for a in out if a]
 
 
 def dnsmasq_pids(server):
@@ -173,33 +185,82 @@ def throttling(container):
     return None
 
 
-def softirq_s(cpus):
-    """Seconds each CPU has spent in softirq (receive processing among it), from /proc/stat."""
+STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq")
+
+
+def cpu_times(cpus):
+    """Seconds each CPU has spent in each state (/proc/stat: user, nice, system, idle, iowait, irq, softirq). This
+    kernel samples them by tick (no IRQ time accounting): softirq run by ksoftirqd counts as system time, softirq
+    run in a task's context may count to that task (and its cgroup) too - they overlap the cgroups' figures."""
     out = {}
     with open("/proc/stat") as f:
         for line in f:
             name = line.split(" ", 1)[0]
             if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
-                out[int(name[3:])] = int(line.split()[7]) / float(os.sysconf("SC_CLK_TCK"))
+                fields = line.split()[1:1 + len(STAT_COLUMNS)]
+                out[int(name[3:])] = dict((k, int(v) / float(os.sysconf("SC_CLK_TCK")))
+                                          for k, v in zip(STAT_COLUMNS, fields))
     return out
+
+
+def ksoftirqd_pids(cpus):
+    """The kernel threads that run each CPU's softirq when it falls behind (their time is system time here)."""
+    names = set("ksoftirqd/%d" % c for c in cpus)
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and _comm(d) in names]
+
+
+def _comm(pid):
+    try:
+        with open("/proc/%s/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def veth_peer(pid):
+    """The host's device at the other end of a container's eth0 (its @ifN), by the process `pid` in it."""
+    out = subprocess.run(["nsenter", "-t", str(pid), "-n", "ip", "-o", "link", "show", "eth0"], capture_output=True,
+                         text=True, check=True).stdout
+    index = re.search(r"eth0@if(\d+)", out).group(1)
+    for dev in os.listdir("/sys/class/net"):
+        with open("/sys/class/net/%s/ifindex" % dev) as f:
+            if f.read().strip() == index:
+                return dev
+    raise RuntimeError("no device with ifindex %s on this host (the peer of %s's eth0)" % (index, pid))
+
+
+STEERED = {}  # host device -> its rps_cpus before steer_receive wrote it (restored by unsteer)
 
 
 def steer_receive(containers, cpus):
     """Receive processing of each container's traffic steered to `cpus` (RPS on both ends of its veth pair): the
-    packets the generator sends from CPU 1 are processed on the system's CPU, not charged to the generator's."""
+    packets the generator sends from CPU 1 are processed on the system's CPU, not charged to the generator's.
+    Returns {end: mask} of what it wrote; the host ends are restored by unsteer()."""
     mask = "%x" % sum(1 << c for c in cpus)
+    wrote = {}
     for c in containers:
-        pid = str(node_pid(c))
-        peer = subprocess.run(["nsenter", "-t", pid, "-n", "cat", "/sys/class/net/eth0/iflink"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        host_dev = next(d for d in os.listdir("/sys/class/net")
-                        if open("/sys/class/net/%s/ifindex" % d).read().strip() == peer)
-        with open("/sys/class/net/%s/queues/rx-0/rps_cpus" % host_dev, "w") as f:
+        pid = node_pid(c)
+        dev = veth_peer(pid)
+        path = "/sys/class/net/%s/queues/rx-0/rps_cpus" % dev
+        with open(path) as f:
+            STEERED.setdefault(dev, f.read().strip())
+        with open(path, "w") as f:
             f.write(mask)
         # the container's end: its own sysfs, mounted in a private mount namespace inside its network namespace
-        subprocess.run(["nsenter", "-t", pid, "-n", "unshare", "-m", "sh", "-c",
+        subprocess.run(["nsenter", "-t", str(pid), "-n", "unshare", "-m", "sh", "-c",
                         "mount -t sysfs sysfs /sys && echo %s > /sys/class/net/eth0/queues/rx-0/rps_cpus" % mask],
                        capture_output=True, text=True, check=True)
+        wrote.update({dev: mask, "%s:eth0" % c.name: mask})
+    return wrote
+
+
+def unsteer():
+    """Every host end steer_receive wrote back to what it was (a device gone with its container is skipped)."""
+    for dev, old in sorted(STEERED.items()):
+        with contextlib.suppress(OSError):
+            with open("/sys/class/net/%s/queues/rx-0/rps_cpus" % dev, "w") as f:
+                f.write(old)
+    STEERED.clear()
 
 
 def clusters_up(client, pin):
@@ -232,20 +293,21 @@ def load_step(client, name, cluster, rate, seconds, pin, baseline, timeout=TIMEO
     marks = [("start", time.time())]
     lbc = None if name == "direct" else base.fresh(client, cluster)
     marks.append(("restart", time.time()))
-    if steer and lbc is not None:
-        steer_receive([lbc], steer)  # a restarted container has a new veth pair
+    steered = steer_receive([lbc], steer) if steer and lbc is not None else None  # a restarted one has a new veth
     server_ip = base.address(server)
     target = server_ip if lbc is None else base.address(lbc)
     tcp = None if lbc is None else [(target, 443), (target, 6443)]
-    conntrack0 = forget([target, server_ip], baseline)
+    # every lab container's address: a step of another configuration just before left its entries too
+    conntrack0 = forget(sorted(set([target, server_ip] + lab_addresses(client))), baseline)
     marks.append(("forget", time.time()))
     dnsmasq, extra = dnsmasq_pids(server), [slow] if slow else []  # the slow responder runs outside the node's cgroup
     parts = {"load balancer": lbc}
     before = dict((k, base.container_cpu_s(c)) for k, c in parts.items() if c is not None)
     node0, dnsmasq0, extra0 = base.container_cpu_s(server), base.pids_cpu_s(dnsmasq), base.pids_cpu_s(extra)
     throttled0 = throttling(lbc) if lbc is not None else None
-    system = sorted(pin["system"]) if pin else list(range(os.cpu_count()))
-    softirq0 = softirq_s(system)
+    every = list(range(os.cpu_count()))
+    times0, ksoft = cpu_times(every), ksoftirqd_pids(every)
+    ksoft0 = base.pids_cpu_s(ksoft)
     prober = probes.OpenLoopProber(tcp, interval=0.25) if tcp else None
     if prober:
         prober.start()
@@ -260,7 +322,12 @@ def load_step(client, name, cluster, rate, seconds, pin, baseline, timeout=TIMEO
     used["TLS endpoints (k3s stand-in)"] = max(0.0, base.container_cpu_s(server) - node0 - in_dnsmasq)
     used["generator"] = r["generator_cpu_s"]
     r["cpu_s"] = dict((k, round(v, 3)) for k, v in used.items())
-    r["softirq_s"] = dict((str(c), round(v - softirq0.get(c, 0), 3)) for c, v in softirq_s(system).items())
+    times1 = cpu_times(every)
+    r["cpu_times_s"] = dict((str(c), dict((k, round(times1[c][k] - times0[c][k], 3)) for k in STAT_COLUMNS))
+                            for c in every if c in times0 and c in times1)
+    r["softirq_s"] = dict((c, t["softirq"]) for c, t in r["cpu_times_s"].items())
+    r["ksoftirqd_cpu_s"] = round(base.pids_cpu_s(ksoft) - ksoft0, 3)
+    r["steered"] = steered
     throttled1 = throttling(lbc) if lbc is not None else None
     r["throttling"] = dict((k, round(throttled1[k] - throttled0[k], 3)) for k in throttled1) if throttled1 else None
     r["alerts"] = probes.count_in_logs(lbc, probes.NOT_ENOUGH, t0) if lbc is not None else 0
@@ -399,16 +466,33 @@ def quota_limit_facts(lim, steps, pct, pin):
     if at is None:
         lim.update(bound_by=None, throttled_share=None, headroom=None)
         return lim
-    quota = pct / 100.0
-    cpus = dict(cpus_of(pin), **{"load balancer": quota})
+    cpus = dict(cpus_of(pin), **{"load balancer": pct / 100.0})
     t = at.get("throttling") or {}
     lim["bound_by"] = ladder.bound_by(at, cpus)
     lim["throttled_share"] = round(t["nr_throttled"] / float(t["nr_periods"]), 3) if t.get("nr_periods") else None
-    lim["headroom"] = {
-        "generator": ladder.headroom(1.0, at["cpu_s"].get("generator"), at["seconds"]),
-        "DNS server": ladder.headroom(1.0 - quota, at["cpu_s"].get("DNS server"), at["seconds"])}
-    lim["headroom"] = dict((k, None if v is None else round(v, 1)) for k, v in lim["headroom"].items())
+    lim["headroom"] = headroom_at(at, pin)
     return lim
+
+
+def headroom_at(step, pin):
+    """How many times its use at `step` the generator and the DNS server could carry (computed from the step's own
+    figures): the DNS server what it used plus its CPU's idle time; the generator what it used plus its CPU's idle
+    time, at most the share its validity allows (dnsgen.COMPILED_MAX_CPU_SHARE of the step)."""
+    times, wall = step.get("cpu_times_s") or {}, step.get("wall_s") or 0
+    sys_cpu, gen_cpu = [str(c) for c in sorted(pin["system"])], [str(c) for c in sorted(pin["generator"])]
+    idle = dict((k, sum((times.get(c) or {}).get("idle", 0) for c in cpus)) for k, cpus in
+                (("DNS server", sys_cpu), ("generator", gen_cpu)))
+    used = dict((k, step["cpu_s"].get(k)) for k in ("DNS server", "generator"))
+    out = {}
+    for k in used:
+        if not used[k] or not wall:
+            out[k] = None
+            continue
+        available = used[k] + idle[k]
+        if k == "generator":
+            available = min(available, dnsgen.COMPILED_MAX_CPU_SHARE * wall * len(gen_cpu))
+        out[k] = round(ladder.headroom(available / wall, used[k], wall), 1)
+    return out
 
 
 def quota_part(client, result, save):
@@ -417,16 +501,29 @@ def quota_part(client, result, save):
     pin = base.pinning()
     if not pin:
         raise SystemExit("the quota ladders need two CPUs: one for the system under test, one for the generator")
-    runs, order = [], ladder.alternating([n for n, c, p in base.CONFIGS[1:]], [base.CONFIGS[0][0]], QUOTA_REPETITIONS)
+    runs, demand, order = [], [], ladder.alternating([n for n, c, p in base.CONFIGS[1:]], [base.CONFIGS[0][0]],
+                                                     QUOTA_REPETITIONS)
     clusters = dict((n, c) for n, c, p in base.CONFIGS)
     clusters_up(client, pin)
     try:
-        steer_receive([client.containers.get(k3d.server_name(c)) for n, c, p in base.CONFIGS], pin["system"])
+        result["quota_setup"] = {
+            "pinning": dict((k, sorted(v)) for k, v in pin.items()), "live_settings": base.live_settings(
+                client, base.CONFIGS), "steered_nodes": steer_receive(
+                    [client.containers.get(k3d.server_name(c)) for n, c, p in base.CONFIGS], pin["system"])}
         baseline = conntrack_count()  # with the clusters up: their own traffic is no leftover of a step
         for pct in QUOTAS_PCT:
             for name, cluster, port in base.CONFIGS:
                 client.containers.get(k3d.lb_name(cluster)).update(
                     cpu_period=QUOTA_PERIOD_US, cpu_quota=int(QUOTA_PERIOD_US * pct / 100))
+            # the service demand's own points: each fix well below its limit (the ladders' steps near the limit
+            # run throttled, where the CPU used is the quota whatever the queries)
+            for name in order[0][:2]:
+                for per_pct in DEMAND_PER_PCT:
+                    r = load_step(client, name, clusters[name], int(per_pct * pct), QUOTA_STEP_S, pin, baseline,
+                                  steer=pin["system"])
+                    say(r, " (demand) throttled %s of %s periods" % (
+                        (r["throttling"] or {}).get("nr_throttled"), (r["throttling"] or {}).get("nr_periods")))
+                    demand.append(dict(r, quota_pct=pct))
             for rep, names in enumerate(order, 1):
                 print("quota %g %%, repetition %d: %s" % (pct, rep, ", ".join(names)), flush=True)
                 for name in names:
@@ -439,14 +536,15 @@ def quota_part(client, result, save):
                         name, pct, lim["holds_at"], lim["fails_at"], lim["bound_by"], lim["throttled_share"],
                         lim["headroom"]), flush=True)
                     runs.append({"quota_pct": pct, "repetition": rep, "config": name, "limit": lim, "steps": steps})
-                    result["quota"] = quota_summary(runs, order)
+                    result["quota"] = quota_summary(runs, order, demand_steps=demand)
                     save()
     finally:
+        unsteer()
         for name, cluster, port in base.CONFIGS:
             with contextlib.suppress(docker.errors.APIError):
                 client.containers.get(k3d.lb_name(cluster)).update(cpu_period=100000, cpu_quota=-1)
         clusters_down()
-    result["quota"] = quota_summary(runs, order)
+    result["quota"] = quota_summary(runs, order, demand_steps=demand)
     result["quota_table"] = quota_table(result["quota"])
 
 
@@ -454,13 +552,14 @@ def quota_settings():
     return {"quotas_pct": list(QUOTAS_PCT), "period_us": QUOTA_PERIOD_US, "step_s": QUOTA_STEP_S,
             "repetitions": QUOTA_REPETITIONS, "start_per_pct": QUOTA_START_PER_PCT, "bisections": QUOTA_BISECTIONS,
             "stock": {"start": STOCK_START, "bisections": STOCK_BISECTIONS}, "headroom_required": HEADROOM,
-            "agree_within": ladder.AGREE_WITHIN}
+            "agree_within": ladder.AGREE_WITHIN, "demand_per_pct": list(DEMAND_PER_PCT),
+            "unsaturated_throttled": ladder.UNSATURATED_THROTTLED}
 
 
 COMPONENTS = ("load balancer", "DNS server", "generator")
 
 
-def quota_summary(runs, order, settings=None):
+def quota_summary(runs, order, settings=None, demand_steps=()):
     """The runs, and per quota: each configuration's limits with their spread, the ratio homelab.edge / the
     seed's fix per repetition, each component's service demand (CPU-seconds per answered query, regressed over
     the steps that held; CPU 0's softirq too), the capacity computed from the load balancer's against the
@@ -474,14 +573,16 @@ def quota_summary(runs, order, settings=None):
         out = {}
         for name, cluster, port in base.CONFIGS:
             mine = [r for r in here if r["config"] == name]
-            valid = [r for r in mine if not r["limit"]["invalid_at"] and r["limit"]["holds_at"] is not None]
-            held = [s for r in mine for s in r["steps"] if s["holds"]]
+            valid = [r for r in mine if not r["limit"]["invalid_at"]]  # a ladder that held nothing: limit 0
+            held = [s for r in mine for s in r["steps"] if ladder.unsaturated(s) and s["valid"]] + [
+                s for s in demand_steps if s["quota_pct"] == pct and s["config"] == name and ladder.unsaturated(s)
+                and s["valid"]]
             demand = dict((c, ladder.service_demand([(s["answered"], s["cpu_s"].get(c)) for s in held]))
                           for c in COMPONENTS)
             demand["softirq (CPU 0)"] = ladder.service_demand(
                 [(s["answered"], sum((s.get("softirq_s") or {}).values())) for s in held])
             lb = demand["load balancer"]
-            holds = ladder.spread([r["limit"]["holds_at"] for r in valid])
+            holds = ladder.spread([r["limit"]["holds_at"] or 0 for r in valid])
             fails = ladder.spread([r["limit"]["fails_at"] for r in valid])
             bound = sorted(set(str(r["limit"]["bound_by"]) for r in valid))
             # a capacity from CPU demand says something only where the quota is what ran out
@@ -509,7 +610,7 @@ def quota_summary(runs, order, settings=None):
                           and not r["limit"]["invalid_at"]), None) for rep in range(1, len(order) + 1)]
         out["ratio homelab.edge / seed's fix"] = ladder.ratios(per_rep(edge), per_rep(seed))
         by_quota["%g" % pct] = out
-    return dict(settings, orders=order, by_quota=by_quota, runs=runs)
+    return dict(settings, orders=order, by_quota=by_quota, runs=runs, demand_steps=list(demand_steps))
 
 
 def quota_table(q):
@@ -529,7 +630,7 @@ def quota_table(q):
                     r["limit"]["holds_at"], r["limit"]["fails_at"], r["limit"].get("bound_by"),
                     r["limit"].get("throttled_share"), (r["limit"].get("headroom") or {}).get("generator"),
                     (r["limit"].get("headroom") or {}).get("DNS server")) for r in reps)))
-            out.append("  %-13s service demand, us per answered query (regressed over the steps held): %s" % (
+            out.append("  %-13s service demand, us per answered query (regressed over the steps held below saturation): %s" % (
                 "", ", ".join("%s %s" % (k, "-" if not v else "%.1f (%d steps)" % (v["per_query_s"] * 1e6, v["points"]))
                               for k, v in sorted(d.items()))))
             a = c["capacity_from_demand"]
@@ -559,8 +660,9 @@ def quota_report(path):
         result = json.load(f)
     q = result["quota"]
     settings = dict((k, q[k]) for k in quota_settings() if k in q)
-    report = quota_summary(q["runs"], q["orders"], dict(quota_settings(), **settings))
+    report = quota_summary(q["runs"], q["orders"], dict(quota_settings(), **settings), q.get("demand_steps", ()))
     report.pop("runs")
+    report.pop("demand_steps")
     report["computed_by"] = {"commit": git_commit(), "date": time.strftime("%FT%T%z"),
                              "from": "the runs saved in this file"}
     result["quota_report"], result["quota_report_table"] = report, quota_table(dict(report, runs=q["runs"]))
@@ -580,8 +682,10 @@ SLOW = {"key": "slow", "delay_s": SLOW_DELAY_S, "rates": SLOW_RATES, "step_s": S
 # offers with room to spare: each answer 4 s late (under homelab.edge's 5-s UDP timeout, so both fixes can answer)
 # holds a session of 2 connections 4 s, and 4,096 connections per worker / (2 x 4 s) = 512 q/s per worker (computed);
 # homelab.edge's budget (1,024 sessions: 50 % of 4,096 / 2) caps DNS at 1,024 / 4 = 256 q/s (computed) and keeps
-# the rest for HTTPS and the API. 1,536 q/s x 4.3 s holds about 6,600 of the generator's 8,192 sockets
-SEPARATION = {"key": "separation", "delay_s": 4.0, "rates": (128, 256, 512, 1024, 1536), "step_s": 5, "pool": 8192,
+# the rest for HTTPS and the API. The rates fall between those figures (on one, noise decides), each step 10 s (at
+# least twice the delay: the sessions reach their steady count). 1,536 q/s x 4.3 s holds about 6,600 of the
+# generator's 8,192 sockets
+SEPARATION = {"key": "separation", "delay_s": 4.0, "rates": (192, 384, 768, 1536), "step_s": 10, "pool": 8192,
               "timeout_s": 4.3, "repetitions": 3}
 
 
@@ -595,6 +699,7 @@ def slow_part(client, result, save=None, plan=None):
     clusters = dict((n, c) for n, c, p in base.CONFIGS)
     clusters_up(client, pin)
     baseline = conntrack_count()  # with the clusters up: their own traffic is no leftover of a step
+    live = base.live_settings(client, base.CONFIGS[1:])
     try:
         for rep, names in enumerate(order, 1):
             for name in names:
@@ -603,7 +708,8 @@ def slow_part(client, result, save=None, plan=None):
                     with slow_upstream(server, plan["delay_s"], pin["system"] if pin else None) as slow_pid:
                         r = load_step(client, name, clusters[name], rate, plan["step_s"], pin, baseline,
                                       timeout=plan["timeout_s"], slow=slow_pid, pool=plan["pool"])
-                    workers[name] = nginx_workers(client.containers.get(k3d.lb_name(clusters[name])))
+                    r["nginx_workers"] = nginx_workers(client.containers.get(k3d.lb_name(clusters[name])))
+                    workers.setdefault(name, []).append(r["nginx_workers"])
                     r["repetition"] = rep
                     r["answered_share"] = round(r["answered"] / float(r["sent"]), 4) if r["sent"] else None
                     p = r["probes"]
@@ -612,15 +718,16 @@ def slow_part(client, result, save=None, plan=None):
                     say(r)
                 if save:
                     result[plan["key"]] = dict(((k, list(v) if isinstance(v, tuple) else v) for k, v in plan.items()),
-                                               steps=steps, nginx_workers=workers)
+                                               steps=steps, nginx_workers=workers, live_settings=live)
                     save()
     finally:
         clusters_down()
     result[plan["key"]] = dict(((k, list(v) if isinstance(v, tuple) else v) for k, v in plan.items()), steps=steps,
-                               nginx_workers=workers)
+                               nginx_workers=workers, live_settings=live)
     out = ["DNS server %.1f s slow: DNS answered of sent; HTTPS+API probes ok of planned; 'not enough' lines "
-           "(%d s at each rate; invalid: the generator was not); nginx workers %s" % (
-               plan["delay_s"], plan["step_s"], json.dumps(workers, sort_keys=True)),
+           "(%d s at each rate; invalid: the generator was not); nginx workers %s; live %s" % (
+               plan["delay_s"], plan["step_s"], json.dumps(dict((k, sorted(set(v))) for k, v in workers.items()),
+                                                           sort_keys=True), json.dumps(live, sort_keys=True)),
            "  %-13s | %s" % ("", " | ".join("%22s" % ("%d q/s" % r) for r in plan["rates"]))]
     for rep in range(1, plan["repetitions"] + 1):
         for name, cluster, port in base.CONFIGS[1:]:

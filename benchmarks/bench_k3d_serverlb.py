@@ -293,12 +293,7 @@ def dns_part(client, result):
                 r.update(config=name, path="published", dns_server="hung (SIGSTOP)")
                 hung_steps.append(r)
                 say_step(name + " hung", "published", r)
-        live = {}
-        for name, cluster, base in CONFIGS:
-            c = client.containers.get(k3d.lb_name(cluster))
-            rep = k3d_config.report(c.name, cluster, k3d_config.parse_live(lb_check.read(c, k3d_container.NGINX_CONF)), None)
-            live[name] = {"worker_connections": rep["worker_connections"], "udp_timeout_s": rep["udp_timeout"],
-                          "udp_session_budget": rep["udp_session_budget"]}
+        live = live_settings(client, CONFIGS)
     finally:
         os.sched_setaffinity(0, set(range(os.cpu_count())))
         set_affinity(engine_pids(), set(range(os.cpu_count())))
@@ -397,6 +392,19 @@ def role_part(client, result):
     result["role_seconds"] = timing
     result["no_change_16_over_no_change_1"] = round(timing[16]["no_change"] / timing[1]["no_change"], 2)
     result["diagnose_16_over_diagnose_1"] = round(timing[16]["diagnose_after"] / timing[1]["diagnose_after"], 2)
+
+
+def live_settings(client, configs):
+    """What each configuration's nginx runs with, read from its live nginx.conf: worker_connections, the UDP
+    timeout and the UDP session budget (the figures a computed limit rests on)."""
+    live = {}
+    for name, cluster, dummy in configs:
+        c = client.containers.get(k3d.lb_name(cluster))
+        rep = k3d_config.report(c.name, cluster, k3d_config.parse_live(lb_check.read(c, k3d_container.NGINX_CONF)),
+                                None)
+        live[name] = {"worker_connections": rep["worker_connections"], "udp_timeout_s": rep["udp_timeout"],
+                      "udp_session_budget": rep["udp_session_budget"]}
+    return live
 
 
 def cpu_model():

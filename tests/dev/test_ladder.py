@@ -209,3 +209,12 @@ def test_alternating_orders_never_run_one_twice_in_a_row():
     assert orders == [["seed", "edge", "stock"], ["edge", "seed", "stock"], ["seed", "edge", "stock"]]
     flat = [n for o in orders for n in o]
     assert all(a != b for a, b in zip(flat, flat[1:]))
+    assert ladder.alternating(["seed", "edge"], [], 3) == [["seed", "edge"], ["edge", "seed"], ["seed", "edge"]]
+
+
+def test_only_a_step_held_below_saturation_is_a_demand_point():
+    assert ladder.unsaturated(good(holds=True, throttling={"nr_periods": 1000, "nr_throttled": 49}))
+    assert not ladder.unsaturated(good(holds=True, throttling={"nr_periods": 1000, "nr_throttled": 50}))
+    assert not ladder.unsaturated(good(holds=False, throttling={"nr_periods": 1000, "nr_throttled": 0}))
+    assert not ladder.unsaturated(good(holds=True, throttling=None))
+    assert not ladder.unsaturated(good(holds=True, throttling={"nr_periods": 0, "nr_throttled": 0}))

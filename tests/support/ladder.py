@@ -148,6 +148,18 @@ def orders(configs, repetitions, seed):
     return out
 
 
+UNSATURATED_THROTTLED = 0.05  # a step where the quota throttled under this share of periods: below saturation
+
+
+def unsaturated(step):
+    """A step that held with its load balancer rarely throttled: a point of the service-demand regression (at
+    saturation its CPU is the quota, whatever the queries)."""
+    t = step.get("throttling") or {}
+    periods, throttled = t.get("nr_periods"), t.get("nr_throttled")
+    return bool(step.get("holds")) and _figure(periods) and periods > 0 and _figure(throttled) and \
+        throttled < UNSATURATED_THROTTLED * periods
+
+
 def spread(values):
     """{"median", "min", "max", "n"} of the figures given (None and non-figures left out); the median of an even
     count is the mean of the middle two, never the more favourable one."""
@@ -204,8 +216,9 @@ def headroom(available_cores, used_cpu_s, wall_s):
 
 
 def alternating(pair, others, repetitions):
-    """ABAB: the pair's two configurations alternate which goes first, repetition by repetition (A B, B A, A B,
-    ...), the others after them; no configuration runs twice in a row."""
+    """The pair's two configurations interleaved, alternating which goes first repetition by repetition (A B,
+    B A, A B: ABBA, counterbalanced against drift), the others after them. With others, no configuration runs
+    twice in a row; without, the pair's second runs twice at each turn (A B B A)."""
     out = []
     for rep in range(repetitions):
         first = list(pair) if rep % 2 == 0 else list(reversed(pair))
