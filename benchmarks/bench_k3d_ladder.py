@@ -44,11 +44,15 @@ SCHED_FIFO; the clusters and the engine on the others). Three parts:
    4,096 / (2 x 4 s) = 512 q/s per nginx worker (computed), homelab.edge's
    UDP budget drops DNS above 1,024 / 4 s = 256 q/s (computed) and keeps
    HTTPS and the API; three repetitions, alternating.
+6. cost (by name only; about 35 minutes): where homelab.edge's CPU goes -
+   homelab.edge against itself without its UDP budget (the shared-memory
+   zone both workers lock for each session) and with the seed's 10-s UDP
+   timeout, ladders at 5 % of CPU 0 as in the quota part.
 
 Prints and saves JSON with machine info to benchmarks/results/. Traffic goes
 only to the lab's own containers.
 
-  bench_k3d_ladder.py [ladder] [slow] [lowrate] [quota] [separation]     (the first three without arguments)
+  bench_k3d_ladder.py [ladder] [slow] [lowrate] [quota] [separation] [cost]     (the first three without arguments)
   bench_k3d_ladder.py report FILE     the quota summary computed again from FILE's saved runs
 """
 import calendar
@@ -70,6 +74,8 @@ ROOT = os.path.abspath(os.path.join(HERE, ".."))
 sys.path[:0] = [HERE, os.path.join(ROOT, "lab"), os.path.join(ROOT, "tests", "support"),
                 os.path.join(ROOT, "plugins")]
 import bench_k3d_serverlb as base  # noqa: E402  (the clusters, their configuration, CPU and pinning)
+import lb_check  # noqa: E402
+from module_utils.k3d_serverlb import container as k3d_container  # noqa: E402
 import dnsgen  # noqa: E402
 import k3d  # noqa: E402
 import ladder  # noqa: E402
@@ -124,12 +130,12 @@ def forget(addresses, baseline, bound_s=20):
 
 
 def lab_addresses(client):
-    """The addresses of the benchmark's clusters' load balancers and server nodes."""
+    """The addresses of the benchmark's clusters' load balancers and server nodes (every cluster it made: their
+    names start with "b")."""
     out = []
-    for name, cluster, port in base.CONFIGS:
-        for c in (k3d.lb_name(cluster), k3d.server_name(cluster)):
-            with contextlib.suppress(docker.errors.NotFound):
-                out.append(base.address(client.containers.get(c)))
+    for c in client.containers.list(filters={"name": "k3d-b"}):
+        with contextlib.suppress(docker.errors.NotFound, StopIteration):
+            out.append(base.address(c))
     return [a for a in out if a]
 
 
@@ -548,6 +554,82 @@ def quota_part(client, result, save):
     result["quota_table"] = quota_table(result["quota"])
 
 
+# cost: where homelab.edge's CPU goes, against itself with one part taken out, at one quota (the budget's shared
+# memory zone: a lock both nginx workers take for each UDP session; the 5-s timeout against the seed's 10 s)
+COST_PCT, COST_REPETITIONS = 5, 3
+COST_VARIANTS = (("homelab.edge", "bfix", 41200, None),
+                 ("homelab.edge, no budget", "bnobud", 41800, "no budget"),
+                 ("homelab.edge, 10-s timeout", "bto10", 41900, "10-s timeout"))
+
+
+def variant_template(text, change):
+    """homelab.edge's confd template with one part changed: "no budget" drops the limit_conn lines (zone and
+    limits), "10-s timeout" gives its UDP (dns) servers the seed's 10-s proxy_timeout."""
+    if change == "no budget":
+        out = "".join(line for line in text.splitlines(True) if "limit_conn" not in line)
+    elif change == "10-s timeout":
+        out = text.replace("    proxy_timeout 5s;\n", "    proxy_timeout 10s;\n")
+    else:
+        raise ValueError(change)
+    if out == text:
+        raise RuntimeError("the template has no %s part to change" % change)
+    return out
+
+
+def cost_part(client, result, save):
+    """homelab.edge and each variant (COST_VARIANTS), ladders at COST_PCT of CPU 0 as in the quota part,
+    COST_REPETITIONS repetitions in a rotating order."""
+    pin = base.pinning()
+    if not pin:
+        raise SystemExit("the cost ladders need two CPUs")
+    names = [v[0] for v in COST_VARIANTS]
+    order = [names[i:] + names[:i] for i in range(COST_REPETITIONS)]
+    for name, cluster, port, change in COST_VARIANTS:
+        k3d.create(cluster, port)
+    runs = []
+    try:
+        for name, cluster, port, change in COST_VARIANTS:
+            k3d.wait_serving(client, cluster)
+        base.apply_role([v[1] for v in COST_VARIANTS], keeper=False)
+        for name, cluster, port, change in COST_VARIANTS:
+            c = client.containers.get(k3d.lb_name(cluster))
+            if change:
+                k3d_container.replace_file(c, k3d_container.TEMPLATE_PATH, variant_template(
+                    lb_check.read(c, k3d_container.TEMPLATE_PATH), change))
+                k3d_container.render(c, 30)
+            base.pin_system([c, client.containers.get(k3d.server_name(cluster))], [], pin["system"])
+            c.update(cpu_period=QUOTA_PERIOD_US, cpu_quota=int(QUOTA_PERIOD_US * COST_PCT / 100))
+        os.sched_setaffinity(0, pin["generator"])
+        base.set_affinity(base.engine_pids(), pin["system"])
+        result["cost_setup"] = {"live_settings": base.live_settings(client, [v[:3] for v in COST_VARIANTS]),
+                                "steered_nodes": steer_receive([client.containers.get(k3d.server_name(v[1]))
+                                                                for v in COST_VARIANTS], pin["system"])}
+        baseline = conntrack_count()
+        clusters = dict((v[0], v[1]) for v in COST_VARIANTS)
+        for rep, names_ in enumerate(order, 1):
+            print("cost at %d %%, repetition %d: %s" % (COST_PCT, rep, ", ".join(names_)), flush=True)
+            for name in names_:
+                lim, steps = one_ladder(client, name, clusters[name], QUOTA_START_PER_PCT * COST_PCT,
+                                        QUOTA_BISECTIONS, pin, baseline, pin["system"])
+                quota_limit_facts(lim, steps, COST_PCT, pin)
+                print("  %s: holds at %s q/s, fails at %s q/s (%s; throttled %s)" % (
+                    name, lim["holds_at"], lim["fails_at"], lim["bound_by"], lim["throttled_share"]), flush=True)
+                runs.append({"repetition": rep, "config": name, "limit": lim, "steps": steps})
+                result["cost"] = {"quota_pct": COST_PCT, "orders": order, "runs": runs}
+                save()
+    finally:
+        unsteer()
+        os.sched_setaffinity(0, set(range(os.cpu_count())))
+        base.set_affinity(base.engine_pids(), set(range(os.cpu_count())))
+        k3d.delete(*[v[1] for v in COST_VARIANTS])
+    table = ["homelab.edge against itself with one part changed, each load balancer at %d %% of CPU 0: highest rate "
+             "held (q/s) per repetition, median" % COST_PCT]
+    for name in names:
+        held = [r["limit"]["holds_at"] or 0 for r in runs if r["config"] == name and not r["limit"]["invalid_at"]]
+        table.append("  %-28s %s; median %s" % (name, held, ladder.spread(held)["median"]))
+    result["cost_table"] = table
+
+
 def quota_settings():
     return {"quotas_pct": list(QUOTAS_PCT), "period_us": QUOTA_PERIOD_US, "step_s": QUOTA_STEP_S,
             "repetitions": QUOTA_REPETITIONS, "start_per_pct": QUOTA_START_PER_PCT, "bisections": QUOTA_BISECTIONS,
@@ -825,11 +907,11 @@ def main():
         with open(path, "w") as f:
             json.dump(result, f, indent=1)
     for name, part in (("lowrate", lowrate_part), ("ladder", ladder_part), ("slow", slow_part),
-                       ("quota", quota_part), ("separation", separation_part)):
+                       ("quota", quota_part), ("separation", separation_part), ("cost", cost_part)):
         if name in parts:
             part(client, result, save)
             save()
-    for key in ("ladder_table", "slow_table", "lowrate_table", "quota_table", "separation_table"):
+    for key in ("ladder_table", "slow_table", "lowrate_table", "quota_table", "separation_table", "cost_table"):
         for line in result.get(key, []):
             print(line)
     print("saved %s" % path)

@@ -9,7 +9,8 @@ import re
 from .conftest import ROOT
 
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
-TABLES = ("dns_tables", "ladder_table", "slow_table", "lowrate_table", "wedge_table")  # what the benchmarks save as they print it
+TABLES = ("dns_tables", "ladder_table", "slow_table", "lowrate_table", "wedge_table", "quota_table", "quota_report_table",
+          "separation_table", "cost_table")  # what the benchmarks save as they print it
 
 
 def blocks(text):
