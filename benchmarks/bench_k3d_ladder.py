@@ -556,10 +556,12 @@ def quota_part(client, result, save):
 
 # cost: where homelab.edge's CPU goes, against itself with one part taken out, at one quota (the budget's shared
 # memory zone: a lock both nginx workers take for each UDP session; the 5-s timeout against the seed's 10 s)
-COST_PCT, COST_REPETITIONS = 5, 3
+COST_PCT = 5
 COST_VARIANTS = (("homelab.edge", "bfix", 41200, None),
                  ("homelab.edge, no budget", "bnobud", 41800, "no budget"),
                  ("homelab.edge, 10-s timeout", "bto10", 41900, "10-s timeout"))
+COST_RUN = os.environ.get("BENCH_COST_VARIANTS", "homelab.edge|homelab.edge, no budget|homelab.edge, 10-s timeout")
+COST_REPETITIONS = int(os.environ.get("BENCH_COST_REPETITIONS", "3"))
 
 
 def variant_template(text, change):
@@ -577,21 +579,23 @@ def variant_template(text, change):
 
 
 def cost_part(client, result, save):
-    """homelab.edge and each variant (COST_VARIANTS), ladders at COST_PCT of CPU 0 as in the quota part,
-    COST_REPETITIONS repetitions in a rotating order."""
+    """homelab.edge and each variant (COST_VARIANTS; BENCH_COST_VARIANTS names those to run, "|" between),
+    ladders at COST_PCT of CPU 0 as in the quota part, COST_REPETITIONS (BENCH_COST_REPETITIONS) repetitions in
+    a rotating order."""
     pin = base.pinning()
     if not pin:
         raise SystemExit("the cost ladders need two CPUs")
-    names = [v[0] for v in COST_VARIANTS]
+    variants = [v for v in COST_VARIANTS if v[0] in COST_RUN.split("|")]
+    names = [v[0] for v in variants]
     order = [names[i:] + names[:i] for i in range(COST_REPETITIONS)]
-    for name, cluster, port, change in COST_VARIANTS:
+    for name, cluster, port, change in variants:
         k3d.create(cluster, port)
     runs = []
     try:
-        for name, cluster, port, change in COST_VARIANTS:
+        for name, cluster, port, change in variants:
             k3d.wait_serving(client, cluster)
-        base.apply_role([v[1] for v in COST_VARIANTS], keeper=False)
-        for name, cluster, port, change in COST_VARIANTS:
+        base.apply_role([v[1] for v in variants], keeper=False)
+        for name, cluster, port, change in variants:
             c = client.containers.get(k3d.lb_name(cluster))
             if change:
                 k3d_container.replace_file(c, k3d_container.TEMPLATE_PATH, variant_template(
@@ -601,11 +605,11 @@ def cost_part(client, result, save):
             c.update(cpu_period=QUOTA_PERIOD_US, cpu_quota=int(QUOTA_PERIOD_US * COST_PCT / 100))
         os.sched_setaffinity(0, pin["generator"])
         base.set_affinity(base.engine_pids(), pin["system"])
-        result["cost_setup"] = {"live_settings": base.live_settings(client, [v[:3] for v in COST_VARIANTS]),
+        result["cost_setup"] = {"live_settings": base.live_settings(client, [v[:3] for v in variants]),
                                 "steered_nodes": steer_receive([client.containers.get(k3d.server_name(v[1]))
-                                                                for v in COST_VARIANTS], pin["system"])}
+                                                                for v in variants], pin["system"])}
         baseline = conntrack_count()
-        clusters = dict((v[0], v[1]) for v in COST_VARIANTS)
+        clusters = dict((v[0], v[1]) for v in variants)
         for rep, names_ in enumerate(order, 1):
             print("cost at %d %%, repetition %d: %s" % (COST_PCT, rep, ", ".join(names_)), flush=True)
             for name in names_:
@@ -615,13 +619,14 @@ def cost_part(client, result, save):
                 print("  %s: holds at %s q/s, fails at %s q/s (%s; throttled %s)" % (
                     name, lim["holds_at"], lim["fails_at"], lim["bound_by"], lim["throttled_share"]), flush=True)
                 runs.append({"repetition": rep, "config": name, "limit": lim, "steps": steps})
-                result["cost"] = {"quota_pct": COST_PCT, "orders": order, "runs": runs}
+                result["cost"] = {"quota_pct": COST_PCT, "orders": order, "repetitions": COST_REPETITIONS,
+                                  "variants": names, "runs": runs}
                 save()
     finally:
         unsteer()
         os.sched_setaffinity(0, set(range(os.cpu_count())))
         base.set_affinity(base.engine_pids(), set(range(os.cpu_count())))
-        k3d.delete(*[v[1] for v in COST_VARIANTS])
+        k3d.delete(*[v[1] for v in variants])
     table = ["homelab.edge against itself with one part changed, each load balancer at %d %% of CPU 0: highest rate "
              "held (q/s) per repetition, median" % COST_PCT]
     for name in names:
