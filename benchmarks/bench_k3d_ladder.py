@@ -672,14 +672,19 @@ def quota_summary(runs, order, settings=None, demand_steps=()):
             holds = ladder.spread([r["limit"]["holds_at"] or 0 for r in valid])
             fails = ladder.spread([r["limit"]["fails_at"] for r in valid])
             bound = sorted(set(str(r["limit"]["bound_by"]) for r in valid))
-            # a capacity from CPU demand says something only where the quota is what ran out
-            cpu_bound = bool(valid) and all(b.startswith("CPU (load balancer") for b in bound)
+            # a capacity from CPU demand says something only where the quota is what ran out: it is set against
+            # the repetitions that ran out of CPU (the others failed on latency or connections first)
+            on_cpu = [r for r in valid if str(r["limit"]["bound_by"]).startswith("CPU (load balancer")]
+            cpu_bound = bool(on_cpu)
             walls = [s["wall_s"] for s in held if s.get("wall_s")]
             fixed = lb["fixed_s"] / (sum(walls) / len(walls)) if lb and walls and lb["fixed_s"] > 0 else 0.0
-            agree = ladder.capacity_agrees(pct / 100.0, lb["per_query_s"] if lb else None, holds["median"],
-                                           fails["median"], fixed) if cpu_bound else None
+            agree = ladder.capacity_agrees(pct / 100.0, lb["per_query_s"] if lb else None,
+                                           ladder.spread([r["limit"]["holds_at"] for r in on_cpu])["median"],
+                                           ladder.spread([r["limit"]["fails_at"] for r in on_cpu])["median"],
+                                           fixed) if cpu_bound else None
             if agree:
-                agree["fixed_cores"] = round(fixed, 4)
+                agree.update(fixed_cores=round(fixed, 4), against_repetitions=len(on_cpu))
+            agree_on = ladder.spread([r["limit"]["holds_at"] for r in on_cpu])["median"]
             rooms = [r["limit"].get("headroom") or {} for r in valid]
             least = dict((c, min([h[c] for h in rooms if h.get(c) is not None] or [None], key=lambda v: v or 0))
                          for c in ("generator", "DNS server"))
@@ -688,8 +693,7 @@ def quota_summary(runs, order, settings=None, demand_steps=()):
                          "capacity_from_demand": agree, "least_headroom": least,
                          "headroom_enough": all(v is not None and v >= settings["headroom_required"]
                                                 for v in least.values()),
-                         "whole_core_computed_qps": round(holds["median"] * 100.0 / pct)
-                         if cpu_bound and holds["median"] else None}
+                         "whole_core_computed_qps": round(agree_on * 100.0 / pct) if agree_on else None}
         seed, edge = base.CONFIGS[1][0], base.CONFIGS[2][0]
 
         def per_rep(name):
@@ -725,9 +729,12 @@ def quota_table(q):
                 out.append("  %-13s no capacity computed: not bound by its quota (%s)" % ("", ", ".join(c["bound_by"])))
             else:
                 out.append("  %-13s capacity computed from the load balancer's demand, (quota - %.1f %% fixed) / demand: "
-                           "%s q/s, %s the ladder's; a whole core, computed (median x 100 / %s): %s q/s" % (
+                           "%s q/s, %s the ladder's in the %d repetition(s) that ran out of CPU" % (
                                "", 100 * a.get("fixed_cores", 0), a["computed_qps"],
-                               "agrees with" if a["agrees"] else "DISAGREES with", pct, c["whole_core_computed_qps"]))
+                               "agrees with" if a["agrees"] else "DISAGREES with", a.get("against_repetitions", 0)))
+            if c["whole_core_computed_qps"]:
+                out.append("  %-13s a whole core, computed (the CPU-bound repetitions' median x 100 / %s): %s q/s" % (
+                    "", pct, c["whole_core_computed_qps"]))
             out.append("  %-13s least headroom: generator %s, DNS server %s (%s)" % (
                 "", c["least_headroom"]["generator"], c["least_headroom"]["DNS server"],
                 "at least %dx" % q["headroom_required"] if c["headroom_enough"] else
