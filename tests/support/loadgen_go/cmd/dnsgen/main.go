@@ -48,8 +48,8 @@ type Output struct {
 	Answered       int            `json:"answered"`
 	Unanswered     int            `json:"unanswered"`    // out, and no answer within the timeout
 	WrongReplies   int            `json:"wrong_replies"` // of those: a reply that was no answer
-	StaleReplies   int            `json:"stale_replies"` // replies to no query in flight on their socket: late ones
-	StrayReplies   int            `json:"stray_replies"` // of those: while another query was in flight on it
+	StaleReplies   int            `json:"stale_replies"` // replies that answer no query in flight on their socket (late ones)
+	StrayReplies   int            `json:"stray_replies"` // of those: the socket had another query in flight (a reused port)
 	StoppedAtBound bool           `json:"stopped_at_bound"`
 	SendS          float64        `json:"send_s"`
 	WallS          float64        `json:"wall_s"`
