@@ -466,6 +466,26 @@ MUTATIONS = {
         "        if len(on) > 1 and sum(used[c] for c in on)",
         "        if len(on) > 99 and sum(used[c] for c in on)",
         "tests/dev/test_ladder.py::test_a_cpu_run_out_by_two_components_together_is_named"),
+    "ladder: the median of an even count takes the higher of the middle two (the favourable)": (
+        "tests/support/ladder.py",
+        "    med = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2.0",
+        "    med = xs[mid]",
+        "tests/dev/test_ladder.py::test_spread_takes_the_middle_not_the_favourable"),
+    "ladder: a throttled (saturated) step taken as a service-demand point": (
+        "tests/support/ladder.py",
+        "        throttled < UNSATURATED_THROTTLED * periods",
+        "        throttled <= periods",
+        "tests/dev/test_ladder.py::test_only_a_step_held_below_saturation_is_a_demand_point"),
+    "ladder: a capacity from demand keeps the work that does not grow with the queries": (
+        "tests/support/ladder.py",
+        "    cap = max(0.0, cores - (fixed_cores if _figure(fixed_cores) else 0.0)) / per_query_s",
+        "    cap = cores / per_query_s",
+        "tests/dev/test_ladder.py::test_a_computed_capacity_agrees_only_near_the_ladder"),
+    "generator: a late reply on a reused source port counted as the new query's answer": (
+        "tests/support/loadgen_go/cmd/dnsgen/run.go",
+        "	if q < 0 || !ok || id != r.ids[k] {",
+        "	if q < 0 || !ok {",
+        "tests/dev/test_loadgen.py::test_the_go_module_vets_and_its_unit_tests_pass"),
 
 }
 
