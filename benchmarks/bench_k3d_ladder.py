@@ -387,25 +387,10 @@ def ladder_part(client, result, save=None):
             print("repetition %d: %s" % (rep, ", ".join(order)), flush=True)
             for name in order:
                 cluster = dict((n, c) for n, c, p in CONFIGS)[name]
-                tried, steps = [], []
-                rate = ladder.next_rate(tried, START, ceiling=ceiling)
-                while rate is not None and len(steps) < 20:
-                    # a step where the generator itself was not valid says nothing: tried again (at most
-                    # RETRIES times, each from a restarted load balancer); every attempt is kept
-                    for attempt in range(1 + RETRIES):
-                        r = load_step(client, name, cluster, rate, STEP_S, pin, baseline)
-                        r["attempt"] = attempt + 1
-                        say(r)
-                        steps.append(r)
-                        if r["holds"] is not None:
-                            break
-                    tried.append((rate, r["holds"]))
-                    rate = ladder.next_rate(tried, START, ceiling=ceiling)
-                lim = ladder.limit(tried)
+                lim, steps = one_ladder(client, name, cluster, START, pin, baseline, STEP_S, ceiling=ceiling)
                 at = next((s for s in steps if s["rate"] == lim["fails_at"] and s["holds"] is False), None)
                 lim["bound_by"] = ladder.bound_by(at, cpus_of(pin)) if at else None
                 lim["cpu_s_at_failure"] = at["cpu_s"] if at else None
-                lim["invalid_at"] = next((rt for rt, h in tried if h is None), None)
                 lim["invalid_attempts"] = sum(1 for s in steps if s["holds"] is None)
                 print("  %s: holds at %s q/s, fails at %s q/s (%s)%s" % (
                     name, lim["holds_at"], lim["fails_at"], lim["bound_by"],
@@ -444,30 +429,34 @@ def ladder_table(runs):
     return out
 
 
-def one_ladder(client, name, cluster, start, bisections, pin, baseline, steer, ceiling=None):
-    """A configuration's ladder at the current quota: rising x2 from `start`, then `bisections` halvings; a step
-    where the generator was not valid is tried again (RETRIES), every attempt kept. Returns (limit, steps)."""
+def one_ladder(client, name, cluster, start, pin, baseline, step_s, bisections=ladder.BISECTIONS, steer=None,
+               ceiling=None):
+    """A configuration's ladder: rising x2 from `start`, then `bisections` halvings, `step_s` per step; a step
+    where the generator itself was not valid says nothing and is tried again (at most RETRIES times, each from a
+    restarted load balancer), every attempt kept. Returns (limit with "invalid_at": the rate where every attempt
+    was invalid, steps)."""
     tried, steps = [], []
     rate = ladder.next_rate(tried, start, bisections=bisections, ceiling=ceiling)
     while rate is not None and len(steps) < 20:
         for attempt in range(1 + RETRIES):
-            r = load_step(client, name, cluster, rate, QUOTA_STEP_S, pin, baseline, steer=steer)
+            r = load_step(client, name, cluster, rate, step_s, pin, baseline, steer=steer)
             r["attempt"] = attempt + 1
-            say(r, " throttled %s of %s periods" % (
-                (r["throttling"] or {}).get("nr_throttled"), (r["throttling"] or {}).get("nr_periods")))
+            t = r.get("throttling")
+            say(r, " throttled %s of %s periods" % (t.get("nr_throttled"), t.get("nr_periods")) if t else "")
             steps.append(r)
             if r["holds"] is not None:
                 break
         tried.append((rate, r["holds"]))
         rate = ladder.next_rate(tried, start, bisections=bisections, ceiling=ceiling)
-    return ladder.limit(tried), steps
+    lim = ladder.limit(tried)
+    lim["invalid_at"] = next((rt for rt, h in tried if h is None), None)
+    return lim, steps
 
 
 def quota_limit_facts(lim, steps, pct, pin):
     """What a ladder's limit rests on: what ran out at the lowest failing step, the share of periods throttled
     there, and the generator's and the DNS server's headroom there (computed: available / used)."""
     at = next((s for s in steps if s["rate"] == lim["fails_at"] and s["holds"] is False), None)
-    lim["invalid_at"] = next((s["rate"] for s in steps if s["holds"] is None and s["attempt"] == 1 + RETRIES), None)
     lim["invalid_attempts"] = sum(1 for s in steps if s["holds"] is None)
     if at is None:
         lim.update(bound_by=None, throttled_share=None, headroom=None)
@@ -535,8 +524,8 @@ def quota_part(client, result, save):
                 for name in names:
                     stock = name == base.CONFIGS[0][0]
                     lim, steps = one_ladder(client, name, clusters[name], STOCK_START if stock else QUOTA_START_PER_PCT
-                                            * pct, STOCK_BISECTIONS if stock else QUOTA_BISECTIONS, pin, baseline,
-                                            pin["system"])
+                                            * pct, pin, baseline, QUOTA_STEP_S, bisections=STOCK_BISECTIONS if stock
+                                            else QUOTA_BISECTIONS, steer=pin["system"])
                     quota_limit_facts(lim, steps, pct, pin)
                     print("  %s at %g %%: holds at %s q/s, fails at %s q/s (%s; throttled %s; headroom %s)" % (
                         name, pct, lim["holds_at"], lim["fails_at"], lim["bound_by"], lim["throttled_share"],
@@ -613,8 +602,8 @@ def cost_part(client, result, save):
         for rep, names_ in enumerate(order, 1):
             print("cost at %d %%, repetition %d: %s" % (COST_PCT, rep, ", ".join(names_)), flush=True)
             for name in names_:
-                lim, steps = one_ladder(client, name, clusters[name], QUOTA_START_PER_PCT * COST_PCT,
-                                        QUOTA_BISECTIONS, pin, baseline, pin["system"])
+                lim, steps = one_ladder(client, name, clusters[name], QUOTA_START_PER_PCT * COST_PCT, pin, baseline,
+                                        QUOTA_STEP_S, bisections=QUOTA_BISECTIONS, steer=pin["system"])
                 quota_limit_facts(lim, steps, COST_PCT, pin)
                 print("  %s: holds at %s q/s, fails at %s q/s (%s; throttled %s)" % (
                     name, lim["holds_at"], lim["fails_at"], lim["bound_by"], lim["throttled_share"]), flush=True)
