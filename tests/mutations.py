@@ -446,6 +446,17 @@ MUTATIONS = {
         "(math.floor(dns[\"seconds\"] / PROBE_INTERVAL_S) + 2))",
         "(math.floor(dns[\"seconds\"] / PROBE_INTERVAL_S) + 2) * 100)",
         "tests/dev/test_demo_proof.py::test_inputs_that_contradict_themselves_are_not_proved"),
+    "demo check: a hung-DNS row's rate not held to its load": (
+        "demo/proof.py",
+        '    return (hung_load_ok(m["dns"]) and m.get("rate") == m["dns"].get("rate")\n'
+        '            and rate_fits(m.get("rate"), m["dns"]))',
+        '    return hung_load_ok(m["dns"])',
+        "tests/dev/test_demo_proof.py::test_inputs_whose_figures_contradict_each_other_are_not_proved"),
+    "demo check: worker_connections beyond the open-file limit taken as held": (
+        "demo/proof.py",
+        "            and not k3d_capacity.beyond_open_files(m, min(files)))",
+        "            )",
+        "tests/dev/test_demo_proof.py::test_inputs_whose_figures_contradict_each_other_are_not_proved"),
     "demo check: a record of another checkout proved": (
         "demo/proof.py",
         '    if recorded["commit"] != here["commit"]:',
