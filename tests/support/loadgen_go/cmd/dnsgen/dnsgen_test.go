@@ -117,7 +117,7 @@ func TestAReplyToAnEarlierQueryOnTheSameSourcePortIsNoAnswer(t *testing.T) {
 			t.Fatalf("no free socket for query %d", q)
 		}
 		id := r.nextID(k)
-		r.sent(q, k, 0)
+		r.sent(q, k, int64(q)*1e6) // when due
 		return id
 	}
 	reply := func(id uint16) []byte {
