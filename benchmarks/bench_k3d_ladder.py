@@ -566,11 +566,21 @@ COST_REPETITIONS = int(os.environ.get("BENCH_COST_REPETITIONS", "3"))
 
 def variant_template(text, change):
     """homelab.edge's confd template with one part changed: "no budget" drops the limit_conn lines (zone and
-    limits), "10-s timeout" gives its UDP (dns) servers the seed's 10-s proxy_timeout."""
+    limits), "10-s timeout" gives its UDP (dns) servers the seed's 10-s proxy_timeout; issue 65's hypotheses, one
+    change each: "one worker" (worker_processes 1: no second worker to take the zone's lock on the same CPU), "zone
+    per worker" (the zone keyed by $pid: each worker its own node, no lock shared between them), "reuseport" (a UDP
+    socket per worker: the kernel spreads the datagrams, no worker woken for another's)."""
     if change == "no budget":
         out = "".join(line for line in text.splitlines(True) if "limit_conn" not in line)
     elif change == "10-s timeout":
         out = text.replace("    proxy_timeout 5s;\n", "    proxy_timeout 10s;\n")
+    elif change == "one worker":
+        out = text.replace("worker_processes auto;", "worker_processes 1;")
+    elif change == "zone per worker":
+        out = text.replace("limit_conn_zone $protocol zone=", "limit_conn_zone $pid zone=")
+    elif change == "reuseport":
+        out = text.replace('{{- if (eq $protocol "udp") }} udp{{- end -}};',
+                           '{{- if (eq $protocol "udp") }} udp reuseport{{- end -}};')
     else:
         raise ValueError(change)
     if out == text:
@@ -644,13 +654,18 @@ def cost_part(client, result, save):
 # 3,000 q/s x 2 x 30 s = 180,000 stays under this machine's 262,144 entries
 CPU_CONFIGS = (("stock", "bstock", 41000, None), ("seed's fix", "bseed", 41100, None),
                ("homelab.edge", "bfix", 41200, None), ("homelab.edge, no budget", "bnobud", 41800, "no budget"))
+# the hypotheses, each homelab.edge with one change (variant_template), run by name (BENCH_CPU_CONFIGS)
+CPU_HYPOTHESES = (("homelab.edge, one worker", "bone", 42000, "one worker"),
+                  ("homelab.edge, zone per worker", "bzpw", 42100, "zone per worker"),
+                  ("homelab.edge, reuseport", "breuse", 42200, "reuseport"),
+                  ("homelab.edge, 10-s timeout", "bto10", 41900, "10-s timeout"))
 CPU_RUN = os.environ.get("BENCH_CPU_CONFIGS", "|".join(c[0] for c in CPU_CONFIGS))
 CPU_RATES = tuple(int(r) for r in os.environ.get("BENCH_CPU_RATES", "1000,2000,3000").split(","))
 CPU_STEP_S = float(os.environ.get("BENCH_CPU_STEP_S", "60"))
 CPU_REPETITIONS = int(os.environ.get("BENCH_CPU_REPETITIONS", "5"))
 CPU_TICK_S = float(os.environ.get("BENCH_CPU_TICK_S", "0"))  # the generator paced per query (no tick)
 CPU_PAIRS = (("homelab.edge", "seed's fix"), ("homelab.edge", "homelab.edge, no budget"),
-             ("homelab.edge, no budget", "seed's fix"))
+             ("homelab.edge, no budget", "seed's fix")) + tuple(("homelab.edge", h[0]) for h in CPU_HYPOTHESES)
 CPU_LB, CPU_REST = {0}, {1}
 PROFILE_CONFIGS = ("seed's fix", "homelab.edge", "homelab.edge, no budget")
 PROFILE_RATE, PROFILE_S, PROFILE_HZ = 3000, 20, 997
@@ -738,7 +753,7 @@ def cpu_part(client, result, save):
     then where it goes: perf profiles of CPU_LB under PROFILE_RATE for PROFILE_CONFIGS."""
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("the CPU part needs two CPUs: one for the load balancer, one for everything else")
-    configs = [c for c in CPU_CONFIGS if c[0] in CPU_RUN.split("|")]
+    configs = [c for c in CPU_CONFIGS + CPU_HYPOTHESES if c[0] in CPU_RUN.split("|")]
     names, clusters = [c[0] for c in configs], dict((c[0], c[1]) for c in configs)
     plan = cpu_order(names, CPU_RATES, CPU_REPETITIONS)
     steps, profiles = [], {}

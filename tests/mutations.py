@@ -492,6 +492,22 @@ MUTATIONS = {
         "    cap = max(0.0, cores - (fixed_cores if _figure(fixed_cores) else 0.0)) / per_query_s",
         "    cap = cores / per_query_s",
         "tests/dev/test_ladder.py::test_a_computed_capacity_agrees_only_near_the_ladder"),
+    "generator: an answer read after its query's timeout counted as in time": (
+        "tests/support/loadgen_go/cmd/dnsgen/run.go",
+        "	if t > r.sendAt[q]+int64(r.cfg.Timeout*1e9) {",
+        "	if false {",
+        "tests/dev/test_loadgen.py::test_the_go_module_vets_and_its_unit_tests_pass"),
+    "ladder: a CPU-per-query step counted while something else used the load balancer's CPU": (
+        "tests/support/ladder.py",
+        '    if _figure(step.get("disturbance_share")) and step["disturbance_share"] > MAX_DISTURBANCE:',
+        "    if False:",
+        "tests/dev/test_ladder.py::test_a_cpu_step_counts_only_when_the_generator_and_the_cpu_were_its_own"),
+    "ladder: the difference between configurations not paired by repetition": (
+        "tests/support/ladder.py",
+        "    reps = sorted(r for r in a if r in b and _figure(a[r]) and _figure(b[r]) and b[r] > 0)",
+        "    reps = sorted(r for r in a if r in b and _figure(a[r]) and _figure(b[r]) and b[r] > 0)\n"
+        "    b = dict(zip(reps, reversed([b[r] for r in reps])))",
+        "tests/dev/test_ladder.py::test_a_paired_difference_takes_out_what_drifts_between_repetitions"),
     "generator: a late reply on a reused source port counted as the new query's answer": (
         "tests/support/loadgen_go/cmd/dnsgen/run.go",
         "	if q < 0 || !ok || id != r.ids[k] {",
