@@ -696,7 +696,7 @@ def cpu_clusters_up(client, configs):
     base.set_affinity(base.engine_pids(), CPU_REST)
 
 
-def cpu_step(client, name, cluster, rate, seconds, baseline, tick=CPU_TICK_S, profile=None):
+def cpu_step(client, name, cluster, rate, seconds, baseline, tick=CPU_TICK_S, profile=None, binary=None):
     """One step: the configuration's load balancer moved alone onto CPU_LB, the lab's conntrack entries deleted,
     the generator on CPU_REST at `rate` for `seconds`; its cgroup's CPU, the DNS server's, both CPUs' busy time and
     the "not enough" lines over the run. `profile`: a perf.data path, CPU_LB sampled meanwhile (perf record -a)."""
@@ -716,7 +716,8 @@ def cpu_step(client, name, cluster, rate, seconds, baseline, tick=CPU_TICK_S, pr
         perf = subprocess.Popen(["perf", "record", "-q", "-a", "-C", ",".join(str(c) for c in sorted(CPU_LB)), "-e",
                                  "cpu-clock", "-F", str(PROFILE_HZ), "-g", "-o", profile, "--", "sleep",
                                  str(seconds + 1)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    r = dnsgen.run_compiled(target, [53, 1053], rate, seconds, timeout=TIMEOUT_S, cpus=CPU_REST, fifo=FIFO, tick=tick)
+    r = dnsgen.run_compiled(target, [53, 1053], rate, seconds, timeout=TIMEOUT_S, cpus=CPU_REST, fifo=FIFO, tick=tick,
+                            binary=binary)
     lb1, dns1, times1, t1 = base.container_cpu_s(lbc), base.pids_cpu_s(dnsmasq), cpu_times(every), time.time()
     if perf:
         perf.wait(seconds + 30)
@@ -758,6 +759,8 @@ def cpu_part(client, result, save):
     plan = cpu_order(names, CPU_RATES, CPU_REPETITIONS)
     steps, profiles = [], {}
     stamp = os.path.splitext(os.path.basename(result["path"]))[0]
+    # the build of these sources by its own name: the cache's link may be pointed at another checkout's meanwhile
+    binary = os.path.realpath(dnsgen.compiled_binary())
     cpu_clusters_up(client, configs)
     try:
         result["cpu_setup"] = {"live_settings": base.live_settings(client, [c[:3] for c in configs]),
@@ -767,7 +770,7 @@ def cpu_part(client, result, save):
         baseline = conntrack_count()
         for i, (rep, rate, name) in enumerate(plan, 1):
             for attempt in range(1 + RETRIES):
-                r = cpu_step(client, name, clusters[name], rate, CPU_STEP_S, baseline)
+                r = cpu_step(client, name, clusters[name], rate, CPU_STEP_S, baseline, binary=binary)
                 r.update(repetition=rep, attempt=attempt + 1)
                 steps.append(r)
                 print("  [%d/%d] rep %d %-24s %5d q/s: %s us/query (lb %.3f s, %d answered of %d), disturbance %.1f %%, "
@@ -784,7 +787,7 @@ def cpu_part(client, result, save):
             save()
         for name in [n for n in PROFILE_CONFIGS if n in names]:
             data = os.path.join(ROOT, "benchmarks", "results", "%s-profile-%s.data" % (stamp, slug(name)))
-            r = cpu_step(client, name, clusters[name], PROFILE_RATE, PROFILE_S, baseline, profile=data)
+            r = cpu_step(client, name, clusters[name], PROFILE_RATE, PROFILE_S, baseline, profile=data, binary=binary)
             profiles[name] = profile_files(data, name, stamp, r)
             print("  profile %s: %s" % (name, profiles[name]["svg"]), flush=True)
             result["cpu_profiles"] = profiles
