@@ -676,6 +676,37 @@ def busy_s(times):
     return sum(v for k, v in times.items() if k not in ("idle", "iowait"))
 
 
+ROOT_PERCPU = "/sys/fs/cgroup/cpuacct/cpuacct.usage_percpu"  # cgroup v1: every task's run time, per CPU, in ns
+WORKQUEUE_CPUMASK = "/sys/devices/virtual/workqueue/cpumask"  # where the kernel's unbound workqueues may run
+
+
+def percpu_run_s():
+    """Seconds every task (the root cgroup: all of them) has run on each CPU, from the scheduler's own clock. The
+    trial run showed /proc/stat's tick-sampled busy time off by up to half a step either way for work that wakes
+    for 50 us at a time, so a step's disturbance is read here."""
+    with open(ROOT_PERCPU) as f:
+        return dict((i, int(v) / 1e9) for i, v in enumerate(f.read().split()))
+
+
+@contextlib.contextmanager
+def unbound_work_on(cpus):
+    """The kernel's unbound workqueues (conntrack's garbage collection among them) kept to `cpus` meanwhile, put back
+    after; where the file cannot be written, as it is."""
+    old = None
+    with contextlib.suppress(OSError):
+        with open(WORKQUEUE_CPUMASK) as f:
+            old = f.read().strip()
+        with open(WORKQUEUE_CPUMASK, "w") as f:
+            f.write("%x" % sum(1 << c for c in cpus))
+    try:
+        yield old
+    finally:
+        if old:
+            with contextlib.suppress(OSError):
+                with open(WORKQUEUE_CPUMASK, "w") as f:
+                    f.write(old)
+
+
 def cpu_clusters_up(client, configs):
     """The clusters of `configs` (CPU_CONFIGS rows), each configured as its name says, every container on CPU_REST."""
     for name, cluster, port, change in configs:
@@ -710,7 +741,8 @@ def cpu_step(client, name, cluster, rate, seconds, baseline, tick=CPU_TICK_S, pr
     time.sleep(1)  # the move done, the CPU settled
     dnsmasq = dnsmasq_pids(server)
     every = sorted(CPU_LB | CPU_REST)
-    lb0, dns0, times0, t0 = base.container_cpu_s(lbc), base.pids_cpu_s(dnsmasq), cpu_times(every), time.time()
+    lb0, dns0, times0, run0, t0 = (base.container_cpu_s(lbc), base.pids_cpu_s(dnsmasq), cpu_times(every),
+                                   percpu_run_s(), time.time())
     perf = None
     if profile:
         perf = subprocess.Popen(["perf", "record", "-q", "-a", "-C", ",".join(str(c) for c in sorted(CPU_LB)), "-e",
@@ -718,16 +750,17 @@ def cpu_step(client, name, cluster, rate, seconds, baseline, tick=CPU_TICK_S, pr
                                  str(seconds + 1)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     r = dnsgen.run_compiled(target, [53, 1053], rate, seconds, timeout=TIMEOUT_S, cpus=CPU_REST, fifo=FIFO, tick=tick,
                             binary=binary)
-    lb1, dns1, times1, t1 = base.container_cpu_s(lbc), base.pids_cpu_s(dnsmasq), cpu_times(every), time.time()
+    lb1, dns1, times1, run1, t1 = (base.container_cpu_s(lbc), base.pids_cpu_s(dnsmasq), cpu_times(every),
+                                   percpu_run_s(), time.time())
     if perf:
         perf.wait(seconds + 30)
     lbc.update(cpuset_cpus=",".join(str(c) for c in sorted(CPU_REST)))
     wall = t1 - t0
-    lb_busy = sum(busy_s(times1[c]) - busy_s(times0[c]) for c in CPU_LB)
-    rest_busy = sum(busy_s(times1[c]) - busy_s(times0[c]) for c in CPU_REST)
+    lb_busy = sum(run1[c] - run0[c] for c in CPU_LB)
+    rest_busy = sum(run1[c] - run0[c] for c in CPU_REST)
     r.update(config=name, lb_cpu_s=round(lb1 - lb0, 4), dns_server_cpu_s=round(dns1 - dns0, 4),
-             measured_s=round(wall, 3), lb_cpu_busy_s=round(lb_busy, 3),
-             # what ran on the load balancer's CPU beside its cgroup (tick-sampled, so a little either way)
+             measured_s=round(wall, 3), lb_cpu_run_s=round(lb_busy, 4), other_cpu_run_s=round(rest_busy, 4),
+             # what ran on the load balancer's CPU beside its cgroup (every task's run time there, less its own)
              disturbance_share=round(max(0.0, lb_busy - (lb1 - lb0)) / wall, 4),
              other_cpu_busy_share=round(rest_busy / (wall * len(CPU_REST)), 4),
              cpu_times_s=dict((str(c), dict((k, round(times1[c][k] - times0[c][k], 3)) for k in STAT_COLUMNS))
@@ -762,8 +795,9 @@ def cpu_part(client, result, save):
     # the build of these sources by its own name: the cache's link may be pointed at another checkout's meanwhile
     binary = os.path.realpath(dnsgen.compiled_binary())
     cpu_clusters_up(client, configs)
+    unbound = unbound_work_on(CPU_REST)
     try:
-        result["cpu_setup"] = {"live_settings": base.live_settings(client, [c[:3] for c in configs]),
+        result["cpu_setup"] = {"workqueue_cpumask_before": unbound.__enter__(),  # put back in `finally`"live_settings": base.live_settings(client, [c[:3] for c in configs]),
                                "nginx_workers": dict((n, nginx_workers(client.containers.get(k3d.lb_name(c))))
                                                      for n, c in clusters.items()),
                                "cpus": {"load balancer": sorted(CPU_LB), "everything else": sorted(CPU_REST)}}
@@ -773,7 +807,7 @@ def cpu_part(client, result, save):
                 r = cpu_step(client, name, clusters[name], rate, CPU_STEP_S, baseline, binary=binary)
                 r.update(repetition=rep, attempt=attempt + 1)
                 steps.append(r)
-                print("  [%d/%d] rep %d %-24s %5d q/s: %s us/query (lb %.3f s, %d answered of %d), disturbance %.1f %%, "
+                print("  [%d/%d] rep %d %-24s %5d q/s: %s us/query (lb %.3f s, %d answered of %d), others on its CPU %.1f %%, "
                       "CPU %s busy %.1f %%, generator %.1f us/query, %d alerts%s" % (
                           i, len(plan), rep, name, rate, None if r["us_per_query"] is None else
                           round(r["us_per_query"], 2), r["lb_cpu_s"], r["answered"], r["sent"],
@@ -793,6 +827,7 @@ def cpu_part(client, result, save):
             result["cpu_profiles"] = profiles
             save()
     finally:
+        unbound.__exit__(None, None, None)
         os.sched_setaffinity(0, set(range(os.cpu_count())))
         base.set_affinity(base.engine_pids(), set(range(os.cpu_count())))
         k3d.delete(*clusters.values())
@@ -860,18 +895,18 @@ def profile_files(data, name, stamp, step):
     this machine's binaries)."""
     out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,ip,sym,dso"], capture_output=True, text=True,
                          check=False)
-    folded = flame.fold(out.stdout)
+    folded, idle = flame.busy(flame.fold(out.stdout))
     base_path = os.path.join(os.path.dirname(data), "%s-profile-%s" % (stamp, slug(name)))
     with open(base_path + ".folded", "w") as f:
         for stack, n in sorted(folded.items()):
             f.write("%s %d\n" % (stack, n))
     with open(base_path + ".svg", "w") as f:
-        f.write(flame.svg(folded, "%s: CPU %s under %d q/s, %d s (perf cpu-clock, %d Hz)" % (
-            name, ",".join(map(str, sorted(CPU_LB))), PROFILE_RATE, PROFILE_S, PROFILE_HZ)))
+        f.write(flame.svg(folded, "%s: CPU %s under %d q/s, %d s (perf cpu-clock, %d Hz; %d idle samples left out)" % (
+            name, ",".join(map(str, sorted(CPU_LB))), PROFILE_RATE, PROFILE_S, PROFILE_HZ, idle)))
     with contextlib.suppress(OSError):
         os.unlink(data)
     return {"svg": os.path.relpath(base_path + ".svg", ROOT), "folded": os.path.relpath(base_path + ".folded", ROOT),
-            "samples": sum(folded.values()), "functions": flame.shares(folded, "self", 25),
+            "samples": sum(folded.values()), "idle_samples": idle, "functions": flame.shares(folded, "self", 25),
             "inclusive": flame.shares(folded, "total", 40), "step": dict(
                 (k, step.get(k)) for k in ("rate", "answered", "sent", "lb_cpu_s", "us_per_query", "valid", "problems",
                                            "disturbance_share")), "perf_errors": out.stderr[-500:]}
@@ -884,8 +919,9 @@ def profile_table(profiles):
         for f, share in profiles[n]["functions"]:
             if f not in funcs:
                 funcs.append(f)
-    out = ["where CPU %s's time went under %d q/s (share of the samples spent in each function itself, %%; the "
-           "load balancer alone on that CPU), by configuration" % (",".join(map(str, sorted(CPU_LB))), PROFILE_RATE),
+    out = ["where CPU %s's busy time went under %d q/s (share of its busy samples spent in each function itself, %%; "
+           "the load balancer alone on that CPU; idle samples left out), by configuration"
+           % (",".join(map(str, sorted(CPU_LB))), PROFILE_RATE),
            "  %-44s | %s" % ("function", " | ".join("%12s" % n[:12] for n in names))]
     for f in funcs[:30]:
         cells = []
@@ -893,7 +929,8 @@ def profile_table(profiles):
             d = dict(profiles[n]["functions"])
             cells.append("%12s" % ("%.2f" % d[f] if f in d else "-"))
         out.append("  %-44s | %s" % (f[:44], " | ".join(cells)))
-    out.append("  %-44s | %s" % ("samples", " | ".join("%12d" % profiles[n]["samples"] for n in names)))
+    out.append("  %-44s | %s" % ("busy samples", " | ".join("%12d" % profiles[n]["samples"] for n in names)))
+    out.append("  %-44s | %s" % ("idle samples", " | ".join("%12d" % profiles[n]["idle_samples"] for n in names)))
     return out
 
 

@@ -56,3 +56,9 @@ def test_the_graph_is_svg_with_boxes_as_wide_as_their_samples():
         r'<title>(\S+) \(\d+ samples[^<]*</title><rect x="[\d.]+" y="\d+" width="([\d.]+)"', doc))
     assert spans["all"] == 1000 and spans["nginx"] == 750 and spans["udp_sendmsg"] == 500
     assert "default_idle" in doc and "&lt;test&gt;" in doc
+
+
+def test_idle_samples_are_set_apart():
+    work, idle = flame.busy(flame.fold(SCRIPT + "swapper \n\tffffffff8112 pv_native_safe_halt ([kernel.kallsyms])\n"))
+    assert idle == 2 and "swapper;default_idle" not in work  # the one in SCRIPT and the halt added
+    assert all(not k.endswith("pv_native_safe_halt") for k in work) and sum(work.values()) == 3

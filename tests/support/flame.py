@@ -45,6 +45,22 @@ def fold(text):
     return out
 
 
+# the idle loop's leaf frames: a CPU sampled with nothing to run (perf record -a samples it too)
+IDLE = ("pv_native_safe_halt", "native_safe_halt", "default_idle", "cpu_idle_poll", "intel_idle", "mwait_idle",
+        "acpi_idle_do_entry", "poll_idle")
+
+
+def busy(folded):
+    """(the stacks that did work, the idle samples): a stack whose leaf is the idle loop's waited for work."""
+    out, idle = {}, 0
+    for stack, n in folded.items():
+        if stack.rsplit(";", 1)[-1] in IDLE:
+            idle += n
+        else:
+            out[stack] = n
+    return out, idle
+
+
 def shares(folded, kind="self", top=20):
     """The functions with the largest share of the samples, in %: "self" counts a sample for its leaf frame only,
     "total" for every distinct frame on its stack (the time in a function and what it calls). [(name, share)],
