@@ -938,15 +938,15 @@ def profile_table(profiles):
     out = ["where CPU %s's busy time went under %d q/s (share of its busy samples spent in each function itself, %%; "
            "the load balancer alone on that CPU; idle samples left out), by configuration"
            % (",".join(map(str, sorted(CPU_LB))), PROFILE_RATE),
-           "  %-44s | %s" % ("function", " | ".join("%12s" % n[:12] for n in names))]
+           "  %-44s | %s" % ("function", " | ".join("%24s" % n[:24] for n in names))]
     for f in funcs[:30]:
         cells = []
         for n in names:
             d = dict(profiles[n]["functions"])
-            cells.append("%12s" % ("%.2f" % d[f] if f in d else "-"))
+            cells.append("%24s" % ("%.2f" % d[f] if f in d else "-"))
         out.append("  %-44s | %s" % (f[:44], " | ".join(cells)))
-    out.append("  %-44s | %s" % ("busy samples", " | ".join("%12d" % profiles[n]["samples"] for n in names)))
-    out.append("  %-44s | %s" % ("idle samples", " | ".join("%12d" % profiles[n]["idle_samples"] for n in names)))
+    out.append("  %-44s | %s" % ("busy samples", " | ".join("%24d" % profiles[n]["samples"] for n in names)))
+    out.append("  %-44s | %s" % ("idle samples", " | ".join("%24d" % profiles[n]["idle_samples"] for n in names)))
     return out
 
 
