@@ -52,7 +52,17 @@ SCHED_FIFO; the clusters and the engine on the others). Three parts:
 Prints and saves JSON with machine info to benchmarks/results/. Traffic goes
 only to the lab's own containers.
 
-  bench_k3d_ladder.py [ladder] [slow] [lowrate] [quota] [separation] [cost]     (the first three without arguments)
+7. cpu (by name only; about 75 minutes): what one DNS query costs each load
+   balancer (stock, the seed's fix, homelab.edge, homelab.edge without its
+   budget), each alone on CPU 0 and unthrottled, the generator and the DNS
+   servers on CPU 1: its cgroup's CPU per answered query at three rates well
+   under a core, CPU_REPETITIONS repetitions in ABAB order, with 95 %
+   intervals and the differences paired by repetition; then perf profiles of
+   CPU 0 (seed's fix, homelab.edge, no budget) as flame graphs beside the
+   result. BENCH_CPU_CONFIGS / _RATES / _STEP_S / _REPETITIONS / _TICK_S change
+   the plan (short trial runs).
+
+  bench_k3d_ladder.py [ladder] [slow] [lowrate] [quota] [separation] [cost] [cpu]     (the first three without arguments)
   bench_k3d_ladder.py report FILE     the quota summary computed again from FILE's saved runs
 """
 import calendar
@@ -80,6 +90,7 @@ import dnsgen  # noqa: E402
 import k3d  # noqa: E402
 import ladder  # noqa: E402
 import probes  # noqa: E402
+import flame  # noqa: E402  (perf's samples folded and drawn)
 
 CONFIGS = (("direct", None, None),) + base.CONFIGS
 START, STEP_S, REPETITIONS, SEED = 250, 5, 3, 20261204
@@ -555,11 +566,21 @@ COST_REPETITIONS = int(os.environ.get("BENCH_COST_REPETITIONS", "3"))
 
 def variant_template(text, change):
     """homelab.edge's confd template with one part changed: "no budget" drops the limit_conn lines (zone and
-    limits), "10-s timeout" gives its UDP (dns) servers the seed's 10-s proxy_timeout."""
+    limits), "10-s timeout" gives its UDP (dns) servers the seed's 10-s proxy_timeout; issue 65's hypotheses, one
+    change each: "one worker" (worker_processes 1: no second worker to take the zone's lock on the same CPU), "zone
+    per worker" (the zone keyed by $pid: each worker its own node, no lock shared between them), "reuseport" (a UDP
+    socket per worker: the kernel spreads the datagrams, no worker woken for another's)."""
     if change == "no budget":
         out = "".join(line for line in text.splitlines(True) if "limit_conn" not in line)
     elif change == "10-s timeout":
         out = text.replace("    proxy_timeout 5s;\n", "    proxy_timeout 10s;\n")
+    elif change == "one worker":
+        out = text.replace("worker_processes auto;", "worker_processes 1;")
+    elif change == "zone per worker":
+        out = text.replace("limit_conn_zone $protocol zone=", "limit_conn_zone $pid zone=")
+    elif change == "reuseport":
+        out = text.replace('{{- if (eq $protocol "udp") }} udp{{- end -}};',
+                           '{{- if (eq $protocol "udp") }} udp reuseport{{- end -}};')
     else:
         raise ValueError(change)
     if out == text:
@@ -622,6 +643,311 @@ def cost_part(client, result, save):
         held = [r["limit"]["holds_at"] or 0 for r in runs if r["config"] == name and not r["limit"]["invalid_at"]]
         table.append("  %-28s %s; median %s" % (name, held, ladder.spread(held)["median"]))
     result["cost_table"] = table
+
+
+# cpu (issue 65): what one DNS query costs each load balancer, measured to a few percent. Each load balancer alone on
+# CPU 0, unthrottled (the others, the DNS server nodes, the engine, the generator and this process on CPU 1), at rates
+# well under a core's worth, CPU_STEP_S per step, CPU_REPETITIONS repetitions in ABAB order (the configurations'
+# order reversed every other repetition, the rates' too). The load balancer's CPU is its cgroup's (cpuacct.usage):
+# nginx and confd, and the kernel's work on the datagrams nginx sends (processed on the sender's CPU: no RPS here),
+# plus that CPU's ksoftirqd, where the kernel defers the part of that work that runs long.
+# Rates: conntrack holds each query's two flows (client -> load balancer, load balancer -> DNS server) 30 s, and
+# 3,000 q/s x 2 x 30 s = 180,000 stays under this machine's 262,144 entries
+CPU_CONFIGS = (("stock", "bstock", 41000, None), ("seed's fix", "bseed", 41100, None),
+               ("homelab.edge", "bfix", 41200, None), ("homelab.edge, no budget", "bnobud", 41800, "no budget"))
+# the hypotheses, each homelab.edge with one change (variant_template), run by name (BENCH_CPU_CONFIGS)
+CPU_HYPOTHESES = (("homelab.edge, one worker", "bone", 42000, "one worker"),
+                  ("homelab.edge, zone per worker", "bzpw", 42100, "zone per worker"),
+                  ("homelab.edge, reuseport", "breuse", 42200, "reuseport"),
+                  ("homelab.edge, 10-s timeout", "bto10", 41900, "10-s timeout"))
+CPU_RUN = os.environ.get("BENCH_CPU_CONFIGS", "|".join(c[0] for c in CPU_CONFIGS))
+CPU_RATES = tuple(int(r) for r in os.environ.get("BENCH_CPU_RATES", "1000,2000,3000").split(","))
+CPU_STEP_S = float(os.environ.get("BENCH_CPU_STEP_S", "60"))
+CPU_REPETITIONS = int(os.environ.get("BENCH_CPU_REPETITIONS", "5"))
+CPU_TICK_S = float(os.environ.get("BENCH_CPU_TICK_S", "0"))  # the generator paced per query (no tick)
+CPU_PAIRS = (("homelab.edge", "seed's fix"), ("homelab.edge", "homelab.edge, no budget"),
+             ("homelab.edge, no budget", "seed's fix")) + tuple(("homelab.edge", h[0]) for h in CPU_HYPOTHESES)
+CPU_LB, CPU_REST = {0}, {1}
+PROFILE_CONFIGS = ("seed's fix", "homelab.edge", "homelab.edge, no budget")
+PROFILE_RATE, PROFILE_S, PROFILE_HZ = 3000, 20, 997
+
+
+def busy_s(times):
+    """A CPU's busy seconds in a cpu_times() reading: everything but idle and iowait."""
+    return sum(v for k, v in times.items() if k not in ("idle", "iowait"))
+
+
+ROOT_PERCPU = "/sys/fs/cgroup/cpuacct/cpuacct.usage_percpu"  # cgroup v1: every task's run time, per CPU, in ns
+WORKQUEUE_CPUMASK = "/sys/devices/virtual/workqueue/cpumask"  # where the kernel's unbound workqueues may run
+
+
+def percpu_run_s():
+    """Seconds every task (the root cgroup: all of them) has run on each CPU, from the scheduler's own clock. The
+    trial run showed /proc/stat's tick-sampled busy time off by up to half a step either way for work that wakes
+    for 50 us at a time, so a step's disturbance is read here."""
+    with open(ROOT_PERCPU) as f:
+        return dict((i, int(v) / 1e9) for i, v in enumerate(f.read().split()))
+
+
+def task_run_s(pid):
+    """Seconds task `pid` has run, from the scheduler's own clock (/proc/PID/schedstat's first field); 0 if gone."""
+    try:
+        with open("/proc/%d/schedstat" % pid) as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+@contextlib.contextmanager
+def unbound_work_on(cpus):
+    """The kernel's unbound workqueues (conntrack's garbage collection among them) kept to `cpus` meanwhile, put back
+    after; where the file cannot be written, as it is."""
+    old = None
+    with contextlib.suppress(OSError):
+        with open(WORKQUEUE_CPUMASK) as f:
+            old = f.read().strip()
+        with open(WORKQUEUE_CPUMASK, "w") as f:
+            f.write("%x" % sum(1 << c for c in cpus))
+    try:
+        yield old
+    finally:
+        if old:
+            with contextlib.suppress(OSError):
+                with open(WORKQUEUE_CPUMASK, "w") as f:
+                    f.write(old)
+
+
+def cpu_clusters_up(client, configs):
+    """The clusters of `configs` (CPU_CONFIGS rows), each configured as its name says, every container on CPU_REST."""
+    for name, cluster, port, change in configs:
+        k3d.create(cluster, port)
+    for name, cluster, port, change in configs:
+        k3d.wait_serving(client, cluster)
+        if change:
+            base.apply_role([cluster], keeper=False)
+            c = client.containers.get(k3d.lb_name(cluster))
+            k3d_container.replace_file(c, k3d_container.TEMPLATE_PATH, variant_template(
+                lb_check.read(c, k3d_container.TEMPLATE_PATH), change))
+            k3d_container.render(c, 30)
+        else:
+            base.configure(client, name, cluster)
+        base.pin_system([client.containers.get(k3d.lb_name(cluster)), client.containers.get(k3d.server_name(cluster))],
+                        [], CPU_REST)
+    os.sched_setaffinity(0, CPU_REST)
+    base.set_affinity(base.engine_pids(), CPU_REST)
+
+
+def cpu_step(client, name, cluster, rate, seconds, baseline, tick=CPU_TICK_S, profile=None, binary=None):
+    """One step: the configuration's load balancer moved alone onto CPU_LB, the lab's conntrack entries deleted,
+    the generator on CPU_REST at `rate` for `seconds`; its cgroup's CPU, the DNS server's, both CPUs' busy time and
+    the "not enough" lines over the run. `profile`: a perf.data path, CPU_LB sampled meanwhile (perf record -a)."""
+    lbc = client.containers.get(k3d.lb_name(cluster))
+    if name == "stock":  # out of connections at these rates: each step starts from none held (600 s each)
+        lbc = k3d.restart_lb(client, cluster)
+    lbc.update(cpuset_cpus=",".join(str(c) for c in sorted(CPU_LB)))
+    server = client.containers.get(k3d.server_name(cluster))
+    target = base.address(lbc)
+    forget(sorted(set([target, base.address(server)] + lab_addresses(client))), baseline)
+    time.sleep(1)  # the move done, the CPU settled
+    dnsmasq = dnsmasq_pids(server)
+    every = sorted(CPU_LB | CPU_REST)
+    # the load balancer's CPU's softirq thread: the kernel's work on the datagrams nginx sends, deferred there when
+    # it runs long (the trial at 3,000 q/s: 3 % of the CPU), is the load balancer's cost, outside its cgroup
+    ksoft = ksoftirqd_pids(CPU_LB)
+    lb0, dns0, times0, run0, ks0, t0 = (base.container_cpu_s(lbc), base.pids_cpu_s(dnsmasq), cpu_times(every),
+                                        percpu_run_s(), sum(task_run_s(p) for p in ksoft), time.time())
+    perf = None
+    if profile:
+        perf = subprocess.Popen(["perf", "record", "-q", "-a", "-C", ",".join(str(c) for c in sorted(CPU_LB)), "-e",
+                                 "cpu-clock", "-F", str(PROFILE_HZ), "-g", "-o", profile, "--", "sleep",
+                                 str(seconds + 1)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    r = dnsgen.run_compiled(target, [53, 1053], rate, seconds, timeout=TIMEOUT_S, cpus=CPU_REST, fifo=FIFO, tick=tick,
+                            binary=binary)
+    lb1, dns1, times1, run1, ks1, t1 = (base.container_cpu_s(lbc), base.pids_cpu_s(dnsmasq), cpu_times(every),
+                                        percpu_run_s(), sum(task_run_s(p) for p in ksoft), time.time())
+    if perf:
+        perf.wait(seconds + 30)
+    lbc.update(cpuset_cpus=",".join(str(c) for c in sorted(CPU_REST)))
+    wall = t1 - t0
+    lb_busy = sum(run1[c] - run0[c] for c in CPU_LB)
+    rest_busy = sum(run1[c] - run0[c] for c in CPU_REST)
+    own = (lb1 - lb0) + (ks1 - ks0)
+    r.update(config=name, lb_cpu_s=round(own, 4), lb_cgroup_cpu_s=round(lb1 - lb0, 4),
+             lb_ksoftirqd_s=round(ks1 - ks0, 4), dns_server_cpu_s=round(dns1 - dns0, 4),
+             measured_s=round(wall, 3), lb_cpu_run_s=round(lb_busy, 4), other_cpu_run_s=round(rest_busy, 4),
+             # what ran on the load balancer's CPU beside its cgroup and its softirq thread (every task's run time
+             # there, less those)
+             disturbance_share=round(max(0.0, lb_busy - own) / wall, 4),
+             other_cpu_busy_share=round(rest_busy / (wall * len(CPU_REST)), 4),
+             cpu_times_s=dict((str(c), dict((k, round(times1[c][k] - times0[c][k], 3)) for k in STAT_COLUMNS))
+                              for c in every),
+             alerts=probes.count_in_logs(lbc, probes.NOT_ENOUGH, t0))
+    r["us_per_query"] = ladder.us_per_query(r)
+    r["problems"] = ladder.cpu_step_problems(r)
+    r["below_saturation"] = ladder.below_saturation(r)
+    return r
+
+
+def cpu_order(names, rates, repetitions):
+    """(repetition, rate, configuration) in run order: each repetition the rates, and at each rate the
+    configurations, in ABAB order (reversed every other repetition)."""
+    out = []
+    for rep, order in enumerate(ladder.abab(names, repetitions), 1):
+        for rate in (rates if rep % 2 else tuple(reversed(rates))):
+            out += [(rep, rate, n) for n in order]
+    return out
+
+
+def cpu_part(client, result, save):
+    """What one DNS query costs each load balancer (CPU_CONFIGS; BENCH_CPU_CONFIGS names those to run, "|" between),
+    then where it goes: perf profiles of CPU_LB under PROFILE_RATE for PROFILE_CONFIGS."""
+    if len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("the CPU part needs two CPUs: one for the load balancer, one for everything else")
+    configs = [c for c in CPU_CONFIGS + CPU_HYPOTHESES if c[0] in CPU_RUN.split("|")]
+    names, clusters = [c[0] for c in configs], dict((c[0], c[1]) for c in configs)
+    plan = cpu_order(names, CPU_RATES, CPU_REPETITIONS)
+    steps, profiles = [], {}
+    stamp = os.path.splitext(os.path.basename(result["path"]))[0]
+    # the build of these sources by its own name: the cache's link may be pointed at another checkout's meanwhile
+    binary = os.path.realpath(dnsgen.compiled_binary())
+    cpu_clusters_up(client, configs)
+    unbound = unbound_work_on(CPU_REST)
+    try:
+        result["cpu_setup"] = {"workqueue_cpumask_before": unbound.__enter__(),  # put back in `finally`"live_settings": base.live_settings(client, [c[:3] for c in configs]),
+                               "nginx_workers": dict((n, nginx_workers(client.containers.get(k3d.lb_name(c))))
+                                                     for n, c in clusters.items()),
+                               "cpus": {"load balancer": sorted(CPU_LB), "everything else": sorted(CPU_REST)}}
+        baseline = conntrack_count()
+        for i, (rep, rate, name) in enumerate(plan, 1):
+            for attempt in range(1 + RETRIES):
+                r = cpu_step(client, name, clusters[name], rate, CPU_STEP_S, baseline, binary=binary)
+                r.update(repetition=rep, attempt=attempt + 1)
+                steps.append(r)
+                print("  [%d/%d] rep %d %-24s %5d q/s: %s us/query (lb %.3f s, %d answered of %d), others on its CPU %.1f %%, "
+                      "CPU %s busy %.1f %%, generator %.1f us/query, %d alerts%s" % (
+                          i, len(plan), rep, name, rate, None if r["us_per_query"] is None else
+                          round(r["us_per_query"], 2), r["lb_cpu_s"], r["answered"], r["sent"],
+                          100 * r["disturbance_share"], ",".join(map(str, sorted(CPU_REST))),
+                          100 * r["other_cpu_busy_share"], 1e6 * r["generator_cpu_s"] / max(1, r["sent"]),
+                          r["alerts"], "; INVALID: " + "; ".join(r["problems"]) if r["problems"] else ""),
+                      flush=True)
+                if not r["problems"]:
+                    break
+            result["cpu"] = cpu_record(steps, names)
+            save()
+        for name in [n for n in PROFILE_CONFIGS if n in names]:
+            data = os.path.join(ROOT, "benchmarks", "results", "%s-profile-%s.data" % (stamp, slug(name)))
+            r = cpu_step(client, name, clusters[name], PROFILE_RATE, PROFILE_S, baseline, profile=data, binary=binary)
+            profiles[name] = profile_files(data, name, stamp, r)
+            print("  profile %s: %s" % (name, profiles[name]["svg"]), flush=True)
+            result["cpu_profiles"] = profiles
+            save()
+    finally:
+        unbound.__exit__(None, None, None)
+        os.sched_setaffinity(0, set(range(os.cpu_count())))
+        base.set_affinity(base.engine_pids(), set(range(os.cpu_count())))
+        k3d.delete(*clusters.values())
+    result["cpu"] = cpu_record(steps, names)
+    result["cpu_table"] = cpu_table(result["cpu"])
+    if profiles:
+        result["cpu_profiles"] = profiles
+        result["cpu_profile_table"] = profile_table(profiles)
+
+
+def slug(name):
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def cpu_record(steps, names):
+    return {"configs": names, "rates": list(CPU_RATES), "step_s": CPU_STEP_S, "repetitions": CPU_REPETITIONS,
+            "tick_s": CPU_TICK_S, "order": "ABAB: configurations and rates reversed every other repetition",
+            "max_disturbance": ladder.MAX_DISTURBANCE, "max_other_cpu_busy": ladder.MAX_OTHER_CPU_BUSY,
+            "steps": steps, "summary": ladder.cpu_summary(steps, names, list(CPU_RATES),
+                                                          [p for p in CPU_PAIRS if p[0] in names and p[1] in names])}
+
+
+def _ci(c, scale=1.0, digits=1):
+    if not c or c.get("mean") is None:
+        return "-"
+    if c.get("half") is None:
+        return "%.*f (n=1)" % (digits, c["mean"] * scale)
+    return "%.*f [%.*f, %.*f]" % (digits, c["mean"] * scale, digits, c["low"] * scale, digits, c["high"] * scale)
+
+
+def cpu_table(cpu):
+    s = cpu["summary"]
+    out = ["load balancer CPU per answered DNS query (us), each alone on CPU %s and unthrottled, the generator and "
+           "the DNS server on CPU %s; %g-s steps, %d repetitions in ABAB order; mean [95 %% interval] over the "
+           "valid repetitions (* : the load was not carried whole: queries lost, p99 over 50 ms or 'not enough' lines)"
+           % (",".join(map(str, sorted(CPU_LB))), ",".join(map(str, sorted(CPU_REST))), cpu["step_s"],
+              cpu["repetitions"]),
+           "  %-24s | %s | %s" % ("", " | ".join("%22s" % ("%d q/s" % r) for r in cpu["rates"]),
+                                  "marginal us/query [95 %]")]
+    for name in cpu["configs"]:
+        c = s["configs"][name]
+        cells = []
+        for rate in cpu["rates"]:
+            pr = c["per_rate"][str(rate)]
+            cells.append("%22s" % (_ci(pr) + ("*" if pr.get("below_saturation") is False else "")))
+        m = c["marginal"]
+        out.append("  %-24s | %s | %s" % (name, " | ".join(cells), "-" if not m else "%.1f [%.1f, %.1f]" % (
+            m["slope"] * 1e6, m["low"] * 1e6, m["high"] * 1e6)))
+    out.append("difference, paired by repetition: a / b - 1 in %, mean [95 % interval]")
+    for key, p in sorted(s["pairs"].items()):
+        cells = ["%22s" % _ci(p["per_rate"][str(r)]["relative"], 100) for r in cpu["rates"]]
+        out.append("  %-24s | %s | over the rates %s" % (key[:24], " | ".join(cells), _ci(p["relative_over_rates"], 100)))
+        out.append("  %-24s   (%s)" % ("", key))
+    invalid = [st for st in cpu["steps"] if st["problems"]]
+    out.append("steps: %d, invalid and run again: %d%s" % (len(cpu["steps"]), len(invalid), "".join(
+        "\n  invalid: rep %d %s %d q/s attempt %d: %s" % (st["repetition"], st["config"], st["rate"], st["attempt"],
+                                                        "; ".join(st["problems"])) for st in invalid)))
+    return out
+
+
+# ------------------------------------------------------------ profiles: perf's samples as flame graphs (SVG)
+def profile_files(data, name, stamp, step):
+    """perf.data -> folded stacks (one line per distinct stack: frames root first, ';' between, and its count) and a
+    flame graph SVG beside it; the step's own figures with them. perf.data itself is not kept (large, and bound to
+    this machine's binaries)."""
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,ip,sym,dso"], capture_output=True, text=True,
+                         check=False)
+    folded, idle = flame.busy(flame.fold(out.stdout))
+    base_path = os.path.join(os.path.dirname(data), "%s-profile-%s" % (stamp, slug(name)))
+    with open(base_path + ".folded", "w") as f:
+        for stack, n in sorted(folded.items()):
+            f.write("%s %d\n" % (stack, n))
+    with open(base_path + ".svg", "w") as f:
+        f.write(flame.svg(folded, "%s: CPU %s under %d q/s, %d s (perf cpu-clock, %d Hz; %d idle samples left out)" % (
+            name, ",".join(map(str, sorted(CPU_LB))), PROFILE_RATE, PROFILE_S, PROFILE_HZ, idle)))
+    with contextlib.suppress(OSError):
+        os.unlink(data)
+    return {"svg": os.path.relpath(base_path + ".svg", ROOT), "folded": os.path.relpath(base_path + ".folded", ROOT),
+            "samples": sum(folded.values()), "idle_samples": idle, "functions": flame.shares(folded, "self", 25),
+            "inclusive": flame.shares(folded, "total", 40), "step": dict(
+                (k, step.get(k)) for k in ("rate", "answered", "sent", "lb_cpu_s", "us_per_query", "valid", "problems",
+                                           "disturbance_share")), "perf_errors": out.stderr[-500:]}
+
+
+def profile_table(profiles):
+    names = list(profiles)
+    funcs = []
+    for n in names:
+        for f, share in profiles[n]["functions"]:
+            if f not in funcs:
+                funcs.append(f)
+    out = ["where CPU %s's busy time went under %d q/s (share of its busy samples spent in each function itself, %%; "
+           "the load balancer alone on that CPU; idle samples left out), by configuration"
+           % (",".join(map(str, sorted(CPU_LB))), PROFILE_RATE),
+           "  %-44s | %s" % ("function", " | ".join("%24s" % n[:24] for n in names))]
+    for f in funcs[:30]:
+        cells = []
+        for n in names:
+            d = dict(profiles[n]["functions"])
+            cells.append("%24s" % ("%.2f" % d[f] if f in d else "-"))
+        out.append("  %-44s | %s" % (f[:44], " | ".join(cells)))
+    out.append("  %-44s | %s" % ("busy samples", " | ".join("%24d" % profiles[n]["samples"] for n in names)))
+    out.append("  %-44s | %s" % ("idle samples", " | ".join("%24d" % profiles[n]["idle_samples"] for n in names)))
+    return out
 
 
 def quota_settings():
@@ -904,15 +1230,19 @@ def main():
     os.makedirs(os.path.join(ROOT, "benchmarks", "results"), exist_ok=True)
     path = os.path.join(ROOT, "benchmarks", "results", "k3d_ladder-%s.json" % time.strftime("%Y%m%dT%H%M%S"))
 
+    result["path"] = os.path.relpath(path, ROOT)
+
     def save():  # after each part (and each quota ladder): nothing measured before a failure is lost
         with open(path, "w") as f:
             json.dump(result, f, indent=1)
     for name, part in (("lowrate", lowrate_part), ("ladder", ladder_part), ("slow", slow_part),
-                       ("quota", quota_part), ("separation", separation_part), ("cost", cost_part)):
+                       ("quota", quota_part), ("separation", separation_part), ("cost", cost_part),
+                       ("cpu", cpu_part)):
         if name in parts:
             part(client, result, save)
             save()
-    for key in ("ladder_table", "slow_table", "lowrate_table", "quota_table", "separation_table", "cost_table"):
+    for key in ("ladder_table", "slow_table", "lowrate_table", "quota_table", "separation_table", "cost_table",
+                "cpu_table", "cpu_profile_table"):
         for line in result.get(key, []):
             print(line)
     print("saved %s" % path)

@@ -26,10 +26,11 @@ import time
 import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab")]
+sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab"), os.path.join(ROOT, "plugins")]
 import dnsgen  # noqa: E402  (the generator's own validity: one home)
 import edge  # noqa: E402  (the demo's clients)
 import probes  # noqa: E402  (the prober's interval and the DNS load's bounds)
+from module_utils.k3d_serverlb import capacity as k3d_capacity  # noqa: E402  (connections vs open files: one home)
 
 
 def _defaults(role):
@@ -149,6 +150,32 @@ def hung_load_ok(m):
     return load_ok(m) and m["answered"] == 0
 
 
+def rate_fits(rate, m):
+    """A rate a row states agrees with the load it records: its planned queries, sent on that rate's absolute
+    schedule, take the load's sending time - no faster than the schedule allows, no slower than the generator's
+    overrun bound (dnsgen's validity, with this rate). A row that says 1 q/s over 15,000 queries sent in 10 s
+    contradicts itself, whatever its load's own rate says."""
+    return (_number(rate) and rate > 0 and isinstance(m, dict) and _int(m.get("planned")) and _int(m.get("sent"))
+            and _number(m.get("send_s"))
+            and dnsgen.too_fast(m["sent"], rate) <= m["send_s"] <= dnsgen.MAX_OVERRUN * m["planned"] / float(rate))
+
+
+def hung_row_ok(m):
+    """The hung-DNS row: its load the planned one with every query failed, and the rate it states is its load's
+    (the same number, and one that fits the load's planned count and sending time)."""
+    return (hung_load_ok(m["dns"]) and m.get("rate") == m["dns"].get("rate")
+            and rate_fits(m.get("rate"), m["dns"]))
+
+
+def connections_holdable(m, r):
+    """The connections nginx may hold are connections its workers can hold: not beyond what each worker's
+    open-file limit (the phase's worker_open_files) lets it keep open. nginx only warns above it, and the real
+    ceiling stays the open-file limit (plugins/module_utils/k3d_serverlb/capacity.py)."""
+    files = r.get("worker_open_files")
+    return (_int(m) and isinstance(files, list) and bool(files) and all(_int(x) and x > 0 for x in files)
+            and not k3d_capacity.beyond_open_files(m, min(files)))
+
+
 def load_seconds(m):
     return m["planned"] / float(m["rate"])
 
@@ -186,13 +213,13 @@ CLAIMS = [
     ("k3d", "tcp_during_dns", "HTTPS+API probes through the same load balancer meanwhile",
      lambda m, r: probes_failing(m, r["dns"]), lambda m, r: load_ok(r["dns"]) and probes_clean(m, r["dns"])),
     ("k3d", "hung_dns", "DNS server hung (SIGSTOP): 'not enough' lines, HTTPS+API probes",
-     lambda m, r: hung_load_ok(m["dns"]) and _int(m["alerts"]) and m["alerts"] > 0
+     lambda m, r: hung_row_ok(m) and _int(m["alerts"]) and m["alerts"] > 0
      and probes_failing(m["tcp"], m["dns"]),
-     lambda m, r: hung_load_ok(m["dns"]) and _int(m["alerts"]) and m["alerts"] == 0
+     lambda m, r: hung_row_ok(m) and _int(m["alerts"]) and m["alerts"] == 0
      and probes_clean(m["tcp"], m["dns"])),
     ("k3d", "worker_connections", "connections nginx may hold (the floor)",
      lambda m, r: _int(m) and m < K3D["k3d_serverlb_worker_connections"],
-     lambda m, r: _int(m) and m >= K3D["k3d_serverlb_worker_connections"]),
+     lambda m, r: _int(m) and m >= K3D["k3d_serverlb_worker_connections"] and connections_holdable(m, r)),
     ("k3d", "worker_open_files", "open files each nginx worker may hold",
      lambda m, r: m != [K3D["k3d_serverlb_worker_rlimit_nofile"]],
      lambda m, r: all(_int(x) for x in m) and m == [K3D["k3d_serverlb_worker_rlimit_nofile"]]),

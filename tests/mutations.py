@@ -446,6 +446,17 @@ MUTATIONS = {
         "(math.floor(dns[\"seconds\"] / PROBE_INTERVAL_S) + 2))",
         "(math.floor(dns[\"seconds\"] / PROBE_INTERVAL_S) + 2) * 100)",
         "tests/dev/test_demo_proof.py::test_inputs_that_contradict_themselves_are_not_proved"),
+    "demo check: a hung-DNS row's rate not held to its load": (
+        "demo/proof.py",
+        '    return (hung_load_ok(m["dns"]) and m.get("rate") == m["dns"].get("rate")\n'
+        '            and rate_fits(m.get("rate"), m["dns"]))',
+        '    return hung_load_ok(m["dns"])',
+        "tests/dev/test_demo_proof.py::test_inputs_whose_figures_contradict_each_other_are_not_proved"),
+    "demo check: worker_connections beyond the open-file limit taken as held": (
+        "demo/proof.py",
+        "            and not k3d_capacity.beyond_open_files(m, min(files)))",
+        "            )",
+        "tests/dev/test_demo_proof.py::test_inputs_whose_figures_contradict_each_other_are_not_proved"),
     "demo check: a record of another checkout proved": (
         "demo/proof.py",
         '    if recorded["commit"] != here["commit"]:',
@@ -481,6 +492,22 @@ MUTATIONS = {
         "    cap = max(0.0, cores - (fixed_cores if _figure(fixed_cores) else 0.0)) / per_query_s",
         "    cap = cores / per_query_s",
         "tests/dev/test_ladder.py::test_a_computed_capacity_agrees_only_near_the_ladder"),
+    "generator: an answer read after its query's timeout counted as in time": (
+        "tests/support/loadgen_go/cmd/dnsgen/run.go",
+        "	if t > r.sendAt[q]+int64(r.cfg.Timeout*1e9) {",
+        "	if false {",
+        "tests/dev/test_loadgen.py::test_the_go_module_vets_and_its_unit_tests_pass"),
+    "ladder: a CPU-per-query step counted while something else used the load balancer's CPU": (
+        "tests/support/ladder.py",
+        '    if _figure(step.get("disturbance_share")) and step["disturbance_share"] > MAX_DISTURBANCE:',
+        "    if False:",
+        "tests/dev/test_ladder.py::test_a_cpu_step_counts_only_when_the_generator_and_the_cpu_were_its_own"),
+    "ladder: the difference between configurations not paired by repetition": (
+        "tests/support/ladder.py",
+        "    reps = sorted(r for r in a if r in b and _figure(a[r]) and _figure(b[r]) and b[r] > 0)",
+        "    reps = sorted(r for r in a if r in b and _figure(a[r]) and _figure(b[r]) and b[r] > 0)\n"
+        "    b = dict(zip(reps, reversed([b[r] for r in reps])))",
+        "tests/dev/test_ladder.py::test_a_paired_difference_takes_out_what_drifts_between_repetitions"),
     "generator: a late reply on a reused source port counted as the new query's answer": (
         "tests/support/loadgen_go/cmd/dnsgen/run.go",
         "	if q < 0 || !ok || id != r.ids[k] {",

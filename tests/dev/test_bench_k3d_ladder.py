@@ -41,3 +41,31 @@ def test_a_template_without_the_part_is_refused():
         bench.variant_template("stream {}\n", "no budget")
     with pytest.raises(ValueError):
         bench.variant_template(TEMPLATE, "something else")
+
+
+K3D_TEMPLATE = """worker_processes auto;
+stream {
+  limit_conn_zone $protocol zone=homelab_edge_udp:1m;
+  server {
+    listen        {{ $port }} {{- if (eq $protocol "udp") }} udp{{- end -}};
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("change, old, new", [
+    ("one worker", "worker_processes auto;", "worker_processes 1;"),
+    ("zone per worker", "limit_conn_zone $protocol", "limit_conn_zone $pid"),
+    ("reuseport", "udp{{- end -}};", "udp reuseport{{- end -}};"),
+])
+def test_each_hypothesis_changes_its_one_line(change, old, new):
+    out = bench.variant_template(K3D_TEMPLATE, change)
+    assert out == K3D_TEMPLATE.replace(old, new) and out != K3D_TEMPLATE
+
+
+def test_the_cpu_part_runs_in_abab_order():
+    plan = bench.cpu_order(["A", "B"], (1000, 2000), 3)
+    assert plan[:4] == [(1, 1000, "A"), (1, 1000, "B"), (1, 2000, "A"), (1, 2000, "B")]
+    assert plan[4:8] == [(2, 2000, "B"), (2, 2000, "A"), (2, 1000, "B"), (2, 1000, "A")]
+    assert len(plan) == 12 and plan[8] == (3, 1000, "A")
+    assert [c[0] for c in bench.CPU_CONFIGS] == ["stock", "seed's fix", "homelab.edge", "homelab.edge, no budget"]

@@ -10,7 +10,7 @@ from .conftest import ROOT
 
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 TABLES = ("dns_tables", "ladder_table", "slow_table", "lowrate_table", "wedge_table", "quota_table", "quota_report_table",
-          "separation_table", "cost_table")  # what the benchmarks save as they print it
+          "separation_table", "cost_table", "cpu_table", "cpu_profile_table")  # what the benchmarks save as they print it
 
 
 def blocks(text):
@@ -34,7 +34,7 @@ def test_every_printed_table_of_a_committed_result_is_quoted_whole():
 
 def test_every_result_file_the_page_names_is_committed():
     with open(DOC) as f:
-        named = set(re.findall(r"benchmarks/results/([\w.-]+\.(?:json|png))", f.read()))
+        named = set(re.findall(r"benchmarks/results/([\w.-]+\.(?:json|png|svg|folded))", f.read()))
     assert named
     missing = [n for n in sorted(named) if not os.path.exists(os.path.join(ROOT, "benchmarks", "results", n))]
     assert missing == []

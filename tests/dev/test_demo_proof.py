@@ -334,3 +334,43 @@ def test_a_record_with_rows_not_run_says_so():
     doc = record(without_the_wedge(GOOD), NO_AUTOHEAL)
     verdict, why = proof.judge(doc, HERE)
     assert verdict == "proved, but not everything ran" and "2 rows not run" in why[0]
+
+
+# ------------------------------------------------------------ issue 65: two inputs the check still proved
+def hung_row(rate, dns=HUNG, alerts=0, tcp=None):
+    return {"rate": rate, "alerts": alerts, "tcp": tcp or {"ok": 40, "failed": 0}, "dns": dns}
+
+
+@pytest.mark.parametrize("phases, part, measure, value", [
+    # a hung-DNS row whose rate contradicts the load it records: 15,000 planned, sent in 10 s, is 1,500 q/s
+    (("before", "after"), "k3d", "hung_dns", hung_row(1)),
+    (("after",), "k3d", "hung_dns", hung_row(1)),
+    (("before", "after"), "k3d", "hung_dns", hung_row(3000)),          # the same kind, the other way
+    (("before", "after"), "k3d", "hung_dns", hung_row(1400)),          # close, but 15,000 at 1,400 q/s takes 10.7 s
+    (("before", "after"), "k3d", "hung_dns", hung_row(1600)),          # inside the overrun bound, not its load's rate
+    (("before", "after"), "k3d", "hung_dns", hung_row(None)),          # a row with no rate at all
+    # connections nginx may hold beyond what its workers' open-file limit lets them keep open
+    (("after",), "k3d", "worker_connections", 10 ** 9),
+    (("after",), "k3d", "worker_connections", WANT_OPEN_FILES + 1),
+])
+def test_inputs_whose_figures_contradict_each_other_are_not_proved(phases, part, measure, value):
+    """Issue 65's audit: a rate that does not fit its load's planned count and sending time, and more connections
+    than the open-file limit holds, each printed "proved". Both phases changed where the before/after pair would
+    otherwise catch it alone."""
+    bad = copy.deepcopy(GOOD)
+    for phase in phases:
+        if measure == "hung_dns" and phase == "before":
+            value = dict(value, alerts=900, tcp={"ok": 3, "failed": 40})
+        bad[part][phase][measure] = value
+    assert not proof.proved(bad)
+
+
+def test_the_rules_accept_their_edges():
+    """What those rules must still prove: the row's rate its load's, worker_connections exactly at the open-file
+    limit, and a rate within the generator's own overrun bound."""
+    edge = copy.deepcopy(GOOD)
+    edge["k3d"]["after"]["worker_connections"] = WANT_OPEN_FILES
+    assert proof.proved(edge)
+    assert proof.rate_fits(1500, HUNG) and not proof.rate_fits(1, HUNG) and not proof.rate_fits(0, HUNG)
+    assert not proof.connections_holdable(FLOOR, {"worker_open_files": []})
+    assert not proof.connections_holdable(FLOOR, {"worker_open_files": [FLOOR - 1, WANT_OPEN_FILES]})

@@ -52,6 +52,21 @@ def test_a_paced_run_is_valid_every_query_answered_and_timed(built, responder):
     assert 0.9 <= r["send_s"] <= 1.1 and r["generator_user_s"] >= 0 and r["generator_system_s"] > 0, r
     assert r["stray_replies"] == 0, r  # a reply for another query than the one in flight on its socket
     assert len(set(sources)) == 200  # 200 queries, 4,096 sockets: no source port twice
+    # issue 65: every answer timed by the kernel's arrival stamp, and the sender woke to send, not for each reply
+    # (fewer wakes than a send and a reply each; Go's preemption signal every 10 ms also ends a sleep early)
+    assert "SO_TIMESTAMPNS" in r["reply_at"] and r["late_replies"] == 0, r
+    assert r["wakes"] < 2 * 200, r
+
+
+def test_a_tick_sends_what_falls_due_within_it_together(built, responder):
+    """-tick 5 ms at 2,000 q/s: about one wake-up per 5 ms, each sending the ten queries due meanwhile (their
+    lateness up to the tick, which the validity rule then refuses), every query still sent and answered."""
+    port, dummy = responder
+    r = dnsgen.run_compiled("127.0.0.1", [port], rate=2000, seconds=0.5, timeout=1.0, fifo=FIFO, tick=0.005)
+    assert r["planned"] == r["sent"] == r["answered"] == 1000 and r["tick_s"] == 0.005, r
+    assert r["wakes"] < 1000 / 5, r
+    assert 0.003 <= r["lateness_p99_s"] <= 0.0075, r
+    assert not r["valid"] and "lateness" in r["invalid_because"], r
 
 
 def test_queries_alternate_over_the_ports_from_a_pinned_sender(built, responder, dead):

@@ -4,6 +4,8 @@ stops, a limit names what ran out."""
 import os
 import sys
 
+import pytest
+
 from .conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
@@ -218,3 +220,93 @@ def test_only_a_step_held_below_saturation_is_a_demand_point():
     assert not ladder.unsaturated(good(holds=False, throttling={"nr_periods": 1000, "nr_throttled": 0}))
     assert not ladder.unsaturated(good(holds=True, throttling=None))
     assert not ladder.unsaturated(good(holds=True, throttling={"nr_periods": 0, "nr_throttled": 0}))
+
+
+# ------------------------------------------------------------ issue 65: CPU per query with its interval
+def test_the_mean_and_its_95_percent_interval():
+    ci = ladder.mean_ci([1, 2, 3, 4, 5])
+    # sd 1.581, standard error 0.707, t(4) = 2.776: half-width 1.963
+    assert ci["mean"] == 3 and abs(ci["half"] - 1.963) < 1e-3 and ci["n"] == 5
+    assert abs(ci["low"] - 1.037) < 1e-3 and abs(ci["high"] - 4.963) < 1e-3
+    assert ladder.mean_ci([7.0])["half"] is None and ladder.mean_ci([])["mean"] is None
+    assert ladder.mean_ci([1, float("nan"), None, True, 3])["n"] == 2  # non-figures left out, booleans too
+    assert ladder.t95(1) == 12.706 and ladder.t95(40) == 1.96 and ladder.t95(0) is None
+    assert ladder.mean_ci([4, 4, 4])["half"] == 0
+
+
+def test_a_paired_difference_takes_out_what_drifts_between_repetitions():
+    """Two configurations that drift together (each repetition 10 % slower than the one before) differ by 5 % in
+    every repetition: the paired interval is tight around 5 %, where the unpaired means' intervals overlap."""
+    seed = dict((r, 50.0 * 1.1 ** r) for r in range(1, 6))
+    edge = dict((r, v * 1.05) for r, v in seed.items())
+    p = ladder.paired(edge, seed)
+    assert p["repetitions"] == [1, 2, 3, 4, 5]
+    assert abs(p["relative"]["mean"] - 0.05) < 1e-9 and p["relative"]["half"] < 1e-9
+    assert ladder.mean_ci(edge.values())["low"] < ladder.mean_ci(seed.values())["high"]  # unpaired: no difference
+    assert ladder.within(p["relative"], 0.05 + 1e-9) and not ladder.within(p["relative"], 0.04)
+    # a repetition missing from one side is left out of both
+    assert ladder.paired({1: 2.0, 2: 3.0}, {2: 3.0, 3: 1.0})["repetitions"] == [2]
+    assert ladder.within(ladder.paired({1: 2.0}, {1: 2.0})["relative"], 0.05) is None  # one pair: no interval
+
+
+def test_the_slope_and_its_interval():
+    s = ladder.slope_ci([(1000, 0.05), (2000, 0.1), (4000, 0.2)])
+    assert abs(s["slope"] - 50e-6) < 1e-12 and abs(s["intercept"]) < 1e-9 and s["high"] - s["low"] < 1e-12
+    noisy = ladder.slope_ci([(1000, 0.05), (1000, 0.06), (2000, 0.1), (2000, 0.11), (4000, 0.2), (4000, 0.19)])
+    assert noisy["low"] < noisy["slope"] < noisy["high"] and noisy["n"] == 6
+    assert ladder.slope_ci([(1, 1), (2, 2)]) is None and ladder.slope_ci([(1, 1), (1, 2), (1, 3)]) is None
+
+
+def test_abab_reverses_every_other_repetition():
+    assert ladder.abab("ABCD", 3) == [list("ABCD"), list("DCBA"), list("ABCD")]
+    # every configuration's mean position is the same over an even count
+    orders = ladder.abab("ABCD", 4)
+    assert len(set(sum(o.index(c) for o in orders) for c in "ABCD")) == 1
+
+
+def cpu_step(config="seed's fix", rep=1, rate=2000, lb=6.0, answered=120000, **kw):
+    return dict({"config": config, "repetition": rep, "rate": rate, "lb_cpu_s": lb, "answered": answered,
+                 "sent": answered, "wall_s": 60.0, "valid": True, "invalid_because": "", "alerts": 0,
+                 "latency_p99_s": 0.002, "disturbance_share": 0.004, "other_cpu_busy_share": 0.4}, **kw)
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"valid": False, "invalid_because": "99th percentile lateness"}, "generator invalid"),
+    ({"disturbance_share": 0.05}, "beyond its own cgroup"),
+    ({"other_cpu_busy_share": 0.95}, "generator's CPU busy"),
+    ({"lb_cpu_s": None}, "lb_cpu_s"),
+    ({"lb_cpu_s": float("nan")}, "lb_cpu_s"),
+    ({"disturbance_share": None}, "disturbance_share"),
+    ({"answered": 0}, "nothing answered"),
+])
+def test_a_cpu_step_counts_only_when_the_generator_and_the_cpu_were_its_own(change, says):
+    assert ladder.cpu_step_problems(cpu_step()) == []
+    why = ladder.cpu_step_problems(cpu_step(**change))
+    assert why and says in "; ".join(why)
+
+
+def test_below_saturation_and_the_cost_of_a_query():
+    assert ladder.below_saturation(cpu_step()) and ladder.us_per_query(cpu_step()) == 50.0
+    assert not ladder.below_saturation(cpu_step(alerts=3))  # out of connections
+    assert not ladder.below_saturation(cpu_step(answered=100000, sent=120000))
+    assert not ladder.below_saturation(cpu_step(latency_p99_s=0.2))
+    assert ladder.us_per_query(cpu_step(answered=0)) is None
+
+
+def test_the_cpu_summary_pairs_configurations_by_repetition_and_leaves_invalid_steps_out():
+    steps = []
+    for rep in range(1, 6):
+        for rate in (2000, 4000):
+            drift = 1 + 0.02 * rep
+            steps.append(cpu_step("seed's fix", rep, rate, lb=50e-6 * drift * rate * 60, answered=rate * 60))
+            steps.append(cpu_step("homelab.edge", rep, rate, lb=52e-6 * drift * rate * 60, answered=rate * 60))
+    # an invalid step with an absurd figure must change nothing
+    steps.append(cpu_step("homelab.edge", 1, 2000, lb=600.0, valid=False, invalid_because="late"))
+    s = ladder.cpu_summary(steps, ["seed's fix", "homelab.edge"], [2000, 4000], [("homelab.edge", "seed's fix")])
+    edge = s["configs"]["homelab.edge"]
+    assert edge["steps"] == 10 and edge["per_rate"]["2000"]["n"] == 5 and edge["per_rate"]["2000"]["below_saturation"]
+    assert abs(edge["marginal"]["slope"] * 1e6 - 52 * 1.06) < 2  # the drift's mean is 1.06
+    pair = s["pairs"]["homelab.edge vs seed's fix"]
+    assert abs(pair["per_rate"]["2000"]["relative"]["mean"] - 0.04) < 1e-9
+    assert abs(pair["relative_over_rates"]["mean"] - 0.04) < 1e-9 and pair["relative_over_rates"]["n"] == 5
+    assert ladder.within(pair["relative_over_rates"], 0.05)

@@ -214,6 +214,10 @@ def compiled_result(out):
         "wall_s", "lateness_p50_s", "lateness_p99_s", "lateness_max_s", "latency_p50_s", "latency_p99_s",
         "latency_max_s", "snd_buf_errors", "rcv_buf_errors", "insert_failed", "pool", "sched", "build"))
     r.update(stray_replies=out.get("stray_replies", 0),  # 0: a generator of before issue 52 counted none
+             # issue 65: the least time between wake-ups while sending, the wake-ups, and where a reply's time came
+             # from (None: a generator of before it, which woke for each reply and read the clock then)
+             tick_s=out.get("tick_s"), wakes=out.get("wakes"), reply_at=out.get("reply_at"),
+             late_replies=out.get("late_replies"),
              latency_from=out.get("latency_from", "the send (a generator of before issue 51): answers only"),
              generator_cpu_s=round(out["user_s"] + out["system_s"], 3), generator_user_s=out["user_s"],
              generator_system_s=out["system_s"], valid=valid, invalid_because=why)
@@ -230,22 +234,26 @@ COMPILED = loadgen.Generator("dnsgen", "DNS generator", CompiledMissing)
 go_sources_hash, compiled_binary = COMPILED.sources_hash, COMPILED.binary
 
 
-def compiled_command(binary, host, ports, rate, seconds, timeout, cpus=None, fifo=None, pool=None):
+def compiled_command(binary, host, ports, rate, seconds, timeout, cpus=None, fifo=None, pool=None, tick=None):
     cmd = [binary, "-json", "-target", host, "-ports", ",".join(str(p) for p in ports), "-rate", repr(float(rate)),
            "-seconds", repr(float(seconds)), "-timeout", repr(float(timeout))]
     if pool:
         cmd += ["-pool", str(pool)]
+    if tick:
+        cmd += ["-tick", repr(float(tick))]
     if fifo:
         cmd += ["-fifo", str(fifo)]
     return loadgen.pinned(cmd, cpus)
 
 
-def run_compiled(host, ports, rate, seconds, timeout=2.0, cpus=None, fifo=None, pool=None):
+def run_compiled(host, ports, rate, seconds, timeout=2.0, cpus=None, fifo=None, pool=None, tick=None, binary=None):
     """One paced run of the compiled generator, pinned to `cpus` (a set, or
     None); `fifo` runs it under SCHED_FIFO at that priority (so a busy
     machine's other tasks cannot make it late), `pool` sets its sockets
-    (default 4,096). Returns compiled_result's dict."""
-    cmd = compiled_command(compiled_binary(), host, ports, rate, seconds, timeout, cpus, fifo, pool)
+    (default 4,096), `tick` the least seconds between its wake-ups while
+    sending (default 0: each query when due), `binary` another build (an
+    earlier one, to compare). Returns compiled_result's dict."""
+    cmd = compiled_command(binary or compiled_binary(), host, ports, rate, seconds, timeout, cpus, fifo, pool, tick)
     # the binary stops sending at seconds x SEND_OVERRUN + 0.5 s and exits by that plus timeout + 1 s
     bound = seconds * MAX_OVERRUN + 0.5 + timeout + 5
     return compiled_result(loadgen.run_json(cmd, bound))

@@ -224,3 +224,153 @@ def alternating(pair, others, repetitions):
         first = list(pair) if rep % 2 == 0 else list(reversed(pair))
         out.append(first + list(others))
     return out
+
+
+# ------------------------------------------------------------ issue 65: CPU per query, measured to a few percent
+# Student's t, two-sided 95 % (the 0.975 quantile) by degrees of freedom; over 30 the normal's 1.96 is within 2 %
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
+       21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042}
+
+
+def _finite(x):
+    """A number that may be negative (a difference), but finite and not a boolean."""
+    return _number(x) and math.isfinite(x)
+
+
+def t95(df):
+    """The two-sided 95 % quantile of Student's t with `df` degrees of freedom (None below 1)."""
+    if not isinstance(df, int) or df < 1:
+        return None
+    return T95.get(df, 1.96)
+
+
+def mean_ci(values):
+    """{"mean", "low", "high", "half", "n", "sd"}: the mean of the figures given and its 95 % confidence interval
+    (Student's t, n - 1 degrees of freedom); low/high/half None with fewer than two figures."""
+    xs = [float(v) for v in values if _finite(v)]
+    n = len(xs)
+    if not n:
+        return {"mean": None, "low": None, "high": None, "half": None, "n": 0, "sd": None}
+    m = sum(xs) / n
+    if n < 2:
+        return {"mean": m, "low": None, "high": None, "half": None, "n": 1, "sd": None}
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+    half = t95(n - 1) * sd / math.sqrt(n)
+    return {"mean": m, "low": m - half, "high": m + half, "half": half, "n": n, "sd": sd}
+
+
+def paired(a, b):
+    """Two configurations measured in the same repetitions ({repetition: figure} each): the difference a - b and
+    the relative difference a / b - 1 per repetition (a repetition missing from either is left out), each with
+    mean_ci. Pairing by repetition takes out what drifts between repetitions (the machine, the hour)."""
+    reps = sorted(r for r in a if r in b and _figure(a[r]) and _figure(b[r]) and b[r] > 0)
+    diff = [a[r] - b[r] for r in reps]
+    rel = [a[r] / float(b[r]) - 1 for r in reps]
+    return {"repetitions": reps, "difference": mean_ci(diff), "relative": mean_ci(rel)}
+
+
+def slope_ci(points):
+    """Least squares of y on x over [(x, y)] with the slope's 95 % interval (t with n - 2 degrees of freedom):
+    {"slope", "intercept", "low", "high", "n"}; None with fewer than three points or two distinct x (no spread to
+    estimate)."""
+    pts = [(float(x), float(y)) for x, y in points if _finite(x) and _finite(y)]
+    n = len(pts)
+    if n < 3 or len(set(x for x, y in pts)) < 2:
+        return None
+    mx, my = sum(x for x, y in pts) / n, sum(y for x, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, y in pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    intercept = my - slope * mx
+    resid = sum((y - intercept - slope * x) ** 2 for x, y in pts)
+    half = t95(n - 2) * math.sqrt(resid / (n - 2) / sxx)
+    return {"slope": slope, "intercept": intercept, "low": slope - half, "high": slope + half, "n": n}
+
+
+def within(rel, share):
+    """True when a relative difference's whole interval lies under `share` (its upper end, not its mean: "within 5 %"
+    holds only when the measurement rules out more); None without an interval."""
+    if not rel or rel.get("high") is None:
+        return None
+    return rel["high"] <= share
+
+
+def abab(configs, repetitions):
+    """The configurations' order per repetition, reversed every other one (A B C D, D C B A, A B C D, ...): each
+    configuration's mean position is the same, so a drift over the run weighs on none more than another."""
+    return [list(configs) if rep % 2 == 0 else list(reversed(configs)) for rep in range(repetitions)]
+
+
+# a step of the CPU-per-query part counts only when nothing else ran on the load balancer's CPU: the CPU's busy time
+# (/proc/stat, tick-sampled) beyond the load balancer's own cgroup at most this share of the step's wall time
+MAX_DISTURBANCE = 0.03
+MAX_OTHER_CPU_BUSY = 0.90  # the generator's and the DNS server's CPU: busier than this, they were near its limit
+
+
+def cpu_step_problems(step):
+    """Why a step of the CPU-per-query part measures something other than the load balancer's cost per query
+    (empty: it measures it): the generator not valid by its own rules, the load balancer's CPU used by something
+    else meanwhile (`disturbance_share` over MAX_DISTURBANCE), the other CPU near full (`other_cpu_busy_share`),
+    or figures missing. Such a step is run again and kept, marked."""
+    why = []
+    if step.get("valid") is not True:
+        why.append("generator invalid: %s" % step.get("invalid_because"))
+    for k in ("lb_cpu_s", "answered", "disturbance_share", "other_cpu_busy_share"):
+        if not _figure(step.get(k)):
+            why.append("%s is not a figure: %r" % (k, step.get(k)))
+    if not why and step["answered"] == 0:
+        why.append("nothing answered")
+    if _figure(step.get("disturbance_share")) and step["disturbance_share"] > MAX_DISTURBANCE:
+        why.append("the load balancer's CPU busy %.1f %% of the step beyond its own cgroup (over %g %%)"
+                   % (100 * step["disturbance_share"], 100 * MAX_DISTURBANCE))
+    if _figure(step.get("other_cpu_busy_share")) and step["other_cpu_busy_share"] > MAX_OTHER_CPU_BUSY:
+        why.append("the generator's CPU busy %.1f %% (over %g %%)" % (100 * step["other_cpu_busy_share"],
+                                                                    100 * MAX_OTHER_CPU_BUSY))
+    return why
+
+
+def below_saturation(step):
+    """A step whose load the load balancer carried whole: MIN_ANSWERED of the queries answered, p99 under
+    MAX_LATENCY_P99_S, no "not enough" line. Its cost per query is the load balancer's price of a query; a step
+    that lost queries (stock, out of connections) prices what it did with the rest."""
+    sent = step.get("sent")
+    return (_count(sent) and sent > 0 and _count(step.get("answered")) and step["answered"] >= MIN_ANSWERED * sent
+            and _figure(step.get("latency_p99_s")) and step["latency_p99_s"] < MAX_LATENCY_P99_S
+            and step.get("alerts") == 0)
+
+
+def us_per_query(step):
+    """The load balancer's CPU microseconds per answered query over a step (None without figures)."""
+    if not (_figure(step.get("lb_cpu_s")) and _count(step.get("answered")) and step["answered"] > 0):
+        return None
+    return 1e6 * step["lb_cpu_s"] / step["answered"]
+
+
+def cpu_summary(steps, configs, rates, pairs):
+    """The CPU-per-query part's figures from its valid steps: per configuration and rate, us per answered query
+    with mean_ci over the repetitions; per configuration the marginal cost (slope_ci of CPU-seconds per second on
+    answered queries per second, over every valid step); for each (a, b) of `pairs`, paired() per rate and over
+    the rates (the mean of each repetition's relative differences at every rate)."""
+    good = [s for s in steps if not cpu_step_problems(s)]
+    out = {"configs": {}, "pairs": {}}
+    for c in configs:
+        mine = [s for s in good if s["config"] == c]
+        per_rate = {}
+        for rate in rates:
+            at = [s for s in mine if s["rate"] == rate]
+            per_rate[str(rate)] = dict(mean_ci([us_per_query(s) for s in at]),
+                                       below_saturation=all(below_saturation(s) for s in at) if at else None)
+        slope = slope_ci([(s["answered"] / s["wall_s"], s["lb_cpu_s"] / s["wall_s"]) for s in mine
+                          if _figure(s.get("wall_s")) and s["wall_s"] > 0])
+        out["configs"][c] = {"per_rate": per_rate, "marginal": slope, "steps": len(mine)}
+    for a, b in pairs:
+        per_rate, overall = {}, {}
+        for rate in rates:
+            fa = dict((s["repetition"], us_per_query(s)) for s in good if s["config"] == a and s["rate"] == rate)
+            fb = dict((s["repetition"], us_per_query(s)) for s in good if s["config"] == b and s["rate"] == rate)
+            per_rate[str(rate)] = paired(fa, fb)
+            for rep in per_rate[str(rate)]["repetitions"]:
+                overall.setdefault(rep, []).append(fa[rep] / fb[rep] - 1)
+        rel = mean_ci([sum(v) / len(v) for v in overall.values()])
+        out["pairs"]["%s vs %s" % (a, b)] = {"a": a, "b": b, "per_rate": per_rate, "relative_over_rates": rel}
+    return out

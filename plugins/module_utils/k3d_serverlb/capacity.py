@@ -43,6 +43,23 @@ def cap_remedy(name, cluster, want, cap):
                want["worker_rlimit_nofile"], cluster or "<cluster>"))
 
 
+# nginx gives every connection a file descriptor of its own (a TCP session's two sides, a UDP session's upstream
+# socket): a worker holds at most as many connections as it may open files, and above that it only warns
+# ("worker_connections exceed open file resource limit")
+FILES_PER_CONNECTION = 1
+
+
+def connections_held(worker_connections, open_files):
+    """The connections a worker can really hold: worker_connections, or fewer where its open-file limit allows
+    fewer."""
+    return min(worker_connections, open_files // FILES_PER_CONNECTION)
+
+
+def beyond_open_files(worker_connections, open_files):
+    """True when worker_connections asks for more connections than the open-file limit lets a worker hold."""
+    return worker_connections > connections_held(worker_connections, open_files)
+
+
 def udp_budget(worker_connections, udp_share):
     """UDP sessions allowed at once: each holds two connections, so the UDP
     servers together may use udp_share percent of the worker's connections."""

@@ -238,10 +238,10 @@ def report(name, cluster, facts, open_file_limit, want=None):
         "summary": summarize(name, facts),
         "warnings": [],
     }
-    if nofile and wc > nofile:
+    if nofile and k3d_capacity.beyond_open_files(wc, nofile):
         out["warnings"].append(
             "%s: %d worker_connections exceed the open file limit %d: the real ceiling is %d"
-            % (name, wc, nofile, nofile))
+            % (name, wc, nofile, k3d_capacity.connections_held(wc, nofile)))
     if out["udp_ports_undeclared"]:
         out["warnings"].append(k3d_profiles.undeclared_warning(name, out["udp_ports_undeclared"]))
     if out["udp_servers"] and out["udp_session_budget"] is None:

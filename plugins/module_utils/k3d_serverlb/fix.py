@@ -109,7 +109,7 @@ def validate_options(udp_timeout, worker_connections, worker_rlimit_nofile, udp_
         problems.append("worker_rlimit_nofile must be between 1024 and 1048576, got %r" % (worker_rlimit_nofile,))
     if not 1 <= udp_share <= 90:
         problems.append("udp_share must be a percentage between 1 and 90, got %r" % (udp_share,))
-    if worker_connections > worker_rlimit_nofile:
+    if k3d_capacity.beyond_open_files(worker_connections, worker_rlimit_nofile):
         problems.append("worker_connections (%r) must not exceed worker_rlimit_nofile (%r): each connection needs "
                         "an open file, and nginx only warns about it" % (worker_connections, worker_rlimit_nofile))
     return problems

@@ -535,6 +535,17 @@ def test_capped_want_fits_under_the_hard_limit(hard, cap):
         assert want == WANT
 
 
+@pytest.mark.parametrize("wc, files, held, beyond", [(4096, 16384, 4096, False), (16384, 16384, 16384, False),
+                                                     (16385, 16384, 16384, True), (10 ** 9, 16384, 16384, True),
+                                                     (1029, 1024, 1024, True)])
+def test_a_worker_holds_no_more_connections_than_its_open_files(wc, files, held, beyond):
+    """One home for nginx's rule (the options' check, the live report's warning and the demo's proof read it)."""
+    assert k3d_capacity.connections_held(wc, files) == held
+    assert k3d_capacity.beyond_open_files(wc, files) is beyond
+    problems = k3d_fix.validate_options(**dict(WANT, worker_connections=min(wc, 1048576), worker_rlimit_nofile=files))
+    assert any("must not exceed worker_rlimit_nofile" in p for p in problems) is (min(wc, 1048576) > files)
+
+
 def test_the_capped_template_keeps_every_udp_part_and_clamps_connections():
     want = k3d_capacity.capped_want(WANT, 1024)[0]
     text = k3d_template.patch_template(K3D, want)

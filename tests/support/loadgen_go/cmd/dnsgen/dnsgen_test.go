@@ -117,7 +117,7 @@ func TestAReplyToAnEarlierQueryOnTheSameSourcePortIsNoAnswer(t *testing.T) {
 			t.Fatalf("no free socket for query %d", q)
 		}
 		id := r.nextID(k)
-		r.sent(q, k, 0)
+		r.sent(q, k, int64(q)*1e6) // when due
 		return id
 	}
 	reply := func(id uint16) []byte {
@@ -146,5 +146,35 @@ func TestAReplyToAnEarlierQueryOnTheSameSourcePortIsNoAnswer(t *testing.T) {
 	r.reply(0, reply(second), int64(65.8e9)) // a duplicate, no query in flight: stale, not stray
 	if r.answered != 1 || r.stray != 1 || r.stale != 2 {
 		t.Errorf("a reply to a free socket: answered %d stray %d stale %d", r.answered, r.stray, r.stale)
+	}
+}
+
+func TestAnAnswerThatCameAfterItsTimeoutIsNoAnswer(t *testing.T) {
+	// replies wait in their sockets until the next wake (issue 65): one read
+	// then is judged by its kernel arrival stamp, not by when it was read
+	r := newRun(Config{Rate: 1000, Seconds: 1, Timeout: 1, Pool: 2, Ports: []int{53}, Name: "a.lab"})
+	r.addSocket(-1)
+	r.addSocket(-1)
+	answer := func(id uint16) []byte {
+		p := queryPacket("a.lab")
+		setID(p, id)
+		return append([]byte{p[0], p[1], 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0}, p[12:]...)
+	}
+	k0, _ := r.free.pop()
+	id0 := r.nextID(k0)
+	r.sent(0, k0, 0)
+	k1, _ := r.free.pop()
+	id1 := r.nextID(k1)
+	r.sent(1, k1, int64(1e6))
+	r.reply(k0, answer(id0), int64(1e9)+1) // 1 ns after query 0's deadline
+	if r.answered != 0 || r.state[0] != qTimedOut || r.lateReplies != 1 || r.onSock[k0] != -1 || r.inFlight != 1 {
+		t.Errorf("an answer after the timeout: answered %d state %d late %d", r.answered, r.state[0], r.lateReplies)
+	}
+	r.reply(k1, answer(id1), int64(1e9)+int64(1e6)) // at query 1's deadline: in time
+	if r.answered != 1 || r.state[1] != qAnswered || r.inFlight != 0 {
+		t.Errorf("an answer at the deadline: answered %d state %d", r.answered, r.state[1])
+	}
+	if len(r.latency) != 2 || r.latency[0] != int64(1e9) || r.latency[1] != int64(1e9) {
+		t.Errorf("latency from the schedule, the late one at its timeout: %v", r.latency)
 	}
 }

@@ -1,6 +1,6 @@
 // dnsgen: a compiled DNS load generator that says when it was the bottleneck.
 //
-//	dnsgen -target HOST -ports P1,P2 -rate R -seconds S -timeout T [-pool N] [-fifo PRIO] [-name QNAME] [-json]
+//	dnsgen -target HOST -ports P1,P2 -rate R -seconds S -timeout T [-pool N] [-tick S] [-fifo PRIO] [-name QNAME] [-json]
 //
 // Query i is due at start + i/rate and goes out from a socket of its own (a
 // fresh source port: a new nginx session), alternating over the ports. It
@@ -41,6 +41,7 @@ type Output struct {
 	Seconds        float64        `json:"seconds"`
 	Timeout        float64        `json:"timeout"`
 	Pool           int            `json:"pool"`
+	TickS          float64        `json:"tick_s"` // the least time between the sender's wake-ups while sending
 	Planned        int            `json:"planned"`
 	Sent           int            `json:"sent"` // queries tried, send errors included (as dnsgen.run counts)
 	SendErrors     int            `json:"send_errors"`
@@ -61,7 +62,13 @@ type Output struct {
 	core.CPU
 	SetupS   float64 `json:"setup_s"` // opening the pool, before the clock starts
 	WaitCall string  `json:"wait_call"`
-	Sched    string  `json:"sched"` // the sending thread's scheduling policy
+	Wakes    int     `json:"wakes"`    // the loop's wake-ups: what most of its CPU is spent on
+	ReplyAt  string  `json:"reply_at"` // where a reply's time comes from
+	// replies stamped by the kernel on arrival (SO_TIMESTAMPNS), and answers that came after their query's
+	// timeout (read at a later wake: the query counts as timed out, the reply as stale)
+	KernelStamped int    `json:"kernel_stamped"`
+	LateReplies   int    `json:"late_replies"`
+	Sched         string `json:"sched"` // the sending thread's scheduling policy
 	core.Kernel
 	core.Judgement
 }
@@ -95,13 +102,14 @@ func parseFlags(args []string) (Config, bool, error) {
 	seconds := fs.Float64("seconds", 1, "planned sending time")
 	timeout := fs.Float64("timeout", 2, "seconds each query waits for its answer")
 	pool := fs.Int("pool", 4096, "sockets (source ports) opened before the clock starts")
+	tick := fs.Float64("tick", 0, "the least seconds between the sender's wake-ups while sending (0: each query when due); queries due within a tick go out at its end")
 	fifo := fs.Int("fifo", 0, "run the sender under SCHED_FIFO at this priority (0: as started)")
 	name := fs.String("name", "auth.core.home.lab", "the name asked (type A)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, false, err
 	}
-	cfg := Config{Rate: *rate, Seconds: *seconds, Timeout: *timeout, Pool: *pool, Name: *name, FIFO: *fifo}
+	cfg := Config{Rate: *rate, Seconds: *seconds, Timeout: *timeout, Pool: *pool, Name: *name, FIFO: *fifo, Tick: *tick}
 	ip, err := core.LabTarget(*target, true)
 	if err != nil {
 		return cfg, false, err
@@ -114,8 +122,9 @@ func parseFlags(args []string) (Config, bool, error) {
 		}
 		cfg.Ports = append(cfg.Ports, n)
 	}
-	if cfg.Rate <= 0 || cfg.Seconds <= 0 || cfg.Timeout < 0 || cfg.Pool < 1 || cfg.FIFO < 0 || cfg.FIFO > 99 {
-		return cfg, false, fmt.Errorf("-rate and -seconds must be positive, -timeout not negative, -pool at least 1, -fifo 0 to 99")
+	if cfg.Rate <= 0 || cfg.Seconds <= 0 || cfg.Timeout < 0 || cfg.Pool < 1 || cfg.FIFO < 0 || cfg.FIFO > 99 ||
+		cfg.Tick < 0 || cfg.Tick > MaxLatenessS {
+		return cfg, false, fmt.Errorf("-rate and -seconds must be positive, -timeout not negative, -pool at least 1, -fifo 0 to 99, -tick 0 to %g s", MaxLatenessS)
 	}
 	return cfg, *asJSON, nil
 }
@@ -131,6 +140,7 @@ func run(cfg Config) (*Output, error) {
 	debug.SetGCPercent(-1)
 	out := &Output{Head: core.Head{Generator: "dnsgen (Go)", Build: build, Go: runtime.Version(),
 		Target: net.IP(cfg.Target[:]).String()}, Ports: cfg.Ports, Rate: cfg.Rate, Seconds: cfg.Seconds, Timeout: cfg.Timeout, Pool: cfg.Pool,
+		TickS:   cfg.Tick,
 		Planned: len(r.state), SendErrno: r.errnos}
 	out.Sched = core.SetFIFO(cfg.FIFO)
 	before := core.ReadCounters()
@@ -156,6 +166,8 @@ func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
 	out.StaleReplies, out.StrayReplies = r.stale, r.stray
 	out.Unanswered = out.Sent - out.SendErrors - out.Answered
 	out.StoppedAtBound, out.WaitCall = r.stoppedAtBound, r.waitCall
+	out.Wakes, out.KernelStamped, out.LateReplies = r.wakes, r.kernelStamped, r.lateReplies
+	out.ReplyAt = "the kernel's arrival stamp (SO_TIMESTAMPNS); the clock at reading where a reply carries none"
 	out.SendS, out.WallS = core.Round6(float64(r.lastSendNs)/1e9), core.Round6(float64(r.endNs)/1e9)
 	lat := core.SpreadOf(r.latency)
 	out.Lateness = core.SpreadOf(r.lateness).Lateness()

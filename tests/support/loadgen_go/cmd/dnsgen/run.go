@@ -1,21 +1,29 @@
 package main
 
 // The paced sender and its replies, on one thread: sockets of a pool opened
-// before the clock starts, non-blocking sends, and one epoll set that both
-// sleeps until the next query is due and collects the answers meanwhile.
+// before the clock starts, non-blocking sends, and one epoll set that
+// collects the answers.
 //
 // Each query goes out with its own sendto(2) on its own socket. sendmmsg(2)
 // would batch several datagrams into one system call, but only on one socket,
 // so all of a batch would share one source port: one 5-tuple, one nginx
-// session, which is the very thing this generator must not do. A query is
-// one system call; the pool keeps everything else (socket, bind, epoll_ctl)
-// out of the timed loop.
+// session, which is the very thing this generator must not do (recvmmsg(2)
+// likewise reads one socket, and each socket here holds one reply at most).
+// A query is one system call; the pool keeps everything else (socket, bind,
+// epoll_ctl) out of the timed loop.
 //
-// The loop sleeps until each query is due rather than sending a batch every
-// so often: the planned load is the paced one, and what a timer per query
-// costs shows in the CPU rule. (Tried: sleeping 200 us at least, then
-// sending what was due, halves the CPU at 40,000 q/s but sends bursts of 8
-// and reads answers up to 200 us late.)
+// What a query costs the generator is mostly its wake-ups: on this kind of
+// machine (a virtual machine) one sleep and wake costs 20-28 us of the
+// sleeper's CPU (measured, issue 65), more than the sendto and the read
+// together. So the loop wakes only to send: while sending it sleeps with
+// nanosleep(2), not on the epoll set, and a reply waits in its socket, stamped
+// by the kernel on arrival (SO_TIMESTAMPNS), until the next wake reads it
+// (an epoll_pwait2 that does not sleep). Each answer's latency is its
+// kernel arrival time, so reading it later changes no figure. -tick sets the
+// least time between wake-ups while sending: queries that fall due within it
+// go out together at its end, late by up to the tick (their lateness says
+// so). After the last send, the loop waits on the epoll set for the replies
+// still out, as it always did.
 
 import (
 	"math"
@@ -79,7 +87,8 @@ type Config struct {
 	Timeout float64
 	Pool    int
 	Name    string
-	FIFO    int // SCHED_FIFO priority for the sender; 0: as started
+	FIFO    int     // SCHED_FIFO priority for the sender; 0: as started
+	Tick    float64 // the least time between wake-ups while sending (s); 0: each query when due
 }
 
 // Run holds the pool and what every query did. Per query it keeps ~30 bytes
@@ -105,6 +114,12 @@ type Run struct {
 	stoppedAtBound                                      bool
 	lastSendNs, endNs                                   int64
 	waitCall                                            string
+
+	wakes, kernelStamped, lateReplies int
+	offsetNs                          int64 // the run's clock minus CLOCK_REALTIME, read at every wake
+	buf, oob                          []byte
+	iov                               syscall.Iovec
+	msg                               syscall.Msghdr
 }
 
 // newRun allocates a run's bookkeeping: everything but the sockets.
@@ -113,7 +128,9 @@ func newRun(cfg Config) *Run {
 	r := &Run{cfg: cfg, free: newRing(cfg.Pool), pkt: queryPacket(cfg.Name), errnos: map[string]int{},
 		sendAt: make([]int64, planned), sockOf: make([]int32, planned), state: make([]uint8, planned),
 		lateness: make([]int64, 0, planned), latency: make([]int64, 0, planned), waitCall: "epoll_pwait2",
-		onSock: make([]int32, 0, cfg.Pool), ids: make([]uint16, 0, cfg.Pool)}
+		onSock: make([]int32, 0, cfg.Pool), ids: make([]uint16, 0, cfg.Pool),
+		buf: make([]byte, 1500), oob: make([]byte, 64)}
+	r.msg.Iov, r.msg.Iovlen = &r.iov, 1
 	for _, p := range cfg.Ports {
 		r.addrs = append(r.addrs, syscall.SockaddrInet4{Port: p, Addr: cfg.Target})
 	}
@@ -144,6 +161,10 @@ func openPool(cfg Config) (*Run, error) {
 		if err = syscall.Bind(fd, &syscall.SockaddrInet4{}); err != nil { // port 0: the kernel picks one
 			return nil, err
 		}
+		// each datagram stamped on arrival: a reply read at the next wake keeps its own time
+		if err = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1); err != nil {
+			return nil, err
+		}
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(i)} // Fd carries the pool index
 		if err = syscall.EpollCtl(r.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			return nil, err
@@ -153,20 +174,29 @@ func openPool(cfg Config) (*Run, error) {
 	return r, nil
 }
 
-// loop runs the plan: sends each query when due until all are sent or the
-// hard bound, then waits for the replies still out, `timeout` at most each.
-// Nothing in it blocks longer than the next due query or reply deadline.
+// loop runs the plan: sends each query when due (or at the end of the tick
+// it falls in) until all are sent or the hard bound, then waits for the
+// replies still out, `timeout` at most each. Nothing in it blocks longer than
+// the next due query (or tick) while sending, or the next reply deadline
+// after.
 func (r *Run) loop() {
 	planned := len(r.state)
 	start := time.Now()
-	now := func() int64 { return int64(time.Since(start)) }
+	now := func() int64 {
+		tn := time.Now()
+		t := int64(tn.Sub(start))
+		r.offsetNs = t - tn.UnixNano()
+		return t
+	}
 	limit := core.StopNs(r.cfg.Seconds)
 	timeout := int64(r.cfg.Timeout * 1e9)
+	tick := int64(r.cfg.Tick * 1e9)
 	next, oldest := 0, 0
 	sending := planned > 0
 	events := make([]syscall.EpollEvent, 512)
-	buf := make([]byte, 1500)
 	for {
+		r.wakes++
+		woke := now()
 		for sending { // every query that is due, the clock read before each (a catch-up burst too)
 			t := now()
 			if t >= limit {
@@ -181,25 +211,51 @@ func (r *Run) loop() {
 			next++
 			sending = next < planned
 		}
+		r.harvest(events)
 		t := now()
 		oldest = r.expire(oldest, next, t, timeout)
 		if (!sending && r.inFlight == 0) || t >= limit+timeout {
 			break
 		}
-		wait := int64(100e6)
-		if sending {
-			wait = min(core.DueNs(next, r.cfg.Rate), limit) - t
+		if sending { // replies wait in their sockets, stamped by the kernel: only a due query wakes the sender
+			wake := max(min(core.DueNs(next, r.cfg.Rate), limit), woke+tick)
+			sleepNs(wake - t)
+			continue
 		}
+		wait := int64(100e6)
 		if oldest < next { // the oldest query still out: its deadline
 			wait = min(wait, r.sendAt[oldest]+timeout-t)
 		}
 		n := r.wait(events, max(wait, 0))
 		for _, ev := range events[:n] {
-			r.receive(ev.Fd, buf, now)
+			r.receive(ev.Fd, now)
 		}
 	}
 	r.endNs = now()
 	r.expire(oldest, next, math.MaxInt64-timeout, timeout) // out at the hard bound: unanswered, at the timeout
+}
+
+// sleepNs sleeps ns (nanosleep(2), raw: the Go scheduler stays out, as in
+// wait); a signal ends it early and the loop reads the clock again.
+func sleepNs(ns int64) {
+	if ns <= 0 {
+		return
+	}
+	ts := syscall.NsecToTimespec(ns)
+	syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// harvest reads every reply that came since the last wake, without sleeping.
+func (r *Run) harvest(events []syscall.EpollEvent) {
+	for {
+		n := r.wait(events, 0)
+		for _, ev := range events[:n] {
+			r.receive(ev.Fd, nil)
+		}
+		if n < len(events) {
+			return
+		}
+	}
 }
 
 // send sends query q (due at `due`, the clock read `t`) from the free socket
@@ -250,13 +306,57 @@ func (r *Run) sendError(q int, why string) {
 // receive reads one datagram from pool socket k: one read per event, as the
 // epoll set is level-triggered (a second datagram waiting makes the next wait
 // return at once) and reading on to EAGAIN would cost a second system call
-// per answer.
-func (r *Run) receive(k int32, buf []byte, now func() int64) {
-	n, err := syscall.Read(r.fds[k], buf)
-	if err != nil {
-		return
+// per answer. The reply's time is the kernel's arrival stamp; `now` (or the
+// last wake's clock, when nil) only where a datagram carries none. False:
+// nothing was there.
+func (r *Run) receive(k int32, now func() int64) bool {
+	n, stamp, ok := r.recv(k)
+	if !ok {
+		return false
 	}
-	r.reply(k, buf[:n], now())
+	t := stamp
+	if t < 0 {
+		if now != nil {
+			t = now()
+		} else {
+			t = r.lastSendNs
+		}
+	} else {
+		r.kernelStamped++
+	}
+	r.reply(k, r.buf[:n], t)
+	return true
+}
+
+// recv is one recvmsg(2) on pool socket k, not waiting: the datagram's length
+// and its arrival in the run's clock (-1: no stamp came with it).
+func (r *Run) recv(k int32) (int, int64, bool) {
+	if r.fds[k] < 0 {
+		return 0, -1, false
+	}
+	r.iov.Base = &r.buf[0]
+	r.iov.SetLen(len(r.buf))
+	r.msg.Control = &r.oob[0]
+	r.msg.SetControllen(len(r.oob))
+	n, _, e := syscall.RawSyscall(syscall.SYS_RECVMSG, uintptr(r.fds[k]), uintptr(unsafe.Pointer(&r.msg)),
+		syscall.MSG_DONTWAIT)
+	if e != 0 {
+		return 0, -1, false
+	}
+	return int(n), r.stamp(), true
+}
+
+// stamp is the SCM_TIMESTAMPNS of the last recvmsg, in the run's clock (-1: none).
+func (r *Run) stamp() int64 {
+	if int(r.msg.Controllen) < syscall.CmsgSpace(int(unsafe.Sizeof(syscall.Timespec{}))) {
+		return -1
+	}
+	h := (*syscall.Cmsghdr)(unsafe.Pointer(&r.oob[0]))
+	if h.Level != syscall.SOL_SOCKET || h.Type != syscall.SCM_TIMESTAMPNS {
+		return -1
+	}
+	ts := (*syscall.Timespec)(unsafe.Pointer(&r.oob[syscall.CmsgLen(0)]))
+	return ts.Nano() + r.offsetNs
 }
 
 // reply takes a datagram that came on pool socket k at t. Only a reply with
@@ -265,6 +365,9 @@ func (r *Run) receive(k int32, buf []byte, now func() int64) {
 // out on it) and frees nothing. A stale reply while another query is in
 // flight on the socket is stray as well: a reply to an earlier query from
 // the same source port, which must not count as the new query's answer.
+//
+// A reply read late (at the wake after it came) is judged by its arrival: one
+// that came after its query's deadline is no answer, the query timed out.
 func (r *Run) reply(k int32, reply []byte, t int64) {
 	q := r.onSock[k]
 	id, ok := replyID(reply)
@@ -273,6 +376,14 @@ func (r *Run) reply(k int32, reply []byte, t int64) {
 		if q >= 0 {
 			r.stray++
 		}
+		return
+	}
+	if t > r.sendAt[q]+int64(r.cfg.Timeout*1e9) {
+		r.stale++
+		r.lateReplies++
+		r.state[q] = qTimedOut
+		r.unanswered(int(q), r.sendAt[q])
+		r.release(k)
 		return
 	}
 	if answered(reply, id) {
@@ -312,6 +423,14 @@ func (r *Run) expire(oldest, next int, t, timeout int64) int {
 		}
 		if r.sendAt[oldest]+timeout > t {
 			break
+		}
+		// its reply may wait in the socket, unread since the last wake: read
+		// it first (judged by its arrival), a few datagrams at most
+		k := r.sockOf[oldest]
+		for i := 0; i < 4 && r.state[oldest] == qInFlight && r.receive(k, nil); i++ {
+		}
+		if r.state[oldest] != qInFlight {
+			continue
 		}
 		r.state[oldest] = qTimedOut
 		r.unanswered(oldest, r.sendAt[oldest])
