@@ -542,7 +542,7 @@ def test_a_worker_holds_no_more_connections_than_its_open_files(wc, files, held,
     """One home for nginx's rule (the options' check, the live report's warning and the demo's proof read it)."""
     assert k3d_capacity.connections_held(wc, files) == held
     assert k3d_capacity.beyond_open_files(wc, files) is beyond
-    problems = k3d_fix.validate_options(**dict(WANT, worker_connections=min(wc, 1048576), worker_rlimit_nofile=files))
+    problems = k3d_fix.validate_options(**{**WANT, "worker_connections": min(wc, 1048576), "worker_rlimit_nofile": files})
     assert any("must not exceed worker_rlimit_nofile" in p for p in problems) is (min(wc, 1048576) > files)
 
 
