@@ -157,7 +157,7 @@ def test_udp_servers_never_get_it_and_say_so_naming_the_port():
             "  server { listen 443 udp reuseport; listen [::]:443 udp reuseport; proxy_pass 10.8.0.2:443; }\n}\n")
     p = plan.Plan(conf_of(("/etc/nginx/nginx.conf", text)), NAS)
     assert outcomes(p) == [("443", "add"), ("443 udp reuseport / [::]:443 udp reuseport", "udp")]
-    assert len(p.warnings) == 1 and "is UDP (port 443, 443): it never gets PROXY protocol" in p.warnings[0]
+    assert len(p.warnings) == 1 and "is UDP (port 443): it never gets PROXY protocol" in p.warnings[0]
     assert "QUIC (HTTP/3)" in p.warnings[0]
 
 
