@@ -243,12 +243,17 @@ def current_files(module, conf, edits):
 
 # ---- write, and the journal that makes a cut-off run undoable
 
+def temp_prefix(path):
+    """The name of write_bytes' temporary file beside `path`: a dot name, which no include glob loads."""
+    return ".%s.homelab-edge." % os.path.basename(path)
+
+
 def write_bytes(path, text):
     """`text` into the real file `path`: a temporary file beside it (a dot
     name no include glob loads), then a rename over it; its mode and owner
     kept. A symlink to it stays a link (the caller passes the real path)."""
     st = os.stat(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".%s.homelab-edge." % os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=temp_prefix(path))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode(*ENCODING))
@@ -334,6 +339,12 @@ def recover(module, result):
               "new": bytes.fromhex(f["new"]).decode(*ENCODING)} for f in record.get("files", [])]
     found = "found the journal of a run that was cut off (started %s, pid %s, %d file(s))" % (
         record.get("started", "?"), record.get("pid", "?"), len(files))
+    for f in files:  # a temporary file the cut-off run had not renamed yet (a dot name: never loaded)
+        folder = os.path.dirname(f["real"])
+        prefix = temp_prefix(f["real"])
+        for name in os.listdir(folder) if os.path.isdir(folder) and not module.check_mode else []:
+            if name.startswith(prefix):
+                os.remove(os.path.join(folder, name))
     put_back = [f for f in files if read_bytes(f["real"]) == f["new"]]
     theirs = [f["real"] for f in files if read_bytes(f["real"]) not in (f["new"], f["old"])]
     result["journal"] = {"found": found, "restored": [f["real"] for f in put_back], "left": theirs}
@@ -502,13 +513,13 @@ def undo(module, conf, files, reloaded, why, result):
 def apply(module, conf, files, checks, kinds, result):
     """Journal, backups, write, nginx -t, reload, check through nginx; undo what fails."""
     write_journal(module, files, "writing")
-    for f in files:
-        entry = {"path": f["path"], "real_path": f["real"], "backup": ""}
-        if module.params["backup"]:
-            entry["backup"] = backup(f["real"], f["old"])
-        result["files"].append(entry)
     reloaded = False
     try:
+        for f in files:
+            entry = {"path": f["path"], "real_path": f["real"], "backup": ""}
+            if module.params["backup"]:
+                entry["backup"] = backup(f["real"], f["old"])
+            result["files"].append(entry)
         for f in files:
             write_bytes(f["real"], f["new"])
         ok, why = nginx_test(module)

@@ -180,6 +180,8 @@ def test_a_run_cut_off_between_two_writes_is_rolled_back_by_the_next_one_which_s
         params = {"config": vps.config}
     npp.write_journal(Params(), files, "writing")
     npp.write_bytes(str(vps.target), files[0]["new"])
+    leftover = other.parent / (npp.temp_prefix(str(other)) + "x1y2")  # the second write, cut before its rename
+    leftover.write_text("half")
     checked = run_main(npp, check=True, upstreams=NAS, config=vps.config, state="absent")
     assert "found the journal of a run that was cut off" in warned(checked)
     assert os.path.exists(npp.journal_path()) and plan.LINE in vps.target.read_text()
@@ -187,6 +189,7 @@ def test_a_run_cut_off_between_two_writes_is_rolled_back_by_the_next_one_which_s
     assert res["journal"]["restored"] == [str(vps.target)] and res["journal"]["left"] == []
     assert "put back %s; nginx -t passes" % vps.target in warned(res)
     assert vps.target.read_text() == STREAM and not os.path.exists(npp.journal_path()) and res["changed"]
+    assert not leftover.exists() and other.read_text().startswith("server {")
 
 
 def test_a_file_changed_by_someone_else_since_the_cut_off_run_is_left_and_named(run_main, vps):
