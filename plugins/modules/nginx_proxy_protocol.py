@@ -208,20 +208,20 @@ def read_config(module):
     if rc != 0:
         why = (err or out).strip()
         copies = plan_.backup_copies(why)
-        hint = (" %s looks like a backup copy (Ansible's, or an earlier homelab.edge's) in a directory nginx "
-                "includes, where nginx loads it as configuration: move it out (to %s), then run this again."
+        hint = ("; %s looks like a backup copy (Ansible's, or an earlier homelab.edge's) in a directory nginx "
+                "includes, where nginx loads it as configuration: move it out (to %s), then run this again"
                 % (" and ".join(copies), STATE_DIR)) if copies else ""
         module.fail_json(msg="nginx -T -c %s fails, so nginx itself cannot load your configuration as it is: %s. Fix "
-                             "that first (nginx -t says the same).%s Nothing was changed." % (config, why, hint))
+                             "that first (nginx -t says the same)%s; nothing was changed." % (config, why, hint))
     try:
         conf = dump.load(out)
     except dump.DumpError as e:
-        module.fail_json(msg="nginx -T -c %s printed what homelab.edge cannot follow: %s. Nothing was changed."
+        module.fail_json(msg="nginx -T -c %s printed what homelab.edge cannot follow: %s; nothing was changed."
                              % (config, e))
     inside = [p for p in conf.files if p.startswith(STATE_DIR + "/")]
     if inside:
         module.fail_json(msg="nginx loads %s, under %s, where homelab.edge keeps its journal and backups: take that "
-                             "include out. Nothing was changed." % (", ".join(inside), STATE_DIR))
+                             "include out; nothing was changed." % (", ".join(inside), STATE_DIR))
     return conf
 
 
@@ -236,7 +236,7 @@ def current_files(module, conf, edits):
             old = f.read().decode(*ENCODING)
         if old != conf.files[path]:
             module.fail_json(msg="%s changed while homelab.edge read it (its bytes differ from what nginx -T printed): "
-                                 "run this again. Nothing was changed." % path)
+                                 "run this again; nothing was changed." % path)
         out.append({"path": path, "real": real, "old": old, "new": plan_.apply_edits(old, edits[path])})
     return [f for f in out if f["new"] != f["old"]]
 
@@ -446,7 +446,7 @@ def ask_upstreams(module, plan, result):
         if module.check_mode:
             module.warn(msg)
         else:
-            module.fail_json(msg=msg + ". Nothing was changed.", **result)
+            module.fail_json(msg=msg + "; nothing was changed.", **result)
     return kinds
 
 
@@ -484,7 +484,7 @@ def check_before(module, plan, result):
         if module.check_mode:
             module.warn(msg)
         else:
-            module.fail_json(msg=msg + ". Nothing was changed.", **result)
+            module.fail_json(msg=msg + "; nothing was changed.", **result)
     return checks, kinds
 
 
@@ -572,11 +572,11 @@ def main():
     plan = plan_.Plan(conf, p["upstreams"], present)
     result["servers"] = [s.result() for s in plan.servers]
     if plan.refusals:
-        module.fail_json(msg="%d stream server(s) refused: %s. Nothing was changed." % (
+        module.fail_json(msg="%d stream server(s) refused: %s; nothing was changed." % (
             len(plan.refusals), " | ".join(plan.refusals)), **result)
     why = plan.nothing_forwards()
     if why:
-        module.fail_json(msg=why + ". Nothing was changed.", **result)
+        module.fail_json(msg=why + "; nothing was changed.", **result)
     for w in plan.warnings:
         module.warn(w)
     files = current_files(module, conf, plan.edits())

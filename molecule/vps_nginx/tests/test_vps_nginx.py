@@ -182,7 +182,7 @@ def test_an_upstream_with_a_backup_server_is_refused_and_nothing_is_written(admi
     before = tree()
     res = run({"upstreams": NAS_UPSTREAMS})
     assert res["failed"] and "192.168.1.9:443 (backup, upstream nas), not in upstreams" in res["msg"]
-    assert res["msg"].endswith("Nothing was changed.") and tree() == before and nginx_t().rc == 0
+    assert res["msg"].endswith("nothing was changed.") and tree() == before and nginx_t().rc == 0
 
 
 FORCED_FAILURE = """server {

@@ -206,7 +206,7 @@ def test_when_nginx_cannot_load_the_config_the_refusal_is_nginxs_own_words(run_m
     vps.nginx.broken = lambda: True
     res = run_main(npp, upstreams=NAS, config=vps.config)
     assert res["failed"] and "nginx itself cannot load your configuration as it is: nginx: [emerg] broken" in res["msg"]
-    assert res["msg"].endswith("Nothing was changed.") and vps.target.read_text() == STREAM
+    assert res["msg"].endswith("nothing was changed.") and vps.target.read_text() == STREAM
 
 
 def test_a_backup_copy_in_an_included_directory_is_named_in_the_refusal(run_main, vps, commands):
@@ -223,7 +223,7 @@ def test_a_refused_server_stops_the_run_before_anything_is_written(run_main, vps
     before = vps.target.read_text()
     res = run_main(npp, upstreams=NAS, config=vps.config)
     assert res["failed"] and res["msg"].startswith("1 stream server(s) refused: the stream server on 443")
-    assert "192.168.1.9:443 (backup, upstream nas)" in res["msg"] and res["msg"].endswith("Nothing was changed.")
+    assert "192.168.1.9:443 (backup, upstream nas)" in res["msg"] and res["msg"].endswith("nothing was changed.")
     assert vps.target.read_text() == before and not vps.asked
     assert [s["outcome"] for s in res["servers"]] == ["refused", "add"]
 
@@ -242,7 +242,7 @@ def test_an_upstream_that_does_not_take_the_header_yet_is_refused_and_nothing_is
     monkeypatch.setattr(npp.probe_, "ask_upstream", lambda a, sni=None: (None, "it speaks TLS without a PROXY header"))
     res = run_main(npp, upstreams=NAS, config=vps.config)
     assert res["failed"] and "do not accept PROXY protocol from this host yet: 10.8.0.2:443: it speaks TLS" in res["msg"]
-    assert res["msg"].endswith("Nothing was changed.") and vps.target.read_text() == STREAM
+    assert res["msg"].endswith("nothing was changed.") and vps.target.read_text() == STREAM
 
 
 def test_a_listener_that_fails_before_the_change_is_refused_with_how_to_skip_the_check(run_main, vps, monkeypatch):
