@@ -224,7 +224,7 @@ def test_when_the_vps_fails_after_the_nas_the_path_keeps_working():
         VPS.check_output("sed -i '1i worker_shutdown_timeout banana;' /etc/nginx/nginx.conf")
         rc, out, recap = site("--tags", "vps_proxy_protocol", ok=False)
         assert rc != 0 and "nginx itself cannot load your configuration as it is" in out
-        assert "\"worker_shutdown_timeout\" directive invalid value in /etc/nginx/nginx.conf:1" in out
+        assert "worker_shutdown_timeout" in out and "directive invalid value in /etc/nginx/nginx.conf:1" in out
         assert "nothing was changed" in out
         assert VPS.file("/etc/nginx/nginx.conf").content_string.startswith("worker_shutdown_timeout banana;")
         assert "proxy_protocol on" not in VPS.file("/etc/nginx/nginx.conf").content_string
