@@ -382,8 +382,8 @@ class Plan(object):
 
     @property
     def warnings(self):
-        return ["%s %s" % (s.name(), s.why) for s in self.servers
-                if s.outcome in (UDP, UNKNOWN, THEIRS) or (s.outcome == REMOVE and self.present)]
+        said = (UDP, UNKNOWN, THEIRS, REMOVE) if self.present else (THEIRS,)  # absent: only what stays sending
+        return ["%s %s" % (s.name(), s.why) for s in self.servers if s.outcome in said]
 
     def nothing_forwards(self):
         """Why there is nothing to do with state=present, when that is so (else None)."""
