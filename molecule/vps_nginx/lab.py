@@ -83,7 +83,7 @@ def up():
     nas = hosts.address(NAS, NET)
     sh("docker", "exec", NAS, "ip", "address", "add", "%s/32" % TUNNEL, "dev", "lo")
     sh("docker", "exec", "-d", NAS, "nginx")  # the backend (the image's nginx.conf: 8080)
-    sh("docker", "exec", "-d", NAS, "python3", "/usr/local/bin/standin.py", "udp-echo", "443", "/tmp/udp.log")
+    sh("docker", "exec", "-d", NAS, "python3", "/usr/local/bin/standin.py", "udp-echo", "%s:443" % TUNNEL, "/tmp/udp.log")
     sh("docker", "exec", "-d", NAS, "python3", "/usr/local/bin/standin.py", "picky", "9444", "/tmp/picky.log")
     sh("docker", "exec", VPS, "ip", "route", "replace", "%s/32" % TUNNEL, "via", nas)
     hosts.client(CLIENT, NET)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Stand-ins on Molecule vps_nginx's NAS (run there with python3):
 
-  standin.py udp-echo PORT LOG   QUIC's place on UDP PORT: each datagram echoed back, and a JSON line in LOG
+  standin.py udp-echo ADDR:PORT LOG
+                                 QUIC's place on UDP ADDR:PORT: each datagram echoed back (from ADDR, the
+                                 address nginx's connected UDP socket expects the answer from), a JSON line in LOG
                                  saying whom it came from and whether it starts with "PROXY" (nginx puts a
                                  PROXY header in front of the first datagram of a UDP session with proxy_protocol)
   standin.py picky PORT LOG      an HTTP server that takes a PROXY header only from the made-up client the
@@ -21,12 +23,13 @@ def log(path, entry):
         f.write(json.dumps(entry) + "\n")
 
 
-def udp_echo(port, path):
+def udp_echo(where, path):
+    address, port = where.rsplit(":", 1)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("0.0.0.0", port))
+    s.bind((address, int(port)))
     while True:
         data, peer = s.recvfrom(65535)
-        log(path, {"from": peer[0], "proxy": data.startswith(b"PROXY"), "first": data[:24].decode("latin-1")})
+        log(path, {"from": peer[0], "proxy": data.startswith(b"PROXY"), "first": data[:64].decode("latin-1")})
         s.sendto(data, peer)
 
 
@@ -51,7 +54,8 @@ def picky_one(conn, peer, path):
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
 
 
-def picky(port, path):
+def picky(where, path):
+    port = int(where)
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("0.0.0.0", port))
@@ -62,4 +66,4 @@ def picky(port, path):
 
 
 if __name__ == "__main__":
-    {"udp-echo": udp_echo, "picky": picky}[sys.argv[1]](int(sys.argv[2]), sys.argv[3])
+    {"udp-echo": udp_echo, "picky": picky}[sys.argv[1]](sys.argv[2], sys.argv[3])
