@@ -16,6 +16,7 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 UNIT = "tests/unit/plugins/module_utils/"
+NPP = "tests/unit/plugins/modules/test_nginx_proxy_protocol.py::"
 
 # name: (file, text, mutated text, the test that must catch it)
 MUTATIONS = {
@@ -94,9 +95,61 @@ MUTATIONS = {
         UNIT + "test_k3d_serverlb.py::test_a_load_balancer_with_a_budget_on_only_some_udp_servers_is_not_budgeted"),
     "nginx_proxy_protocol keeps a change whose post-reload probe failed": (
         "plugins/modules/nginx_proxy_protocol.py",
-        "        if failed:\n            restore(module, changes)\n",
-        "        if failed:\n",
-        "tests/unit/plugins/modules/test_nginx_proxy_protocol.py"),
+        '            if failed:\n                raise Failed("after the reload, connections through nginx fail',
+        '            if failed and False:\n                raise Failed("after the reload, connections through nginx fail',
+        NPP + "test_every_failure_after_the_write_puts_the_files_back_byte_for_byte"),
+    "nginx_proxy_protocol replaces a symlink with a file (writes at the link's path)": (
+        "plugins/modules/nginx_proxy_protocol.py",
+        "        real = os.path.realpath(path)\n",
+        "        real = path\n",
+        NPP + "test_a_link_stays_a_link_its_target_is_edited_and_backups_stay_out_of_nginxs_directories"),
+    "nginx_proxy_protocol keeps its backup beside the config, where an include loads it": (
+        "plugins/modules/nginx_proxy_protocol.py",
+        '    path = os.path.join(STATE_DIR, real.lstrip("/")) + ".%s~" % stamp',
+        '    path = real + ".%s~" % stamp',
+        NPP + "test_a_link_stays_a_link_its_target_is_edited_and_backups_stay_out_of_nginxs_directories"),
+    "nginx_proxy_protocol does not run nginx -t on the files it put back": (
+        "plugins/modules/nginx_proxy_protocol.py",
+        "    failed = restore(files)\n    ok, test = nginx_test(module)\n",
+        "    failed = restore(files)\n    ok, test = True, \"\"\n",
+        NPP + "test_nginx_t_failing_on_the_files_put_back_is_said_loudly"),
+    "nginx_proxy_protocol leaves a cut-off run's half-written files as they are": (
+        "plugins/modules/nginx_proxy_protocol.py",
+        '    put_back = [f for f in files if read_bytes(f["real"]) == f["new"]]',
+        "    put_back = []",
+        NPP + "test_a_run_cut_off_between_two_writes_is_rolled_back_by_the_next_one_which_says_so"),
+    "nginx stream plan: a UDP server gets PROXY protocol": (
+        "plugins/module_utils/nginx_stream_plan.py",
+        "    elif server.udp and relevant:\n",
+        "    elif server.udp and relevant and False:\n",
+        UNIT + "test_nginx_stream.py::test_udp_servers_never_get_it_and_say_so_naming_the_port"),
+    "nginx stream plan: an upstream's backup and down servers do not count": (
+        "plugins/module_utils/nginx_stream_plan.py",
+        "        self.unlisted = [t for t in self.targets if normal(t.address) not in listed]",
+        "        self.unlisted = [t for t in self.targets if normal(t.address) not in listed and not t.params]",
+        UNIT + "test_nginx_stream.py::test_an_upstream_with_an_unlisted_backup_or_down_server_is_refused_naming_it"),
+    "nginx stream plan: a value known only per connection counted as listed": (
+        "plugins/module_utils/nginx_stream_plan.py",
+        "    elif server.values.unknown:\n        outcome = REFUSED\n",
+        "    elif False:\n        outcome = REFUSED\n",
+        UNIT + "test_nginx_stream.py::test_a_variable_known_only_per_connection_among_listed_values_is_refused_naming_it"),
+    "nginx stream dump: an included file's servers not placed where the include stands": (
+        "plugins/module_utils/nginx_stream_dump.py",
+        "    for d in block:\n        if d.included is not None:\n            for path, inner in d.included:\n"
+        "                for x in children(inner):\n",
+        "    for d in block:\n        if d.included is not None and False:\n            for path, inner in d.included:\n"
+        "                for x in children(inner):\n",
+        UNIT + "test_nginx_stream.py::test_a_one_line_stream_include_puts_its_files_inside_stream_in_glob_order"),
+    "nginx stream plan: every listener checked at 127.0.0.1": (
+        "plugins/module_utils/nginx_stream_plan.py",
+        '    host = {"*": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)',
+        '    host = "127.0.0.1"',
+        UNIT + "test_nginx_stream.py::test_a_listener_is_checked_at_its_own_address"),
+    "nginx stream probe: no PROXY header to a listener that expects one": (
+        "plugins/module_utils/nginx_stream_probe.py",
+        '    header = header_for(check["host"], check["port"]) if check["proxy_protocol"] else None',
+        "    header = None",
+        UNIT + "test_nginx_stream_probe.py::test_a_listener_with_proxy_protocol_gets_a_made_up_clients_header"),
     "YAML editor: an alias shares the change meant for its anchor": (
         "plugins/module_utils/traefik/text_edit.py",
         "    out = unshared(doc) if doc else {}",

@@ -384,7 +384,7 @@ skipped_for_images() { # what every scenario's pytest skipped for want of an ima
 # vps_connlimit 1219, k3d_serverlb 624 s; default 1354, nas 1004, tcp_drain 117 s). No scenario restarts
 # this machine's engine (k3d_engines restarts its hosts' own). Running the lab's own steps beside them too
 # was slower (default 1969 s): 2 cores.
-MOLECULE_BESIDE="k3d_engines vps_systemd vps_connlimit k3d_serverlb"
+MOLECULE_BESIDE="k3d_engines vps_systemd vps_connlimit vps_nginx k3d_serverlb"
 
 merge() { # pid, result file, log, title: wait for a group run in the background, print its log, count its steps
   wait "$1"
