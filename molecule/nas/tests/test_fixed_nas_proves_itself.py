@@ -102,7 +102,6 @@ def test_the_opt_in_wedge_is_healed_by_autoheal_and_timed():
 
 
 @upstream_images.needs("autoheal")
-@upstream_images.needs("autoheal")
 def test_the_opt_in_entrypoint_wedge_is_healed_through_the_check_on_that_entrypoint():
     """Alive but dark only where users come in (traefik-b's :443, published on 9443): the role's health check asks
     there, so autoheal restarts it; the rule is gone with the old namespace."""
@@ -114,6 +113,7 @@ def test_the_opt_in_entrypoint_wedge_is_healed_through_the_check_on_that_entrypo
     adhoc.record("nas", "prove_entrypoint_wedge", measured=wedge["measured"].replace(" ", "_"))
 
 
+@upstream_images.needs("autoheal")
 def test_with_autoheal_frozen_the_wedge_is_not_healed_and_traefik_is_resumed():
     NAS.check_output("docker pause autoheal")
     try:
