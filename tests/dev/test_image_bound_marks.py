@@ -230,6 +230,18 @@ CASES = {
                 return "found to be unhealthy" in NAS.check_output("docker logs autoheal")
             wait(healed)
         ''', True),
+    "helpers that call each other": ('''
+        def wedge(n):
+            return heal(n - 1) if n else ""
+
+
+        def heal(n):
+            return wedge(n) + NAS.check_output("docker logs autoheal")
+
+
+        def test_x():
+            wedge(2)
+        ''', True),
     "adapting in one helper does not cover a use elsewhere": ('''
         import labhelp
 
@@ -272,6 +284,18 @@ CASES = {
         def test_x():
             proxy = "http://127.0.0.1:8080"
             get(proxy)
+        ''', False),
+    "an argument named like a helper that is no fixture": ('''
+        def proxy():
+            return "socket-proxy:2375"
+
+
+        def get(proxy):
+            return proxy + "/containers/json"
+
+
+        def test_x():
+            get("http://127.0.0.1:8080")
         ''', False),
     "nothing of it": ('''
         def test_x():

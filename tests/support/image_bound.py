@@ -254,7 +254,7 @@ class Analysis(object):
         self.root = os.path.abspath(root)
         self.needles = needles or Needles(root)
         self.sources = dict((os.path.abspath(k), v) for k, v in (sources or {}).items())
-        self.modules, self.cache, self.busy = {}, {}, set()
+        self.modules, self.cache, self.busy, self.cycles = {}, {}, set(), 0
 
     # -- files and names
     def module(self, path):
@@ -300,7 +300,7 @@ class Analysis(object):
     def fixture(self, module, name):
         """The fixture `name` as pytest finds it for a test of `module`: its own file, what it imports, conftest.py."""
         got = self.resolve(module, name)
-        if got and isinstance(got[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if got and isinstance(got[1], (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_fixture(got[1]):
             return got
         for c in self.conftests(module):
             if name in c.fixtures:
@@ -313,13 +313,16 @@ class Analysis(object):
         if key in self.cache:
             return self.cache[key]
         if key in self.busy:   # a cycle: what it uses is counted where it started
+            self.cycles += 1
             return Found()
         self.busy.add(key)
+        cycles = self.cycles
         try:
             found = self.scan(module, node, label)
         finally:
             self.busy.discard(key)
-        self.cache[key] = found
+        if self.cycles == cycles:   # complete (no cycle cut short): kept for every other way to it
+            self.cache[key] = found
         return found
 
     def _strings(self, module, node, skip):
