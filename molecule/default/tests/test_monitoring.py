@@ -368,7 +368,7 @@ def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_th
         written = time.time()
         # the counts at 0 are in: Prometheus scraped the file after that write (every 2 s here; bounded)
         wait("the keeper's write scraped", lambda: [r for r in api(k3d_prometheus(), "/api/v1/query", query=(
-            'timestamp({__name__=~"homelab_edge_k3d_lb_.*", lb="k3d-lab2-serverlb"})'))["result"]
+            'max(timestamp({__name__=~"homelab_edge_k3d_lb_.*", lb="k3d-lab2-serverlb"}))'))["result"]
             if float(r["value"][1]) > written], 60)
         probes.dns_load_until_out_of_connections(client.containers.get(k3d.lb_name("lab2")), "127.0.0.1", ep["dns"])
         subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", k3d_fix.KEEPER_CONFIG, "--metrics-once"],
