@@ -3,6 +3,7 @@ tests/support/image_bound.py on this checkout's Molecule and lab tests, each
 real mark shown to be needed (the test without it is flagged), and crafted
 tests that reach the autoheal part each way a test can."""
 import ast
+import json
 import os
 import sys
 import textwrap
@@ -421,3 +422,35 @@ def test_plain_path_fails_a_skip_for_an_image_that_is_not_the_mark(tmp_path):
     assert len(bad) == 2, bad
     assert "test_skipped_by_hand: not marked, yet skipped for an upstream image: Skipped: no image: the healer" in bad[1], bad
     assert "test_marked_but_another_reason: skipped, but its reason does not name homelab-edge/autoheal:lab" in bad[0], bad
+
+
+def record(tmp_path, rows):
+    path = tmp_path / "verify.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+HIDDEN = "no image: homelab-edge/autoheal:lab hidden / homelab-edge/socket-proxy:lab hidden"
+
+
+def test_the_plain_scenarios_verifier_is_judged_test_by_test(tmp_path):
+    """step plain's Molecule part (image_bound.scenario_plain): each chosen marked test skipped naming the images,
+    each adapting one passed, nothing else run; anything else is a problem, named."""
+    choice = {"test_nas.py::test_healed": "marked", "test_nas.py::test_table": "adapts"}
+    good = [["tests/test_nas.py::test_healed[a]", "setup", "skipped", HIDDEN],
+            ["tests/test_nas.py::test_healed[b]", "setup", "skipped", HIDDEN],
+            ["tests/test_nas.py::test_table", "setup", "passed", None],
+            ["tests/test_nas.py::test_table", "call", "passed", None],
+            ["tests/test_nas.py::test_table", "teardown", "passed", None]]
+    assert image_bound.verified(record(tmp_path, good), choice) == []
+    bad = [["tests/test_nas.py::test_healed[a]", "setup", "passed", None],
+           ["tests/test_nas.py::test_healed[b]", "setup", "skipped", "no image: homelab-edge/autoheal:lab"],
+           ["tests/test_nas.py::test_table", "setup", "passed", None],
+           ["tests/test_nas.py::test_table", "call", "failed", None],
+           ["tests/test_nas.py::test_other", "setup", "passed", None]]
+    got = image_bound.verified(record(tmp_path, bad), choice)
+    assert [p.split(": ", 1)[1].split(" (")[0].split(":")[0] for p in got] == [
+        "marked, but not skipped with the images hidden", "skipped, but its reason does not name the images",
+        "adapts to the lab, but its call failed without the images", "ran, but was not chosen"], got
+    assert image_bound.verified(record(tmp_path, []), choice) == [
+        "test_nas.py::test_healed (marked): did not run", "test_nas.py::test_table (adapts): did not run"]
