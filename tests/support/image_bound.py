@@ -630,6 +630,23 @@ def verified(record, choice):
     return bad
 
 
+def hosts_holding(root, scenario, images):
+    """The lab hosts of `scenario` (lab/hosts.py's label, named in its create.yml) whose own engine holds any of
+    `images`: {host: [image]}. A plain clone's hosts get none of them."""
+    import hosts
+    with open(os.path.join(root, "molecule", scenario, "create.yml")) as f:
+        create = f.read()
+    names = subprocess.run(["docker", "ps", "--filter", "label=%s" % hosts.LABEL, "--format", "{{.Names}}"],
+                           capture_output=True, text=True, check=False).stdout.split()
+    out = {}
+    for name in (n for n in names if re.search(r"\b%s\b" % re.escape(n), create)):
+        held = [i for i in images if subprocess.run(["docker", "exec", name, "docker", "image", "inspect", i],
+                                                    capture_output=True, check=False).returncode == 0]
+        if held:
+            out[name] = held
+    return out
+
+
 def scenario_plain(scenario, root=ROOT):
     """Molecule `scenario` as a plain clone runs it, on a machine that has the upstream images: hidden, the
     site's parts that need them skipped by tag; create, prepare and converge, the verifier on the tests that
@@ -658,6 +675,10 @@ def scenario_plain(scenario, root=ROOT):
                 if rc != 0:
                     bad.append("molecule %s -s %s with the images hidden: exit %d" % (action, scenario, rc))
                     break
+                if action == "converge":
+                    hidden = [upstream_images.image(n) for ns in upstream_images.NEEDED_BY.values() for n in ns]
+                    for host, held in sorted(hosts_holding(root, scenario, hidden).items()):
+                        bad.append("%s holds %s although hidden: not a plain clone's host" % (host, ", ".join(held)))
         finally:
             t = time.time()
             subprocess.run(["molecule", "destroy", "-s", scenario], cwd=root, env=env, check=False,
