@@ -53,7 +53,18 @@ def snapshot(client):
 
 
 def lb_files(container):
-    return tuple(container.exec_run(["cat", p]).output for p in (k3d_container.TEMPLATE_PATH, k3d_container.VALUES_PATH))
+    return tuple(read_whole(container, p) for p in (k3d_container.TEMPLATE_PATH, k3d_container.VALUES_PATH))
+
+
+def read_whole(container, path, seconds=30):
+    """A file of the container, read until a read gives it (bounded): on a loaded machine an exec came back
+    empty once, and the snapshot then said diagnose had changed it."""
+    deadline = time.time() + seconds
+    while True:
+        rc, out = container.exec_run(["cat", path])
+        if (rc == 0 and out) or time.time() > deadline:
+            return out
+        time.sleep(0.5)
 
 
 def diagnose(client, *args, window=20):
