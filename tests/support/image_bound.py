@@ -661,6 +661,7 @@ def scenario_plain(scenario, root=ROOT):
         fcntl.flock(lock, fcntl.LOCK_EX)   # tests/run.sh's scenario() runs it under the same lock: one at a time
         record = os.path.join(tmp, "verify.jsonl")
         env = plugin_env(dict(os.environ, **{upstream_images.HIDE: "1"}), tmp, record)
+        env.setdefault("HOMELAB_EDGE_CACHE", upstream_images.CACHE)   # the scenarios' inventories name the lab's key there
         env["ANSIBLE_SKIP_TAGS"] = ",".join(filter(None, [env.get("ANSIBLE_SKIP_TAGS")] + sorted(upstream_images.NEEDED_BY)))
         env["PYTEST_ADDOPTS"] = "-p image_bound_plugin"
         env["IMAGE_BOUND_ONLY"] = json.dumps(sorted(choice))
