@@ -150,7 +150,8 @@ def test_plain_http_through_the_vps_gets_proxy_protocol_too():
 def flood_through_the_vps(client, n=150):
     """client1 floods the NAS through the VPS; client2 asks meanwhile."""
     flood = probes.https_flood(client.containers.get("lab-client1"), vps_ip(), "/slower", n, 443, "site.nas.lab").started()
-    second = [get("lab-client2", vps_ip(), "site") for dummy in range(3)]  # while its requests are in flight (6 s)  # the same router: the same middleware instance
+    # while its requests are in flight (6 s), on the same router: the same middleware instance
+    second = [get("lab-client2", vps_ip(), "site") for dummy in range(3)]
     return flood.result(), second
 
 
