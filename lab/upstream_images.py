@@ -9,6 +9,10 @@ the parts that need it, saying why; nowhere else decides that.
 
   python lab/upstream_images.py missing      one line per missing image (nothing when the lab has them all)
   python lab/upstream_images.py skip-tags    the site's tags to skip (for ANSIBLE_SKIP_TAGS), or nothing
+
+HOMELAB_EDGE_HIDE_UPSTREAM=1 makes every upstream image count as missing, whatever
+the engine holds: a machine that has them takes a plain clone's path (`tests/run.sh
+plain`). The lab's hosts then get none of them either (lab/hosts.py asks here).
 """
 import os
 import subprocess
@@ -19,6 +23,7 @@ MISSING_DIR = os.path.join(CACHE, "upstream-missing")
 # the part of the site (its tag) -> the lab images it runs (lab/lab.sh's names, homelab-edge/<name>:lab)
 NEEDED_BY = {"autoheal": ("autoheal", "socket-proxy")}
 SKIP_PREFIX = "no image: "
+HIDE = "HOMELAB_EDGE_HIDE_UPSTREAM"
 
 
 def image(name):
@@ -33,9 +38,16 @@ def _present(name):
         return False
 
 
+def hidden():
+    return os.environ.get(HIDE, "") not in ("", "0")
+
+
 def missing():
     """{lab image name: why it is missing} for each upstream image setup left out and the engine still lacks
-    (an image loaded by hand since counts as there)."""
+    (an image loaded by hand since counts as there); every one of them where HOMELAB_EDGE_HIDE_UPSTREAM is set."""
+    if hidden():
+        return dict((n, "%s hidden (%s=1: the path of a machine that cannot have it)" % (image(n), HIDE))
+                    for names in NEEDED_BY.values() for n in names)
     try:
         names = sorted(os.listdir(MISSING_DIR))
     except OSError:
@@ -55,9 +67,10 @@ def skipped_tags(gone=None):
 
 
 def reason(tag, gone=None):
-    """Why the part `tag` is not run here (None when it can run): the pytest skip reason and the demo's "why"."""
+    """Why the part `tag` is not run here (None when it can run): the pytest skip reason and the demo's "why".
+    It names each missing image (homelab-edge/<name>:lab), whatever setup's line says."""
     gone = missing() if gone is None else gone
-    lines = [gone[n] for n in NEEDED_BY[tag] if n in gone]
+    lines = [gone[n] if image(n) in gone[n] else "%s: %s" % (image(n), gone[n]) for n in NEEDED_BY[tag] if n in gone]
     return SKIP_PREFIX + " / ".join(lines) if lines else None
 
 

@@ -515,6 +515,26 @@ MUTATIONS = {
         '    if recorded["commit"] != here["commit"]:',
         '    if False:',
         "tests/dev/test_demo_proof.py::test_a_record_that_is_not_this_runs_is_not_proved"),
+    "image-bound check: what a test's helpers and fixtures use not followed": (
+        "tests/support/image_bound.py",
+        "        for mod, name, shown in refs:\n",
+        "        for mod, name, shown in refs[:0]:\n",
+        "tests/dev/test_image_bound_marks.py::test_a_crafted_test_is_flagged_unmarked_and_passes_marked"),
+    "image-bound check: a helper that adapts covers what its caller uses elsewhere": (
+        "tests/support/image_bound.py",
+        "            for u in sub.uses:\n",
+        "            found.asks = found.asks or sub.asks\n            for u in sub.uses:\n",
+        "tests/dev/test_image_bound_marks.py::test_a_crafted_test_is_flagged_unmarked_and_passes_marked"),
+    "plain path: a skip reason that does not name the image passes": (
+        "tests/support/image_bound.py",
+        "            elif not all(i in reason for i in images):\n",
+        "            elif False:\n",
+        "tests/dev/test_image_bound_marks.py::test_plain_path_fails_a_skip_for_an_image_that_is_not_the_mark"),
+    "upstream images: a skip reason without the image's name": (
+        "lab/upstream_images.py",
+        '    lines = [gone[n] if image(n) in gone[n] else "%s: %s" % (image(n), gone[n]) for n in NEEDED_BY[tag] if n in gone]',
+        "    lines = [gone[n] for n in NEEDED_BY[tag] if n in gone]",
+        "tests/dev/test_upstream_images.py::test_the_reason_names_each_missing_image_whatever_setups_line_says"),
     "generator: a NaN or negative figure passes the Python generator's rules": (
         "tests/support/dnsgen.py",
         "    if bad or not planned or not seconds:\n",

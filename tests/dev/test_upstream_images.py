@@ -23,8 +23,32 @@ def test_a_part_is_left_out_when_any_image_it_runs_is_missing():
 
 def test_the_reason_is_setups_own_line_for_each_missing_image():
     assert upstream_images.reason("autoheal", {}) is None
-    why = upstream_images.reason("autoheal", {"autoheal": "line one", "socket-proxy": "line two"})
-    assert why == "no image: line one / line two"
+    why = upstream_images.reason("autoheal", {"autoheal": "homelab-edge/autoheal:lab not built: one",
+                                              "socket-proxy": "homelab-edge/socket-proxy:lab not built: two"})
+    assert why == "no image: homelab-edge/autoheal:lab not built: one / homelab-edge/socket-proxy:lab not built: two"
+
+
+def test_the_reason_names_each_missing_image_whatever_setups_line_says():
+    """The runtime guard: a test skipped for an image names it (a line of an older setup, or one edited by hand,
+    that does not name it gets its name in front)."""
+    why = upstream_images.reason("autoheal", {"autoheal": "not built", "socket-proxy": "homelab-edge/socket-proxy:lab gone"})
+    assert why == "no image: homelab-edge/autoheal:lab: not built / homelab-edge/socket-proxy:lab gone"
+
+
+def test_hidden_every_upstream_image_is_missing_and_named(tmp_path, monkeypatch):
+    """HOMELAB_EDGE_HIDE_UPSTREAM=1: the plain clone's path on a machine that has the images (tests/run.sh plain)."""
+    monkeypatch.setattr(upstream_images, "MISSING_DIR", str(tmp_path))
+    monkeypatch.setattr(upstream_images, "_present", lambda name: True)
+    monkeypatch.setenv(upstream_images.HIDE, "1")
+    gone = upstream_images.missing()
+    assert sorted(gone) == ["autoheal", "socket-proxy"]
+    assert upstream_images.skipped_tags() == ["autoheal"]
+    why = upstream_images.reason("autoheal")
+    assert "homelab-edge/autoheal:lab" in why and "homelab-edge/socket-proxy:lab" in why and "HIDE_UPSTREAM" in why
+    mark = upstream_images.needs("autoheal")
+    assert mark.args == (True,) and mark.kwargs["reason"] == why
+    monkeypatch.setenv(upstream_images.HIDE, "0")
+    assert upstream_images.missing() == {} and upstream_images.needs("autoheal").args == (False,)
 
 
 def test_missing_reads_setups_lines_and_counts_an_image_loaded_since_as_there(tmp_path, monkeypatch):

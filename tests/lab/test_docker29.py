@@ -115,7 +115,14 @@ def keeper(tmp, docker_host, old_events=False):
     log = open(os.path.join(tmp, "keeper.log"), "w")
     proc = subprocess.Popen([sys.executable, os.path.join(lib, "k3d-serverlb-keeper.py"), "--config", config],
                             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, DOCKER_HOST=docker_host))
-    time.sleep(3)  # connected, listening
+    # connected: it reads events from the moment before it first asks the engine, so a load balancer created from
+    # now on is seen (bounded; however long a loaded machine takes to start it)
+    deadline = time.time() + 60
+    while "pid=%d," % proc.pid not in subprocess.run(
+            ["ss", "-Htnp", "state", "established", "dst", docker_host.split("//")[1]], capture_output=True,
+            text=True, check=False).stdout:
+        assert proc.poll() is None and time.time() < deadline, open(os.path.join(tmp, "keeper.log")).read()
+        time.sleep(0.2)
     return proc, os.path.join(tmp, "keeper.log")
 
 

@@ -165,6 +165,19 @@ def test_a_revert_whose_part_does_not_come_back_says_so_and_falls_back(ns, tmp_p
     assert (tmp_path / "ufw.calls").read_text().splitlines() == ["ufw reload"]
 
 
+def waits_for_the_lock(pid):
+    """A flock process started by `pid` (revert.sh waiting for the firewall's lock)."""
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % p) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.index("(") + 1:stat.rindex(")")] == "flock" and int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+            return True
+    return False
+
+
 def racing_change(ns, d, tmp_path, with_lock):
     """The timer fires while the change module runs: the module holds the lock (as ufw_revert.hold_revert does),
     the revert starts, the change then lands and the module lets go."""
@@ -177,7 +190,10 @@ def racing_change(ns, d, tmp_path, with_lock):
     fd = os.open(str(tmp_path / "lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     revert = subprocess.Popen(["ip", "netns", "exec", ns, "sh", str(d / "revert.sh"), "now"])
-    time.sleep(1.5)
+    deadline = time.time() + 60  # until the revert waits for the lock or is done, however long that takes
+    while not ((d / "reverted").exists() or revert.poll() is not None or waits_for_the_lock(revert.pid)):
+        assert time.time() < deadline, "the revert neither waited for the lock nor ran within 60 s"
+        time.sleep(0.1)
     reverted_early = (d / "reverted").exists()
     sh(ns, "iptables -w -A ufw-user-input -p tcp -m tcp --dport 8443 -j DROP")  # the change lands
     os.close(fd)

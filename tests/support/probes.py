@@ -251,6 +251,25 @@ def count_in_logs(container, text, since):
 NOT_ENOUGH = "worker_connections are not enough"
 
 
+def dns_load_until_out_of_connections(lb_container, host, ports, rate=100, limit_s=120):
+    """Fresh-socket DNS at `rate` until the load balancer logs that it ran out of connections, bounded by
+    `limit_s`: a loaded machine's generator sends late, not fewer. The seconds it took; RuntimeError when it
+    did not run out."""
+    t0, stop, load = time.time(), threading.Event(), {}
+    loader = threading.Thread(target=lambda: load.update(dns_load(
+        host, ports, rate=rate, count=rate * limit_s, limit_s=limit_s, stop=stop)), daemon=True)
+    loader.start()
+    try:
+        while not count_in_logs(lb_container, NOT_ENOUGH, t0):
+            if not loader.is_alive():
+                raise RuntimeError("%s did not run out of connections in %d s: %s" % (lb_container.name, limit_s, load))
+            time.sleep(0.5)
+        return round(time.time() - t0, 1)
+    finally:
+        stop.set()
+        loader.join(30)
+
+
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
 
 
@@ -266,15 +285,30 @@ def put_program(container, name):
 
 class ContainerFlood(object):
     """Run one of the flood programs in a client container (its own source
-    address) in the background; result() waits (bounded) for its JSON counts."""
+    address) in the background; started() waits (bounded) until it is under
+    way (the program says so: its connections made, its requests sent),
+    result() for its JSON counts."""
 
     def __init__(self, container, program, args):
         self.container = container
         self.out = "/tmp/%s-%d.json" % (program.split(".")[0], int(time.time() * 1000))
         path = put_program(container, program)
-        cmd = "python3 %s %s > %s.tmp 2>&1; mv %s.tmp %s" % (
-            path, " ".join(shlex.quote(str(a)) for a in args), self.out, self.out, self.out)
+        cmd = "FLOOD_STARTED=%s.started python3 %s %s > %s.tmp 2>&1 & echo $! > %s.pid; wait; mv %s.tmp %s" % (
+            self.out, path, " ".join(shlex.quote(str(a)) for a in args), self.out, self.out, self.out, self.out)
         container.exec_run(["sh", "-c", cmd], detach=True)
+
+    def stop(self):
+        """End the program now (its connections close); result() then has nothing to wait for."""
+        self.container.exec_run(["sh", "-c", "kill $(cat %s.pid) 2>/dev/null" % self.out])
+
+    def started(self, timeout=60):
+        """Until the flood is under way (however long a loaded machine takes to get there), bounded."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.container.exec_run(["test", "-e", self.out + ".started"])[0] == 0:
+                return self
+            time.sleep(0.2)
+        raise RuntimeError("flood in %s not under way in %ss" % (self.container.name, timeout))
 
     def result(self, timeout=90):
         deadline = time.time() + timeout

@@ -321,6 +321,12 @@ def mixed_clients(client, vps, n=40):
                                                        "site.nas.lab:443:%s https://site.nas.lab/; done" % (n, vps)])
 
 
+def scraped_429s():
+    """Traefik's router 429s as the NAS's Prometheus last scraped them (0 before the first)."""
+    got = api(nas_prometheus(), "/api/v1/query", query='sum(traefik_router_requests_total{code="429"})')["result"]
+    return float(got[0]["value"][1]) if got else 0.0
+
+
 def test_the_429_alert_fires_during_a_flood_through_the_vps_and_not_after(client):
     """Two waves from one address through the VPS (Traefik's 429 counter
     starts at its first 429: a flood shows as its growth): the alert fires
@@ -329,10 +335,12 @@ def test_the_429_alert_fires_during_a_flood_through_the_vps_and_not_after(client
     vps = hosts.address("lab-vps", "lab-wan")
     waves = []
     try:
+        before = scraped_429s()
         for wave in range(2):
             flood = probes.https_flood(client.containers.get("lab-client1"), vps, "/slower", 150, 443, "site.nas.lab")
             waves.append(flood.result())
-            time.sleep(3)
+            # Prometheus scraped this wave's 429s before the next wave (every 2 s here; bounded): the growth fires
+            wait("wave %d's 429s scraped" % (wave + 1), lambda: scraped_429s() >= before + 50 * (wave + 1), 60)
         alerts = wait("TraefikRateLimited firing", lambda: firing(nas_prometheus(), "TraefikRateLimited"), 30)
         routers = firing(nas_prometheus(), "TraefikRouterRateLimited")
         adhoc.record("monitoring", "alert_429", waves=waves, alerts=[a["labels"] for a in alerts + routers],
@@ -355,10 +363,13 @@ def test_the_connection_alert_fires_on_k3ds_stock_load_balancer_and_not_after_th
     try:
         k3d.port_add("lab2", "127.0.0.1:10186:854/udp@loadbalancer")
         k3d.wait_serving(client, "lab2")
+        before = int(time.time())
         subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", k3d_fix.KEEPER_CONFIG, "--metrics-once"],
                        check=True, capture_output=True, timeout=120)
-        time.sleep(6)  # Prometheus scrapes every 2 s: the counts at 0 are in
-        probes.dns_load("127.0.0.1", ep["dns"], rate=100, count=1500)
+        # the counts at 0 are in: Prometheus scraped that write (every 2 s here; bounded), which says when it was made
+        wait("the keeper's write scraped", lambda: [r for r in api(k3d_prometheus(), "/api/v1/query", query=(
+            "homelab_edge_k3d_keeper_last_write_timestamp_seconds"))["result"] if float(r["value"][1]) >= before], 60)
+        probes.dns_load_until_out_of_connections(client.containers.get(k3d.lb_name("lab2")), "127.0.0.1", ep["dns"])
         subprocess.run([sys.executable, INSTALLED_KEEPER, "--config", k3d_fix.KEEPER_CONFIG, "--metrics-once"],
                        check=True, capture_output=True, timeout=120)
         high = wait("K3dLoadBalancerConnectionsHigh firing", lambda: [

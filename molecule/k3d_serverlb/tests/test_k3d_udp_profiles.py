@@ -66,7 +66,10 @@ def client():
 def start_service(client):
     server = client.containers.get(k3d.server_name(CLUSTER))
     server.exec_run(["python3", "-c", SERVICE], detach=True)
-    time.sleep(0.5)
+    deadline = time.time() + 60  # until it is bound (bounded)
+    while ":%04X " % TUNNEL not in server.exec_run(["cat", "/proc/net/udp"]).output.decode():
+        assert time.time() < deadline, "the tunnel's stand-in did not bind udp %d" % TUNNEL
+        time.sleep(0.2)
 
 
 def lb_address(client):

@@ -144,8 +144,10 @@ def backend_active():
 def test_a_flood_from_one_address_gets_429_beyond_the_amount_while_another_is_served(client, host, n):
     dummy, port, dummy2 = VARIANTS[host]
     flood = probes.https_flood(client.containers.get("nas-client1"), nas_ip(), "/slower", n, port, "site.nas.lab")
-    time.sleep(3)  # connections made, requests in flight for 6 s
-    active = backend_active()
+    flood.started()  # connections made, requests sent: in flight for 6 s
+    t0, active = time.time(), 0
+    while time.time() - t0 < 3:  # the most the backend held at once in the first half of it
+        active = max(active, backend_active())
     second = [get(port, "auth")[0] for dummy in range(3)]
     counts = flood.result()
     adhoc.record("nas", "flood_%s" % host, backend_active=active, second_client=second, **counts)
@@ -245,7 +247,10 @@ def test_a_change_traefik_rejects_is_rolled_back_and_every_route_still_answers(h
     assert out.returncode != 0 and "The change was rolled back" in t, t[-3000:]
     assert "site@" in t or "inflight-limit@file" in t
     assert nas_files() == before
-    time.sleep(3)  # the file provider's watch
+    # the file provider's watch: until each route answers (bounded)
+    t0 = time.time()
+    while time.time() - t0 < 60 and [get(port, name)[0] for name in ("site", "auth")] != [200, 200]:
+        time.sleep(0.5)
     for name in ("site", "auth"):
         assert get(port, name)[0] == 200
 
@@ -474,9 +479,10 @@ def test_upstreams_own_policy_refuses_the_restart_autoheal_needs():
           "-e", "POST=0", "-e", "DISABLE_IPV6=1", "-v", "/var/run/docker.sock:/var/run/docker.sock:ro",
           "homelab-edge/socket-proxy:lab")
     try:
-        time.sleep(2)
-        code = NAS.check_output("docker run --rm --network %s homelab-edge/client:lab curl -s -o /dev/null -w '%%{http_code}' "
-                                "-X POST http://stock-proxy:2375/containers/site/restart" % net)
+        t0, code = time.time(), "000"
+        while code == "000" and time.time() - t0 < 60:  # until the proxy answers at all (curl: 000)
+            code = NAS.run("docker run --rm --network %s homelab-edge/client:lab curl -s -o /dev/null -w "
+                           "'%%{http_code}' -X POST http://stock-proxy:2375/containers/site/restart" % net).stdout.strip()
         assert code == "403"
     finally:
         inner("rm", "-f", "stock-proxy")

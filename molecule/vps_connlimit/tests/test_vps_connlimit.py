@@ -61,8 +61,7 @@ def test_rules_are_live_for_the_host_and_for_docker():
 @pytest.mark.parametrize("port, served", [(80, "vps backend ok"), (443, "Directory listing")])
 def test_flood_of_500_from_one_address_is_held_at_100(port, served):
     """80: nginx on the host (ufw-before-input); 443: published by Docker (DOCKER-USER path)."""
-    flood = probes.tcp_flood(docker.from_env().containers.get("vps-client1"), vps_ip(), port, n=500, hold=8)
-    time.sleep(4)
+    flood = probes.tcp_flood(docker.from_env().containers.get("vps-client1"), vps_ip(), port, n=500, hold=8).started()
     second = CLIENT2.run("curl -s -m 5 http://%s:%d/" % (vps_ip(), port))
     counts = flood.result()
     adhoc.record("vps_connlimit", "flood_%d" % port, second_client_ok=served in second.stdout, **counts)

@@ -114,8 +114,7 @@ def test_fresh_vps_keeps_new_logins_the_udp_service_and_gets_the_limit():
     for spec in ("2222/tcp", "51820/udp", "80/tcp"):
         assert spec in status, status
     assert ufw_connlimit.nft_connlimit_ports(FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
-    flood = probes.tcp_flood(docker.from_env().containers.get("vps-client1"), fresh_ip(), 80, n=500, hold=8)
-    time.sleep(4)
+    flood = probes.tcp_flood(docker.from_env().containers.get("vps-client1"), fresh_ip(), 80, n=500, hold=8).started()
     second = CLIENT2.run("curl -s -m 5 http://%s:80/" % fresh_ip())
     counts = flood.result()
     adhoc.record("vps_connlimit", "fresh_vps_flood_80", second_client_ok=second.rc == 0, **counts)

@@ -6,10 +6,13 @@ are in flight at the same moment.
   https_flood.py ADDRESS PORT PATH N [HOSTNAME]  ->  {"200": .., "429": .., "<Error>": ..}
 
 HOSTNAME (default ADDRESS) is the Host header and the TLS server name.
+With FLOOD_STARTED=PATH in the environment, PATH is written when the requests
+go out (a test waits for it, not for a guessed time).
 Bounded: 30 s per request, 60 s per thread join.
 """
 import http.client
 import json
+import os
 import socket
 import ssl
 import sys
@@ -41,7 +44,8 @@ def main(address, port, path, n, hostname=None):
         except Exception as e:  # deliberate: a refused or reset connection is counted by its kind
             connected = type(e).__name__
         try:
-            start.wait(30)  # every thread comes here, connected or not
+            if start.wait(30) == 0 and os.environ.get("FLOOD_STARTED"):  # every thread comes here, connected or not
+                open(os.environ["FLOOD_STARTED"], "w").close()
         except threading.BrokenBarrierError:
             pass
         if connected is None:

@@ -4,10 +4,13 @@ hold them HOLD seconds, then count what happened to each.
 
   tcp_flood.py HOST PORT N HOLD   ->  {"established": .., "reset": .., "pending": .., "alive_after_hold": ..}
 
+With FLOOD_STARTED=PATH in the environment, PATH is written when the
+connections are made (a test waits for it, not for a guessed time).
 Bounded: connects for at most 10 s, then holds, then exits.
 """
 import errno
 import json
+import os
 import selectors
 import socket
 import sys
@@ -30,6 +33,8 @@ def main(host, port, n, hold):
             state[s] = ("established" if err == 0 else
                         "reset" if err == errno.ECONNREFUSED else errno.errorcode.get(err, str(err)))
             sel.unregister(s)
+    if os.environ.get("FLOOD_STARTED"):
+        open(os.environ["FLOOD_STARTED"], "w").close()
     time.sleep(hold)
     alive = 0
     for s, st in state.items():
