@@ -1,0 +1,118 @@
+"""The interruption harness's own parts (tests/support/interrupt.py, its callback
+tests/support/callback_plugins/homelab_edge_interrupt.py): the boundaries it tries, how it pairs them, how it
+compares a host before and after the undo, and the callback ending a real ansible-playbook at the task it names."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from .conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import interrupt  # noqa: E402
+
+
+def record(*events):
+    return interrupt.parse_record(json.dumps(e) for e in events)
+
+
+RECORDED = record(
+    {"start": 1, "name": "read", "role": "a"}, {"task": 1, "host": "h1", "status": "ok"},
+    {"task": 1, "host": "h2", "status": "ok"},
+    {"start": 2, "name": "write", "role": "a"}, {"task": 2, "host": "h1", "status": "ok"},
+    {"task": 2, "host": "h2", "status": "changed"},
+    {"start": 3, "name": "say", "role": "a"}, {"task": 3, "host": "h1", "status": "skipped"},
+    {"start": 4, "name": "restart", "role": "b"}, {"task": 4, "host": "h1", "status": "changed"},
+    {"start": 5, "name": "check", "role": "b"}, {"task": 5, "host": "h1", "status": "ok"},
+    {"start": 6, "name": "rules", "role": "b"}, {"task": 6, "host": "h2", "status": "changed"},
+    {"stats": {"h1": {"changed": 1, "failures": 0}, "h2": {"changed": 2, "failures": 0}}})
+
+
+def test_a_boundary_is_the_start_of_each_task_after_one_that_changed_a_host():
+    assert interrupt.boundaries(RECORDED) == [(3, "say", "a : write"), (5, "check", "b : restart")]
+    # the last task's change has no boundary after it: the run ends there
+    assert interrupt.changed_hosts(RECORDED) == {"h1": 1, "h2": 2}
+    assert interrupt.failed_hosts(RECORDED) == []
+
+
+def test_a_killed_run_has_no_stats_and_says_where_it_was_killed():
+    r = record({"start": 1, "name": "read", "role": None}, {"killed": 2, "name": "write"})
+    assert r["killed"] == 2 and r["stats"] is None and interrupt.changed_hosts(r) is None
+    r = record({"drifted": 2, "name": "other", "expected": "write"}, {"killed": 2, "name": "other"})
+    assert r["drifted"]["expected"] == "write"
+
+
+def test_each_boundary_is_tried_once_an_apply_and_an_undo_per_cycle():
+    assert interrupt.cycles([1, 2, 3], ["a"]) == [(1, "a"), (2, None), (3, None)]
+    assert interrupt.cycles([], ["a", "b"]) == [(None, "a"), (None, "b")]
+
+
+def test_the_comparison_names_every_file_not_back_and_everything_left():
+    before = {"/etc/a": "file 644 1", "/etc/b": "file 644 2", "/srv/c": "file 644 3", "unit x.service": "enabled"}
+    after = {"/etc/a": "file 644 1", "/etc/b": "file 755 2", "/srv/d": "file 644 4", "unit x.service": "enabled",
+             "/var/lib/homelab-edge/r/1": "dir 700"}
+    diff = interrupt.compare(before, after)
+    assert diff == {"changed": ["/etc/b"], "added": ["/srv/d", "/var/lib/homelab-edge/r/1"], "removed": ["/srv/c"],
+                    "kept": []}
+    assert interrupt.problems_of(diff) == ["not back as it was: /etc/b", "left behind: /srv/d, /var/lib/homelab-edge/r/1",
+                                           "gone: /srv/c"]
+    assert interrupt.problems_of(interrupt.compare(before, dict(before))) == []
+
+
+def test_a_difference_the_roles_undo_keeps_by_design_is_listed_apart_and_hides_nothing_else():
+    before = {"/etc/ufw/user.rules": "file 640 1", "/etc/ufw/before.rules": "file 640 2"}
+    after = {"/etc/ufw/user.rules": "file 640 9", "/etc/ufw/before.rules": "file 640 8", "/etc/ufw/user.rules.bak": "x"}
+    diff = interrupt.compare(before, after, [(r"/etc/ufw/user\.rules", "ufw stays enabled with its rules")])
+    assert diff["kept"] == [("/etc/ufw/user.rules", "ufw stays enabled with its rules")]
+    # a pattern matches a whole key only
+    assert diff["changed"] == ["/etc/ufw/before.rules"] and diff["added"] == ["/etc/ufw/user.rules.bak"]
+
+
+PLAY = textwrap.dedent("""\
+    - hosts: localhost
+      gather_facts: false
+      tasks:
+        - name: first
+          ansible.builtin.copy: {dest: "{{ d }}/one", content: "1"}
+        - name: second
+          ansible.builtin.debug: {msg: read only}
+        - name: third
+          ansible.builtin.copy: {dest: "{{ d }}/three", content: "3"}
+        - name: fourth
+          ansible.builtin.copy: {dest: "{{ d }}/four", content: "4"}
+    """)
+
+
+def play(tmp_path, **env):
+    book = tmp_path / "play.yml"
+    book.write_text(PLAY)
+    rec = tmp_path / ("record-%s.jsonl" % env.get("HOMELAB_EDGE_INTERRUPT_AT", "all"))
+    e = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=interrupt.CALLBACKS, ANSIBLE_CALLBACKS_ENABLED="homelab_edge_interrupt",
+             HOMELAB_EDGE_INTERRUPT_RECORD=str(rec), **env)
+    p = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", "d=%s" % tmp_path,
+                        "-e", "ansible_python_interpreter=%s" % sys.executable, str(book)],
+                       env=e, capture_output=True, text=True, timeout=120, start_new_session=True, check=False)
+    with open(str(rec)) as f:
+        return p, interrupt.parse_record(f)
+
+
+def test_the_callback_records_a_run_and_ends_the_next_at_the_task_it_names(tmp_path):
+    p, r = play(tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:]
+    assert [(n, name) for n, name, role in r["starts"]] == [(1, "first"), (2, "second"), (3, "third"), (4, "fourth")]
+    assert interrupt.boundaries(r) == [(2, "second", "first"), (4, "fourth", "third")]
+    for f in ("one", "three", "four"):
+        (tmp_path / f).unlink()
+    # killed at the start of task 4: tasks 1 to 3 ran, the fourth never did, nothing of the run is left
+    p, r = play(tmp_path, HOMELAB_EDGE_INTERRUPT_AT="4", HOMELAB_EDGE_INTERRUPT_NAME="fourth")
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout[-2000:])
+    assert r["killed"] == 4 and r["drifted"] is None and r["stats"] is None
+    assert (tmp_path / "three").exists() and not (tmp_path / "four").exists()
+
+
+def test_a_task_other_than_the_named_one_at_n_is_reported_as_drift(tmp_path):
+    p, r = play(tmp_path, HOMELAB_EDGE_INTERRUPT_AT="3", HOMELAB_EDGE_INTERRUPT_NAME="fourth")
+    assert p.returncode == -signal.SIGKILL
+    assert r["drifted"] == {"drifted": 3, "name": "third", "expected": "fourth"} and r["killed"] == 3
