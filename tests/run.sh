@@ -54,6 +54,13 @@ docker29() {
   python -m pytest -q -p no:cacheprovider tests/lab/test_docker29.py
 }
 
+interrupt() {
+  # the controller killed at every task boundary of site.yml per group (nas, vps), in the apply and the undo, on
+  # lab hosts with and without systemd: each next run converges, a further one changes nothing, the undo gives the
+  # user's files back byte for byte, the VPS's way in is never cut (tests/support/interrupt.py; tests/output/interrupt/)
+  python -m pytest -q -p no:cacheprovider -rs tests/lab/test_interrupt.py
+}
+
 traefik_live() {
   # the real Traefik (v3 and v2, the lab's images) starts on what traefik_inflight writes into
   # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping
@@ -415,6 +422,7 @@ case "$what" in
   scoped-revert) step "scoped revert" scoped_revert ;;
   docker-nft) step "docker nft" docker_nft ;;
   docker29) step "docker 29" docker29 ;;
+  interrupt) step interrupt interrupt ;;
   unit) step unit unit ;;
   mutations) step mutations mutations ;;
   lint) step lint lint ;;
@@ -478,7 +486,7 @@ case "$what" in
       echo "=== all steps: $((SECONDS / 60)) min $((SECONDS % 60)) s"
     fi ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|unit|mutations|lint|rules|sanity|sanity-all|sanity:2.NN|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|interrupt|unit|mutations|lint|rules|sanity|sanity-all|sanity:2.NN|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

@@ -129,10 +129,24 @@ def compare(before, after, kept=()):
     return out
 
 
-def problems_of(diff):
-    """A comparison's differences as sentences ([] when the undo left the host as it was)."""
+def problems_of(diff, before=None, after=None):
+    """A comparison's differences as sentences ([] when the undo left the host as it was); with the snapshots,
+    what a changed key held before and holds now (a file's mode and digest, a live value)."""
     words = {"changed": "not back as it was", "added": "left behind", "removed": "gone"}
-    return ["%s: %s" % (words[k], ", ".join(diff[k])) for k in ("changed", "added", "removed") if diff[k]]
+
+    def show(key):
+        if before is None or key not in before or key not in after:
+            return key
+        a, b = before[key], after[key]
+        try:  # a live value kept as JSON: only what differs in it
+            a, b = json.loads(a), json.loads(b)
+            keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            a, b = dict((k, a.get(k)) for k in keys), dict((k, b.get(k)) for k in keys)
+        except (TypeError, ValueError, AttributeError):
+            pass
+        return "%s (%s -> %s)" % (key, " ".join(str(a).split())[:400], " ".join(str(b).split())[:400])
+    return ["%s: %s" % (words[k], ", ".join(show(key) for key in diff[k])) for k in ("changed", "added", "removed")
+            if diff[k]]
 
 
 # ------------------------------------------------------------------------------------------------ the hosts
@@ -163,7 +177,7 @@ for root in ROOTS:
                 out[path] = "dir %o" % stat.S_IMODE(st.st_mode)
             else:
                 with open(path, "rb") as f:
-                    out[path] = "file %o %s" % (stat.S_IMODE(st.st_mode), hashlib.sha256(f.read()).hexdigest())
+                    out[path] = "file %o %s" % (stat.S_IMODE(st.st_mode), hashlib.sha256(f.read()).hexdigest()[:16])
 keys = ["net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_abort_on_overflow"]
 out["sysctl:host"] = run("sysctl", "-n", *keys)
 if os.path.exists("/run/systemd/system"):
@@ -172,7 +186,9 @@ if os.path.exists("/run/systemd/system"):
             out["unit file " + l.split()[0]] = l.split()[1]
     # the units systemd has loaded (a unit whose file is gone stays loaded until a daemon-reload)
     for l in (run("systemctl", "list-units", "--all", "--no-legend", "--no-pager", "--plain") or "").splitlines():
-        if l.split() and not l.split()[0].startswith(("session-", "user@", "user-runtime-dir@", "run-", "docker-")):
+        # not the units of a login, nor the mounts and scopes of the engine's containers
+        if l.split() and not l.split()[0].startswith(("session-", "user@", "user-runtime-dir@", "run-", "docker-",
+                                                      "var-lib-docker", "var-lib-containerd")):
             out["unit " + l.split()[0]] = " ".join(l.split()[1:2])
 if run("docker", "info", "-f", "{{.ID}}") is not None:
     for l in (run("docker", "ps", "-a", "--format", "{{.Names}} {{.Image}}") or "").splitlines():
@@ -184,7 +200,9 @@ if run("docker", "info", "-f", "{{.ID}}") is not None:
     inspect = run("docker", "inspect", "traefik")
     if inspect:
         c = json.loads(inspect)[0]
-        out["docker:traefik"] = json.dumps({"healthcheck": c["Config"].get("Healthcheck"), "labels": c["Config"].get("Labels"),
+        # compose marks a container it re-created (com.docker.compose.replace), whoever asked it to
+        labels = dict((k, v) for k, v in (c["Config"].get("Labels") or {}).items() if k != "com.docker.compose.replace")
+        out["docker:traefik"] = json.dumps({"healthcheck": c["Config"].get("Healthcheck"), "labels": labels,
                                             "env": c["Config"].get("Env"), "cmd": c["Config"].get("Cmd"),
                                             "sysctls": c["HostConfig"].get("Sysctls"),
                                             "mounts": sorted("%s:%s" % (m["Source"], m["Destination"]) for m in c["Mounts"])},
@@ -406,7 +424,7 @@ class Lane(object):
         for name in sorted(before):
             diff = compare(before[name], after[name], self.kept_for(name))
             kept += ["%s %s (%s)" % (name, k, w) for k, w in diff["kept"]]
-            for problem in problems_of(diff):
+            for problem in problems_of(diff, before[name], after[name]):
                 self.fail("%s: %s: %s" % (label, name, problem))
         return kept
 
@@ -557,7 +575,6 @@ class Vps(Lane):
     def down(self):
         Lane.down(self)
         subprocess.run(["docker", "rm", "-f", BACKEND], capture_output=True, check=False)
-        hosts.sh("docker", "network", "rm", NETWORK, check=False)
 
     def group_vars(self):
         return {"vps_connlimit_install_packages": False,  # the lab image has them; no apt in tests
@@ -628,16 +645,20 @@ def run_lanes(names, keep=False, baseline_only=False):
             result["hosts_seconds"] = round(up)
             return result
         except Exception as e:  # a lane that cannot run is a failure of its own, said as such
-            lane.fail("the lane could not run: %r" % e)
+            lane.fail("the lane could not run: %r%s" % (e, (": " + e.stderr.strip()[-1000:]) if getattr(e, "stderr", None) else ""))
             return {"lane": lane.name, "failures": lane.failures, "log": lane.log}
         finally:
             if not keep:
                 lane.down()
 
     hosts.network(NETWORK)  # once, before the lanes make their hosts on it side by side
-    with concurrent.futures.ThreadPoolExecutor(len(lanes)) as pool:
-        futures = dict((name, pool.submit(one, lane)) for name, lane in lanes.items())
-        return dict((name, f.result()) for name, f in futures.items())
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(lanes)) as pool:
+            futures = dict((name, pool.submit(one, lane)) for name, lane in lanes.items())
+            return dict((name, f.result()) for name, f in futures.items())
+    finally:
+        if not keep:
+            hosts.sh("docker", "network", "rm", NETWORK, check=False)
 
 
 def main(argv=None):
