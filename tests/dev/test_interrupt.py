@@ -18,30 +18,34 @@ def record(*events):
     return interrupt.parse_record(json.dumps(e) for e in events)
 
 
+def start(n, task, occurrence=1):
+    return {"start": n, "task": task, "occurrence": occurrence}
+
+
 RECORDED = record(
-    {"start": 1, "name": "read", "role": "a"}, {"task": 1, "host": "h1", "status": "ok"},
-    {"task": 1, "host": "h2", "status": "ok"},
-    {"start": 2, "name": "write", "role": "a"}, {"task": 2, "host": "h1", "status": "ok"},
-    {"task": 2, "host": "h2", "status": "changed"},
-    {"start": 3, "name": "say", "role": "a"}, {"task": 3, "host": "h1", "status": "skipped"},
-    {"start": 4, "name": "restart", "role": "b"}, {"task": 4, "host": "h1", "status": "changed"},
-    {"start": 5, "name": "check", "role": "b"}, {"task": 5, "host": "h1", "status": "ok"},
-    {"start": 6, "name": "rules", "role": "b"}, {"task": 6, "host": "h2", "status": "changed"},
+    start(1, "a : read"), {"task": 1, "host": "h1", "status": "ok"}, {"task": 1, "host": "h2", "status": "ok"},
+    start(2, "a : write"), {"task": 2, "host": "h1", "status": "ok"}, {"task": 2, "host": "h2", "status": "changed"},
+    start(3, "a : say"), {"task": 3, "host": "h1", "status": "skipped"},
+    start(4, "b : restart"), {"task": 4, "host": "h1", "status": "changed"},
+    start(5, "a : say", 2), {"task": 5, "host": "h1", "status": "ok"},
+    start(6, "b : rules"), {"task": 6, "host": "h2", "status": "changed"},
     {"stats": {"h1": {"changed": 1, "failures": 0}, "h2": {"changed": 2, "failures": 0}}})
 
 
 def test_a_boundary_is_the_start_of_each_task_after_one_that_changed_a_host():
-    assert interrupt.boundaries(RECORDED) == [(3, "say", "a : write"), (5, "check", "b : restart")]
+    assert interrupt.boundaries(RECORDED) == [{"n": 3, "task": "a : say", "occurrence": 1, "after": "a : write"},
+                                              {"n": 5, "task": "a : say", "occurrence": 2, "after": "b : restart"}]
     # the last task's change has no boundary after it: the run ends there
     assert interrupt.changed_hosts(RECORDED) == {"h1": 1, "h2": 2}
-    assert interrupt.failed_hosts(RECORDED) == []
+    assert interrupt.failed_hosts(RECORDED) == [] and interrupt.failed_before_kill(RECORDED) == []
+    assert interrupt.describe(interrupt.boundaries(RECORDED)[1]) == "a : say #2 (after b : restart)"
 
 
 def test_a_killed_run_has_no_stats_and_says_where_it_was_killed():
-    r = record({"start": 1, "name": "read", "role": None}, {"killed": 2, "name": "write"})
-    assert r["killed"] == 2 and r["stats"] is None and interrupt.changed_hosts(r) is None
-    r = record({"drifted": 2, "name": "other", "expected": "write"}, {"killed": 2, "name": "other"})
-    assert r["drifted"]["expected"] == "write"
+    r = record(start(1, "a : read"), {"task": 1, "host": "h1", "status": "failed"},
+               {"killed": 2, "task": "a : write", "occurrence": 1})
+    assert r["killed"] == {"n": 2, "task": "a : write", "occurrence": 1} and r["stats"] is None
+    assert interrupt.changed_hosts(r) is None and interrupt.failed_before_kill(r) == [("a : read", "h1")]
 
 
 def test_each_boundary_is_tried_once_an_apply_and_an_undo_per_cycle():
@@ -88,7 +92,7 @@ PLAY = textwrap.dedent("""\
 def play(tmp_path, **env):
     book = tmp_path / "play.yml"
     book.write_text(PLAY)
-    rec = tmp_path / ("record-%s.jsonl" % env.get("HOMELAB_EDGE_INTERRUPT_AT", "all"))
+    rec = tmp_path / ("record-%d.jsonl" % len(list(tmp_path.glob("record-*"))))
     e = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=interrupt.CALLBACKS, ANSIBLE_CALLBACKS_ENABLED="homelab_edge_interrupt",
              HOMELAB_EDGE_INTERRUPT_RECORD=str(rec), **env)
     p = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", "d=%s" % tmp_path,
@@ -101,18 +105,18 @@ def play(tmp_path, **env):
 def test_the_callback_records_a_run_and_ends_the_next_at_the_task_it_names(tmp_path):
     p, r = play(tmp_path)
     assert p.returncode == 0, p.stdout[-2000:]
-    assert [(n, name) for n, name, role in r["starts"]] == [(1, "first"), (2, "second"), (3, "third"), (4, "fourth")]
-    assert interrupt.boundaries(r) == [(2, "second", "first"), (4, "fourth", "third")]
+    assert [s["task"] for s in r["starts"]] == [" : first", " : second", " : third", " : fourth"]
+    assert [interrupt.describe(b) for b in interrupt.boundaries(r)] == [" : second (after  : first)",
+                                                                       " : fourth (after  : third)"]
     for f in ("one", "three", "four"):
         (tmp_path / f).unlink()
-    # killed at the start of task 4: tasks 1 to 3 ran, the fourth never did, nothing of the run is left
-    p, r = play(tmp_path, HOMELAB_EDGE_INTERRUPT_AT="4", HOMELAB_EDGE_INTERRUPT_NAME="fourth")
+    # killed at the start of the fourth: the first three ran, the fourth never did, the run has no end
+    p, r = play(tmp_path, HOMELAB_EDGE_INTERRUPT_TASK=" : fourth")
     assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout[-2000:])
-    assert r["killed"] == 4 and r["drifted"] is None and r["stats"] is None
+    assert r["killed"] == {"n": 4, "task": " : fourth", "occurrence": 1} and r["stats"] is None
     assert (tmp_path / "three").exists() and not (tmp_path / "four").exists()
 
 
-def test_a_task_other_than_the_named_one_at_n_is_reported_as_drift(tmp_path):
-    p, r = play(tmp_path, HOMELAB_EDGE_INTERRUPT_AT="3", HOMELAB_EDGE_INTERRUPT_NAME="fourth")
-    assert p.returncode == -signal.SIGKILL
-    assert r["drifted"] == {"drifted": 3, "name": "third", "expected": "fourth"} and r["killed"] == 3
+def test_a_task_that_never_starts_as_often_as_asked_ends_no_run(tmp_path):
+    p, r = play(tmp_path, HOMELAB_EDGE_INTERRUPT_TASK=" : fourth", HOMELAB_EDGE_INTERRUPT_OCCURRENCE="2")
+    assert p.returncode == 0 and r["killed"] is None and r["stats"]

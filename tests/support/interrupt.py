@@ -4,22 +4,26 @@ the controller killed at the start of every task that follows a change (the test
 tests/support/callback_plugins/homelab_edge_interrupt.py: SIGKILL of ansible-playbook's process group, as a
 closed laptop), in the apply and in the undo.
 
-A lane is one group on its two hosts (one booted by systemd, one not), run by one ansible-playbook at a time:
+A lane is one group on its two hosts (one booted by systemd, one not), run by one ansible-playbook at a time.
+A boundary is the start of the task right after one that changed a host in a recorded run: only those states differ
+from the one before; tasks that change nothing (reads, plans, checks) are not tried. On the VPS the way in (a new
+SSH login on the user's port, the tunnel's UDP port) is checked after every kill and every run.
 
-  baseline   apply (recorded: every task start and what it changed on each host) -> the service answers -> apply
-             again: nothing changed -> undo (recorded) -> undo again: nothing changed -> every file of the user's
-             back byte for byte, nothing of ours left (files, units, containers, live values)
-  cycle k    apply killed at the k-th apply boundary -> apply: rc 0, the service answers -> apply: nothing
-             changed -> undo killed at the k-th undo boundary -> undo: rc 0 -> files back byte for byte, nothing
-             of ours left. One cycle covers one boundary of each; a lane runs max(apply, undo) cycles.
+  baseline  from the user's host: apply (recorded: every task start and what it changed on each host) -> the
+            service answers -> apply again: nothing changed -> undo (recorded) -> undo again: nothing changed ->
+            every file of the user's back byte for byte, nothing of ours left (files, units, containers, live values)
+  chains    (the default) then, from the user's host, a run killed at each apply boundary in turn, each resuming the
+            one before it (it must reach the next boundary without a failure) -> apply: rc 0, the service answers ->
+            apply: nothing changed -> a run killed at each undo boundary in turn -> undo: rc 0 -> files back byte
+            for byte, nothing of ours left. A boundary a resumed run does not reach (its task list differs from the
+            recorded one's) is tried as in pairs.
+  pairs     then one cycle from the user's host per boundary: apply killed at the k-th apply boundary -> apply ->
+            apply: nothing changed -> undo killed at the k-th undo boundary -> undo -> compare; max(apply, undo)
+            cycles. Every kill is followed by a whole run from it.
 
-A boundary is the start of the task right after one that changed a host in the recorded run: only those states
-differ from the one before. Tasks that change nothing (reads, plans, checks) are not tried. On the VPS the way in
-(a new SSH login on the user's port, the tunnel's UDP port) is checked after every kill and every run.
+  python tests/support/interrupt.py [nas] [vps] [--mode chains|pairs|baseline] [--keep]
 
-  python tests/support/interrupt.py [nas] [vps] [--keep] [--baseline]
-
---keep leaves the hosts up; --baseline runs no kills. Every run's output and record is kept in
+--keep leaves the hosts up. Every run's output and record is kept in
 tests/output/interrupt/<lane>/; the lane's result in tests/output/interrupt/<lane>/result.json."""
 import argparse
 import concurrent.futures
@@ -58,42 +62,49 @@ SITE = "site.nas.lab"
 
 # ----------------------------------------------------------------- pure logic (tests/dev/test_interrupt.py)
 def parse_record(lines):
-    """The callback's JSON lines -> {"starts": [(N, name, role)], "results": {N: {host: status}},
-    "stats": {host: {...}} or None, "killed": N or None, "drifted": {...} or None}."""
-    out = {"starts": [], "results": {}, "stats": None, "killed": None, "drifted": None}
+    """The callback's JSON lines -> {"starts": [{"n", "task", "occurrence"}], "results": {N: {host: status}},
+    "stats": {host: {...}} or None (the run did not end), "killed": {"n", "task", "occurrence"} or None}."""
+    out = {"starts": [], "results": {}, "stats": None, "killed": None}
     for line in lines:
         line = line.strip()
         if not line:
             continue
         e = json.loads(line)
         if "start" in e:
-            out["starts"].append((e["start"], e["name"], e.get("role")))
+            out["starts"].append({"n": e["start"], "task": e["task"], "occurrence": e["occurrence"]})
+        elif "killed" in e:
+            out["killed"] = {"n": e["killed"], "task": e["task"], "occurrence": e["occurrence"]}
         elif "task" in e:
             out["results"].setdefault(e["task"], {})[e["host"]] = e["status"]
         elif "stats" in e:
             out["stats"] = e["stats"]
-        elif "killed" in e:
-            out["killed"] = e["killed"]
-        elif "drifted" in e:
-            out["drifted"] = e
     return out
 
 
 def boundaries(record):
-    """[(N, name, after)]: the start of each task that follows a task that changed some host (N, the task's
-    name, and the name of the task that changed). A change by the last task has no boundary after it: the run
-    ends there."""
+    """[{"n", "task", "occurrence", "after"}]: the start of each task that follows a task that changed some host,
+    named by the task and how many times it had started (the run is ended there, whatever its number: a run that
+    resumes a cut-off one may start other tasks before it), and the task that changed. A change by the last task has
+    no boundary after it: the run ends there."""
     starts = record["starts"]
-    out = []
-    for (n, name, role), nxt in zip(starts, starts[1:]):
-        if "changed" in record["results"].get(n, {}).values():
-            out.append((nxt[0], nxt[1], "%s : %s" % (role, name) if role else name))
-    return out
+    return [dict(nxt, after=cur["task"]) for cur, nxt in zip(starts, starts[1:])
+            if "changed" in record["results"].get(cur["n"], {}).values()]
+
+
+def describe(b):
+    return "%s%s (after %s)" % (b["task"], " #%d" % b["occurrence"] if b["occurrence"] > 1 else "", b["after"])
 
 
 def cycles(apply_bounds, undo_bounds):
     """Pairs (apply boundary or None, undo boundary or None): one of each per cycle, every boundary once."""
     return list(itertools.zip_longest(apply_bounds, undo_bounds))
+
+
+def failed_before_kill(record):
+    """[(task, host)] that failed (not ignored) in a run that was killed later."""
+    names = dict((s["n"], s["task"]) for s in record["starts"])
+    return [(names.get(n, n), h) for n, hosts_ in sorted(record["results"].items())
+            for h, status in sorted(hosts_.items()) if status in ("failed", "unreachable")]
 
 
 def changed_hosts(record):
@@ -301,6 +312,7 @@ class Lane(object):
         self.seq = 0
         self.log = []
         self.failures = []
+        self.reached = []  # [(state, boundary)] each run was killed at
 
     # ---- hosts
     def up(self):
@@ -352,7 +364,7 @@ class Lane(object):
         self.failures.append(text)
 
     def run(self, label, state, kill=None):
-        """One ansible-playbook of site.yml on the lane; kill: (N, name) to end it at that task's start.
+        """One ansible-playbook of site.yml on the lane; kill: a boundary (boundaries()) to end it at.
         Returns (rc, record, seconds)."""
         self.seq += 1
         base = os.path.join(self.dir, "%02d-%s" % (self.seq, label))
@@ -360,10 +372,11 @@ class Lane(object):
         env = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=CALLBACKS, ANSIBLE_CALLBACKS_ENABLED="homelab_edge_interrupt",
                    HOMELAB_EDGE_INTERRUPT_RECORD=record_path, ANSIBLE_SSH_CONTROL_PATH_DIR=control,
                    ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
-        env.pop("HOMELAB_EDGE_INTERRUPT_AT", None)
-        env.pop("HOMELAB_EDGE_INTERRUPT_NAME", None)
+        for k in ("HOMELAB_EDGE_INTERRUPT_TASK", "HOMELAB_EDGE_INTERRUPT_OCCURRENCE"):
+            env.pop(k, None)
         if kill:
-            env["HOMELAB_EDGE_INTERRUPT_AT"], env["HOMELAB_EDGE_INTERRUPT_NAME"] = str(kill[0]), kill[1]
+            env["HOMELAB_EDGE_INTERRUPT_TASK"] = kill["task"]
+            env["HOMELAB_EDGE_INTERRUPT_OCCURRENCE"] = str(kill["occurrence"])
         argv = ["ansible-playbook", "-i", self.inventory, os.path.join(ROOT, "site.yml"), "--tags", self.tags]
         argv += ["--skip-tags", ",".join(self.skip_tags)] if self.skip_tags else []
         argv += ["-e", json.dumps(self.absent)] if state == "absent" else []
@@ -385,32 +398,37 @@ class Lane(object):
         with open(record_path) if os.path.exists(record_path) else open(os.devnull) as f:
             record = parse_record(f)
         seconds = time.time() - t0
-        what = "killed at %d (%s)" % kill if kill else "rc %d" % rc
+        what = ("killed at %s" % describe(kill) if record["killed"] else "NOT killed at %s: rc %d" % (describe(kill), rc)
+                ) if kill else "rc %d" % rc
         self.note("%s %s: %s, %.0f s, changed %s (%s)" % (label, state, what, seconds, changed_hosts(record),
                                                           os.path.relpath(base + ".log", ROOT)))
+        self.last_log = os.path.relpath(base + ".log", ROOT)
         return rc, record, seconds
 
     def converge(self, label, state, idempotent=False):
         """A run that must end rc 0 (and, idempotent, change nothing); the record."""
         rc, record, seconds = self.run(label, state)
         if rc != 0:
-            self.fail("%s (%s): rc %d, failed on %s - see %s" % (label, state, rc, failed_hosts(record),
-                                                                 os.path.relpath(os.path.join(self.dir, "%02d-%s.log" % (self.seq, label)), ROOT)))
+            self.fail("%s (%s): rc %d, failed on %s - see %s" % (label, state, rc, failed_hosts(record), self.last_log))
         elif idempotent and any(changed_hosts(record).values()):
-            changed = ["%s on %s" % (name, h) for n, name, role in record["starts"]
-                       for h, s in record["results"].get(n, {}).items() if s == "changed"]
+            changed = ["%s on %s" % (s["task"], h) for s in record["starts"]
+                       for h, st in record["results"].get(s["n"], {}).items() if st == "changed"]
             self.fail("%s (%s): a further run changed %s" % (label, state, "; ".join(changed)))
         return rc, record
 
     def killed(self, label, state, at):
-        rc, record, seconds = self.run(label, state, kill=at[:2])
-        if record["drifted"]:
-            self.fail("%s: task %d was %r, not %r as in the recorded run" % (
-                label, at[0], record["drifted"]["name"], record["drifted"]["expected"]))
-        elif record["killed"] != at[0]:
-            self.fail("%s: the run was not killed at task %d %r (rc %d; it ended first?)" % (label, at[0], at[1], rc))
+        """A run ended at the boundary `at`; the way in checked after it. False when the run ended (or failed)
+        before it reached the boundary."""
+        rc, record, seconds = self.run(label, state, kill=at)
+        failed = failed_before_kill(record)
+        if failed:
+            self.fail("%s: before %s, %s - see %s" % (label, describe(at), ", ".join(
+                "%s failed on %s" % f for f in failed), self.last_log))
         for problem in self.way_in():
-            self.fail("%s, killed at %d %r (after %s): %s" % (label, at[0], at[1], at[2], problem))
+            self.fail("%s, killed at %s: %s" % (label, describe(at), problem))
+        if record["killed"] is not None:
+            self.reached.append((state, describe(at)))
+        return record["killed"] is not None
 
     def check_service(self, label):
         for problem in self.service():
@@ -429,11 +447,9 @@ class Lane(object):
         return kept
 
     # ---- the lane
-    def __call__(self, baseline_only=False):
-        t0 = time.time()
-        result = {"lane": self.name, "hosts": dict((n, {"container": c, "systemd": sd})
-                                                   for n, (c, p, sd) in self.hosts.items()), "cycles": []}
-        before = self.snapshots()
+    def baseline(self, result):
+        """Apply, again, undo, again, from the user's host: the boundaries of each recorded run."""
+        self.before = self.snapshots()
         self.check_service("before the role")
         rc, applied = self.converge("apply-recorded", "present")
         self.check_service("after the apply")
@@ -441,34 +457,73 @@ class Lane(object):
         rc, undone = self.converge("undo-recorded", "absent")
         self.converge("undo-again", "absent", idempotent=True)
         self.check_service("after the undo")
-        result["kept_by_design"] = self.check_undone("after the undo", before)
+        result["kept_by_design"] = self.check_undone("after the undo", self.before)
         apply_b, undo_b = boundaries(applied), boundaries(undone)
         result["boundaries"] = {"apply": apply_b, "undo": undo_b,
                                 "apply_tasks": len(applied["starts"]), "undo_tasks": len(undone["starts"])}
         self.note("boundaries: %d in the apply (of %d task starts), %d in the undo (of %d)" % (
             len(apply_b), len(applied["starts"]), len(undo_b), len(undone["starts"])))
-        if self.failures:  # the host is not clean: kills would test something else
+        return apply_b, undo_b
+
+    def pair(self, k, a, u):
+        """One cycle from the user's host: apply killed at a, apply, again, undo killed at u, undo, compare."""
+        if a:
+            self.killed("c%02d-apply-killed" % k, "present", a)
+        self.converge("c%02d-apply" % k, "present")
+        self.check_service("cycle %d, after the apply" % k)
+        if a:
+            self.converge("c%02d-apply-again" % k, "present", idempotent=True)
+        if u:
+            self.killed("c%02d-undo-killed" % k, "absent", u)
+        self.converge("c%02d-undo" % k, "absent")
+        self.check_service("cycle %d, after the undo" % k)
+        self.check_undone("cycle %d, after the undo" % k, self.before)
+
+    def chain(self, state, bounds):
+        """From where the host is, a run killed at each boundary in turn - each resumes the one before it, and must
+        get to the next boundary without a failure - then a run to the end (rc 0, the service answering) and, for
+        the apply, one more that changes nothing; for the undo, the user's host as it was. The boundaries a
+        resumed run did not reach (its task list differs from the recorded run's) are returned."""
+        word = "apply" if state == "present" else "undo"
+        missed = []
+        for i, b in enumerate(bounds, 1):
+            if not self.killed("%s-killed-%02d" % (word, i), state, b):
+                self.note("%s was not reached by a resumed run: tried again from the user's host" % describe(b))
+                missed.append(b)
+        self.converge("%s-after-kills" % word, state)
+        self.check_service("after the %s that followed the kills" % word)
+        if state == "present":
+            self.converge("apply-again-after-kills", state, idempotent=True)
+        else:
+            self.check_undone("after the undo that followed the kills", self.before)
+        return missed
+
+    def __call__(self, mode="chains"):
+        """mode: "chains" (each recorded run's boundaries killed one after the other, each kill resumed by the next
+        run), "pairs" (one cycle from the user's host per apply and undo boundary), "baseline" (no kills)."""
+        t0 = time.time()
+        result = {"lane": self.name, "mode": mode, "cycles": [],
+                  "hosts": dict((n, {"container": c, "systemd": sd}) for n, (c, p, sd) in self.hosts.items())}
+        apply_b, undo_b = self.baseline(result)
+        if self.failures and mode != "baseline":  # the host is not clean: kills would test something else
             self.note("not trying the boundaries: the baseline failed")
-            baseline_only = True
-        for k, (a, u) in enumerate([] if baseline_only else cycles(apply_b, undo_b), 1):
+            mode = "baseline"
+        pairs = []
+        if mode == "chains":
+            missed_apply = self.chain("present", apply_b)
+            missed_undo = self.chain("absent", undo_b)
+            pairs = cycles(missed_apply, missed_undo)
+        elif mode == "pairs":
+            pairs = cycles(apply_b, undo_b)
+        for k, (a, u) in enumerate(pairs, 1):
             if time.time() - t0 > LANE_BUDGET:
                 self.fail("over its budget of %d s at cycle %d: boundaries left untried" % (LANE_BUDGET, k))
                 break
             c0, failed = time.time(), len(self.failures)
-            if a:
-                self.killed("c%02d-apply-killed" % k, "present", a)
-            self.converge("c%02d-apply" % k, "present")
-            self.check_service("cycle %d, after the apply" % k)
-            if a:
-                self.converge("c%02d-apply-again" % k, "present", idempotent=True)
-            if u:
-                self.killed("c%02d-undo-killed" % k, "absent", u)
-            self.converge("c%02d-undo" % k, "absent")
-            self.check_service("cycle %d, after the undo" % k)
-            self.check_undone("cycle %d, after the undo" % k, before)
+            self.pair(k, a, u)
             result["cycles"].append({"apply_killed_at": a, "undo_killed_at": u, "seconds": round(time.time() - c0),
                                      "failures": self.failures[failed:]})
-        result.update(seconds=round(time.time() - t0), failures=self.failures, log=self.log)
+        result.update(seconds=round(time.time() - t0), failures=self.failures, log=self.log, killed_at=self.reached)
         with open(os.path.join(self.dir, "result.json"), "w") as f:
             json.dump(result, f, indent=1)
         return result
@@ -620,7 +675,7 @@ def lane_skip_tags(name):
     return tags, [upstream_images.reason(t) for t in tags]
 
 
-def run_lanes(names, keep=False, baseline_only=False):
+def run_lanes(names, keep=False, mode="chains"):
     """Each lane on its own hosts, side by side: {name: result}."""
     os.makedirs(OUT, exist_ok=True)
     lanes = {}
@@ -641,7 +696,7 @@ def run_lanes(names, keep=False, baseline_only=False):
             lane.write_inventory()
             up = time.time() - t0
             lane.note("hosts up in %.0f s" % up)
-            result = lane(baseline_only=baseline_only)
+            result = lane(mode=mode)
             result["hosts_seconds"] = round(up)
             return result
         except Exception as e:  # a lane that cannot run is a failure of its own, said as such
@@ -665,12 +720,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("lanes", nargs="*", help=" ".join(sorted(LANES)) + " (default: all)")
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--baseline", action="store_true")
+    ap.add_argument("--mode", choices=["chains", "pairs", "baseline"], default="chains")
     a = ap.parse_args(argv)
     unknown = [n for n in a.lanes if n not in LANES]
     if unknown:
         ap.error("no lane %s (%s)" % (", ".join(unknown), ", ".join(sorted(LANES))))
-    results = run_lanes(a.lanes or sorted(LANES), keep=a.keep, baseline_only=a.baseline)
+    results = run_lanes(a.lanes or sorted(LANES), keep=a.keep, mode=a.mode)
     bad = 0
     for name, r in sorted(results.items()):
         print("=== %s: %d failures%s" % (name, len(r["failures"]), "".join("\n  " + f for f in r["failures"])))

@@ -4,20 +4,22 @@
 """Test only (tests/support: not in the collection's tarball). Records every task a play starts, with what it did on
 each host, and ends the controller at the start of a chosen task the way a closed laptop does: SIGKILL to
 ansible-playbook's whole process group (its workers and their SSH clients), nothing flushed, no handler run.
+The kill comes before the task is sent to any host: every task before it has ended on every host (the linear
+strategy), and it has not begun anywhere.
 
 Enable it with ANSIBLE_CALLBACK_PLUGINS=<this directory> ANSIBLE_CALLBACKS_ENABLED=homelab_edge_interrupt, and run
 ansible-playbook as the leader of a process group of its own (start_new_session=True).
 
-  HOMELAB_EDGE_INTERRUPT_RECORD   a file: one JSON line per event, appended and flushed as it happens -
-                                  {"start": N, "name": ..., "role": ...} when task N starts (N counts from 1 over
-                                  the tasks and handlers the controller starts, in every play: a task whose
-                                  condition turns out false on every host starts all the same and is skipped there;
-                                  meta tasks are not counted), {"task": N, "host": ..., "status": ok|changed|
-                                  skipped|failed|ignored|unreachable} for each host's result, {"stats": {host: {changed, failures, ...}}}
-                                  at the end, {"killed": N, "name": ...} right before the kill.
-  HOMELAB_EDGE_INTERRUPT_AT       N: kill when task N starts (unset: record only).
-  HOMELAB_EDGE_INTERRUPT_NAME     the name task N must have; when another task starts there, the run is killed
-                                  all the same and the record says {"drifted": N, "name": ..., "expected": ...}."""
+  HOMELAB_EDGE_INTERRUPT_RECORD      a file: one JSON line per event, appended and flushed as it happens -
+                                     {"start": N, "task": "ROLE : NAME", "occurrence": K} when task N starts (N counts
+                                     from 1 over the tasks and handlers the controller starts, in every play: a task
+                                     whose condition turns out false on every host starts all the same and is
+                                     skipped there; meta tasks are not counted; K counts the starts of that task,
+                                     from 1), {"task": N, "host": ..., "status": ok|changed|skipped|failed|ignored|
+                                     unreachable} for each host's result, {"stats": {host: {changed, failures, ...}}}
+                                     at the end, {"killed": N, "task": ..., "occurrence": K} right before the kill.
+  HOMELAB_EDGE_INTERRUPT_TASK        "ROLE : NAME" (": NAME" outside a role): kill when that task starts ...
+  HOMELAB_EDGE_INTERRUPT_OCCURRENCE  ... for the K-th time (default 1). Unset: record only."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -26,7 +28,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: homelab_edge_interrupt
 type: aggregate
-short_description: Test only - record task starts and results, kill the controller at task N
+short_description: Test only - record task starts and results, kill the controller when a chosen task starts
 description:
   - See the module docstring. Not shipped.
 requirements:
@@ -40,6 +42,11 @@ import signal
 from ansible.plugins.callback import CallbackBase
 
 
+def label(task):
+    """How the record names a task: its role and its name."""
+    return "%s : %s" % (task._role.get_name() if task._role else "", task.get_name().strip())
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -49,11 +56,11 @@ class CallbackModule(CallbackBase):
     def __init__(self, *args, **kwargs):
         super(CallbackModule, self).__init__(*args, **kwargs)
         self.path = os.environ.get("HOMELAB_EDGE_INTERRUPT_RECORD")
-        at = os.environ.get("HOMELAB_EDGE_INTERRUPT_AT")
-        self.at = int(at) if at else None
-        self.expected = os.environ.get("HOMELAB_EDGE_INTERRUPT_NAME")
+        self.target = os.environ.get("HOMELAB_EDGE_INTERRUPT_TASK")
+        self.occurrence = int(os.environ.get("HOMELAB_EDGE_INTERRUPT_OCCURRENCE") or 1)
         self.count = 0
-        self.numbers = {}  # task uuid -> N
+        self.seen = {}  # label -> starts so far
+        self.numbers = {}  # task uuid -> N of its latest start
 
     def write(self, event):
         if not self.path:
@@ -65,15 +72,13 @@ class CallbackModule(CallbackBase):
 
     def started(self, task):
         self.count += 1
+        name = label(task)
+        self.seen[name] = self.seen.get(name, 0) + 1
         self.numbers[task._uuid] = self.count
-        name = task.get_name().strip()
-        role = task._role.get_name() if task._role else None
-        if self.at == self.count:
-            if self.expected is not None and name != self.expected:
-                self.write({"drifted": self.count, "name": name, "expected": self.expected})
-            self.write({"killed": self.count, "name": name})
+        if name == self.target and self.seen[name] == self.occurrence:
+            self.write({"killed": self.count, "task": name, "occurrence": self.seen[name]})
             os.killpg(os.getpgrp(), signal.SIGKILL)
-        self.write({"start": self.count, "name": name, "role": role})
+        self.write({"start": self.count, "task": name, "occurrence": self.seen[name]})
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self.started(task)
@@ -82,9 +87,8 @@ class CallbackModule(CallbackBase):
         self.started(task)
 
     def result(self, result, status):
-        task = result._task
         changed = bool(result._result.get("changed"))
-        self.write({"task": self.numbers.get(task._uuid), "host": result._host.get_name(),
+        self.write({"task": self.numbers.get(result._task._uuid), "host": result._host.get_name(),
                     "status": "changed" if status == "ok" and changed else status})
 
     def v2_runner_on_ok(self, result):
