@@ -504,6 +504,12 @@ MUTATIONS = {
         "mode=0o750 if hooked else 0o640",
         "mode=0o750",
         "tests/unit/plugins/modules/test_ufw_connlimit.py::test_after_init_is_left_as_it_is_where_nothing_calls_the_hook"),
+    "traefik_inflight: a run cut off before its restart is not finished by the next (issue 62)": (
+        "plugins/modules/traefik_inflight.py",
+        '    plan["restart"] = plan["restart"] or flight["restart"]',
+        '    plan["restart"] = plan["restart"]',
+        "tests/unit/plugins/modules/test_traefik_inflight_module.py::"
+        "test_a_run_cut_off_before_its_restart_is_found_and_finished_by_the_next"),
     "interrupt harness: a file of ours left after the undo not reported": (
         "tests/support/interrupt.py",
         '        elif key not in before:\n            out["added"].append(key)',
