@@ -517,8 +517,8 @@ MUTATIONS = {
         "tests/dev/test_interrupt.py::test_the_comparison_names_every_file_not_back_and_everything_left"),
     "interrupt harness: the kill at the start of the task that changes (its change never tried)": (
         "tests/support/interrupt.py",
-        '    return [dict(nxt, after=cur["task"]) for cur, nxt in zip(starts, starts[1:])',
-        '    return [dict(cur, after=cur["task"]) for cur, nxt in zip(starts, starts[1:])',
+        '    return [dict([(k, nxt[k]) for k in ("n", "task", "occurrence")], after=cur["task"])',
+        '    return [dict([(k, cur[k]) for k in ("n", "task", "occurrence")], after=cur["task"])',
         "tests/dev/test_interrupt.py::test_a_boundary_is_the_start_of_each_task_after_one_that_changed_a_host"),
 
 }

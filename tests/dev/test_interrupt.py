@@ -44,7 +44,7 @@ def test_a_boundary_is_the_start_of_each_task_after_one_that_changed_a_host():
 def test_a_killed_run_has_no_stats_and_says_where_it_was_killed():
     r = record(start(1, "a : read"), {"task": 1, "host": "h1", "status": "failed"},
                {"killed": 2, "task": "a : write", "occurrence": 1})
-    assert r["killed"] == {"n": 2, "task": "a : write", "occurrence": 1} and r["stats"] is None
+    assert r["killed"] == {"n": 2, "task": "a : write", "occurrence": 1, "t": None} and r["stats"] is None
     assert interrupt.changed_hosts(r) is None and interrupt.failed_before_kill(r) == [("a : read", "h1")]
 
 
@@ -81,7 +81,8 @@ PLAY = textwrap.dedent("""\
         - name: first
           ansible.builtin.copy: {dest: "{{ d }}/one", content: "1"}
         - name: second
-          ansible.builtin.debug: {msg: read only}
+          ansible.builtin.command: {argv: [sleep, "{{ nap | default(0) }}"]}
+          changed_when: false
         - name: third
           ansible.builtin.copy: {dest: "{{ d }}/three", content: "3"}
         - name: fourth
@@ -89,13 +90,13 @@ PLAY = textwrap.dedent("""\
     """)
 
 
-def play(tmp_path, **env):
+def play(tmp_path, nap=0, **env):
     book = tmp_path / "play.yml"
     book.write_text(PLAY)
     rec = tmp_path / ("record-%d.jsonl" % len(list(tmp_path.glob("record-*"))))
     e = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=interrupt.CALLBACKS, ANSIBLE_CALLBACKS_ENABLED="homelab_edge_interrupt",
              HOMELAB_EDGE_INTERRUPT_RECORD=str(rec), **env)
-    p = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", "d=%s" % tmp_path,
+    p = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", "d=%s nap=%d" % (tmp_path, nap),
                         "-e", "ansible_python_interpreter=%s" % sys.executable, str(book)],
                        env=e, capture_output=True, text=True, timeout=120, start_new_session=True, check=False)
     with open(str(rec)) as f:
@@ -105,18 +106,25 @@ def play(tmp_path, **env):
 def test_the_callback_records_a_run_and_ends_the_next_at_the_task_it_names(tmp_path):
     p, r = play(tmp_path)
     assert p.returncode == 0, p.stdout[-2000:]
-    assert [s["task"] for s in r["starts"]] == [" : first", " : second", " : third", " : fourth"]
-    assert [interrupt.describe(b) for b in interrupt.boundaries(r)] == [" : second (after  : first)",
-                                                                       " : fourth (after  : third)"]
+    assert [s["task"] for s in r["starts"]] == ["first", "second", "third", "fourth"]
+    assert [interrupt.describe(b) for b in interrupt.boundaries(r)] == ["second (after first)", "fourth (after third)"]
     for f in ("one", "three", "four"):
         (tmp_path / f).unlink()
     # killed at the start of the fourth: the first three ran, the fourth never did, the run has no end
-    p, r = play(tmp_path, HOMELAB_EDGE_INTERRUPT_TASK=" : fourth")
+    p, r = play(tmp_path, HOMELAB_EDGE_INTERRUPT_TASK="fourth")
     assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout[-2000:])
-    assert r["killed"] == {"n": 4, "task": " : fourth", "occurrence": 1} and r["stats"] is None
-    assert (tmp_path / "three").exists() and not (tmp_path / "four").exists()
+    assert dict((k, r["killed"][k]) for k in ("n", "task", "occurrence")) == {"n": 4, "task": "fourth", "occurrence": 1}
+    assert r["stats"] is None and (tmp_path / "three").exists() and not (tmp_path / "four").exists()
+
+
+def test_with_a_delay_the_run_is_killed_while_the_task_runs(tmp_path):
+    p, r = play(tmp_path, nap=3, HOMELAB_EDGE_INTERRUPT_TASK="second", HOMELAB_EDGE_INTERRUPT_DELAY="1")
+    assert p.returncode == -signal.SIGKILL and r["killed"]["n"] == 2
+    # killed during the sleep of the second: started, never ended, the third never began
+    assert [s["task"] for s in r["starts"]] == ["first", "second"] and 2 not in r["results"]
+    assert r["killed"]["t"] - r["starts"][1]["t"] >= 1 and not (tmp_path / "three").exists()
 
 
 def test_a_task_that_never_starts_as_often_as_asked_ends_no_run(tmp_path):
-    p, r = play(tmp_path, HOMELAB_EDGE_INTERRUPT_TASK=" : fourth", HOMELAB_EDGE_INTERRUPT_OCCURRENCE="2")
+    p, r = play(tmp_path, HOMELAB_EDGE_INTERRUPT_TASK="fourth", HOMELAB_EDGE_INTERRUPT_OCCURRENCE="2")
     assert p.returncode == 0 and r["killed"] is None and r["stats"]

@@ -71,9 +71,9 @@ def parse_record(lines):
             continue
         e = json.loads(line)
         if "start" in e:
-            out["starts"].append({"n": e["start"], "task": e["task"], "occurrence": e["occurrence"]})
+            out["starts"].append({"n": e["start"], "task": e["task"], "occurrence": e["occurrence"], "t": e.get("t")})
         elif "killed" in e:
-            out["killed"] = {"n": e["killed"], "task": e["task"], "occurrence": e["occurrence"]}
+            out["killed"] = {"n": e["killed"], "task": e["task"], "occurrence": e["occurrence"], "t": e.get("t")}
         elif "task" in e:
             out["results"].setdefault(e["task"], {})[e["host"]] = e["status"]
         elif "stats" in e:
@@ -87,8 +87,18 @@ def boundaries(record):
     resumes a cut-off one may start other tasks before it), and the task that changed. A change by the last task has
     no boundary after it: the run ends there."""
     starts = record["starts"]
-    return [dict(nxt, after=cur["task"]) for cur, nxt in zip(starts, starts[1:])
-            if "changed" in record["results"].get(cur["n"], {}).values()]
+    return [dict([(k, nxt[k]) for k in ("n", "task", "occurrence")], after=cur["task"])
+            for cur, nxt in zip(starts, starts[1:]) if "changed" in record["results"].get(cur["n"], {}).values()]
+
+
+def duration(record, task):
+    """Seconds from the start of `task` (its first) to the start of the next task, in a recorded run (None when
+    either is missing)."""
+    starts = record["starts"]
+    for cur, nxt in zip(starts, starts[1:]):
+        if cur["task"] == task and cur.get("t") and nxt.get("t"):
+            return nxt["t"] - cur["t"]
+    return None
 
 
 def describe(b):
@@ -305,6 +315,7 @@ class Lane(object):
     hosts = {}  # inventory name -> (container, ssh port, systemd)
     absent = {}
     kept = ()  # [(regex over a snapshot key, why: the role's documented undo)]
+    in_flight = ()  # tasks also cut off while they run (halfway through their recorded duration)
 
     def __init__(self, skip_tags=()):
         self.skip_tags = list(skip_tags)
@@ -363,7 +374,7 @@ class Lane(object):
         self.note("FAILED: " + text)
         self.failures.append(text)
 
-    def run(self, label, state, kill=None):
+    def run(self, label, state, kill=None, delay=0):
         """One ansible-playbook of site.yml on the lane; kill: a boundary (boundaries()) to end it at.
         Returns (rc, record, seconds)."""
         self.seq += 1
@@ -372,11 +383,12 @@ class Lane(object):
         env = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=CALLBACKS, ANSIBLE_CALLBACKS_ENABLED="homelab_edge_interrupt",
                    HOMELAB_EDGE_INTERRUPT_RECORD=record_path, ANSIBLE_SSH_CONTROL_PATH_DIR=control,
                    ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
-        for k in ("HOMELAB_EDGE_INTERRUPT_TASK", "HOMELAB_EDGE_INTERRUPT_OCCURRENCE"):
+        for k in ("HOMELAB_EDGE_INTERRUPT_TASK", "HOMELAB_EDGE_INTERRUPT_OCCURRENCE", "HOMELAB_EDGE_INTERRUPT_DELAY"):
             env.pop(k, None)
         if kill:
             env["HOMELAB_EDGE_INTERRUPT_TASK"] = kill["task"]
             env["HOMELAB_EDGE_INTERRUPT_OCCURRENCE"] = str(kill["occurrence"])
+            env["HOMELAB_EDGE_INTERRUPT_DELAY"] = str(delay)
         argv = ["ansible-playbook", "-i", self.inventory, os.path.join(ROOT, "site.yml"), "--tags", self.tags]
         argv += ["--skip-tags", ",".join(self.skip_tags)] if self.skip_tags else []
         argv += ["-e", json.dumps(self.absent)] if state == "absent" else []
@@ -416,10 +428,10 @@ class Lane(object):
             self.fail("%s (%s): a further run changed %s" % (label, state, "; ".join(changed)))
         return rc, record
 
-    def killed(self, label, state, at):
-        """A run ended at the boundary `at`; the way in checked after it. False when the run ended (or failed)
-        before it reached the boundary."""
-        rc, record, seconds = self.run(label, state, kill=at)
+    def killed(self, label, state, at, delay=0):
+        """A run ended at the boundary `at` (delay: that many seconds after it, while the task runs); the way in
+        checked after it. False when the run ended (or failed) before it reached the boundary."""
+        rc, record, seconds = self.run(label, state, kill=at, delay=delay)
         failed = failed_before_kill(record)
         if failed:
             self.fail("%s: before %s, %s - see %s" % (label, describe(at), ", ".join(
@@ -427,7 +439,7 @@ class Lane(object):
         for problem in self.way_in():
             self.fail("%s, killed at %s: %s" % (label, describe(at), problem))
         if record["killed"] is not None:
-            self.reached.append((state, describe(at)))
+            self.reached.append((state, describe(at) + (" +%.1f s" % delay if delay else "")))
         return record["killed"] is not None
 
     def check_service(self, label):
@@ -458,6 +470,7 @@ class Lane(object):
         self.converge("undo-again", "absent", idempotent=True)
         self.check_service("after the undo")
         result["kept_by_design"] = self.check_undone("after the undo", self.before)
+        self.applied = applied
         apply_b, undo_b = boundaries(applied), boundaries(undone)
         result["boundaries"] = {"apply": apply_b, "undo": undo_b,
                                 "apply_tasks": len(applied["starts"]), "undo_tasks": len(undone["starts"])}
@@ -498,6 +511,26 @@ class Lane(object):
             self.check_undone("after the undo that followed the kills", self.before)
         return missed
 
+    def cut_in_flight(self, result):
+        """Each task of in_flight cut off halfway through its recorded duration, from the user's host: apply -> apply
+        again -> undo -> compare. What the next run found is kept (the module's "found: ..." warning)."""
+        for task in self.in_flight:
+            d = duration(self.applied, task)
+            if not d:
+                self.fail("%s: not in the recorded apply, so it cannot be cut off in flight" % task)
+                continue
+            at = {"task": task, "occurrence": 1, "after": "its start, %.1f s in" % (d / 2)}
+            self.killed("in-flight-killed", "present", at, delay=round(d / 2, 1))
+            rc, record = self.converge("in-flight-apply", "present")
+            with open(os.path.join(ROOT, self.last_log)) as f:
+                found = [ln.strip() for ln in f if "found" in ln and "WARNING" in ln]
+            self.check_service("after the apply that followed the cut in flight")
+            self.converge("in-flight-apply-again", "present", idempotent=True)
+            self.converge("in-flight-undo", "absent")
+            self.check_undone("after the undo that followed the cut in flight", self.before)
+            result.setdefault("in_flight", []).append({"task": task, "delay": round(d / 2, 1), "found": found})
+            self.note("cut in flight %.1f s into %s; the next run found: %s" % (d / 2, task, found or "nothing"))
+
     def __call__(self, mode="chains"):
         """mode: "chains" (each recorded run's boundaries killed one after the other, each kill resumed by the next
         run), "pairs" (one cycle from the user's host per apply and undo boundary), "baseline" (no kills)."""
@@ -513,6 +546,7 @@ class Lane(object):
             missed_apply = self.chain("present", apply_b)
             missed_undo = self.chain("absent", undo_b)
             pairs = cycles(missed_apply, missed_undo)
+            self.cut_in_flight(result)
         elif mode == "pairs":
             pairs = cycles(apply_b, undo_b)
         for k, (a, u) in enumerate(pairs, 1):
@@ -537,6 +571,9 @@ class Nas(Lane):
     hosts = {"nas-plain": ("hle-int-nas", 2260, False), "nas-systemd": ("hle-int-nas-sd", 2261, True)}
     absent = {"tcp_drain_state": "absent", "traefik_inflight_state": "absent", "autoheal_state": "absent"}
     kept = ()
+    # the change of the user's Traefik is one task: cut off inside it too (its restart in flight)
+    in_flight = ("homelab.edge.traefik_inflight : Put the in-flight limit on every router of the entrypoints (rolled back when "
+                 "Traefik loses anything)",)
     IMAGES = ["homelab-edge/nas:lab", "homelab-edge/autoheal:lab", "homelab-edge/socket-proxy:lab"]
 
     def up_one(self, name):

@@ -11,15 +11,20 @@ Enable it with ANSIBLE_CALLBACK_PLUGINS=<this directory> ANSIBLE_CALLBACKS_ENABL
 ansible-playbook as the leader of a process group of its own (start_new_session=True).
 
   HOMELAB_EDGE_INTERRUPT_RECORD      a file: one JSON line per event, appended and flushed as it happens -
-                                     {"start": N, "task": "ROLE : NAME", "occurrence": K} when task N starts (N counts
+                                     {"start": N, "task": "ROLE : NAME", "occurrence": K} when task N starts (NAME
+                                     alone outside a role; N counts
                                      from 1 over the tasks and handlers the controller starts, in every play: a task
                                      whose condition turns out false on every host starts all the same and is
                                      skipped there; meta tasks are not counted; K counts the starts of that task,
                                      from 1), {"task": N, "host": ..., "status": ok|changed|skipped|failed|ignored|
                                      unreachable} for each host's result, {"stats": {host: {changed, failures, ...}}}
                                      at the end, {"killed": N, "task": ..., "occurrence": K} right before the kill.
-  HOMELAB_EDGE_INTERRUPT_TASK        "ROLE : NAME" (": NAME" outside a role): kill when that task starts ...
-  HOMELAB_EDGE_INTERRUPT_OCCURRENCE  ... for the K-th time (default 1). Unset: record only."""
+  HOMELAB_EDGE_INTERRUPT_TASK        "ROLE : NAME" (NAME outside a role): kill when that task starts ...
+  HOMELAB_EDGE_INTERRUPT_OCCURRENCE  ... for the K-th time (default 1). Unset: record only.
+  HOMELAB_EDGE_INTERRUPT_DELAY       seconds: kill that long after the task started instead, while it runs on the
+                                     hosts (a change in flight); the record says {"killed": ..., "delay": S}.
+
+Every event carries "t", the time it was written."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -38,13 +43,15 @@ requirements:
 import json
 import os
 import signal
+import threading
+import time
 
 from ansible.plugins.callback import CallbackBase
 
 
 def label(task):
-    """How the record names a task: its role and its name."""
-    return "%s : %s" % (task._role.get_name() if task._role else "", task.get_name().strip())
+    """How the record names a task: "ROLE : NAME" in a role, as Ansible shows it, NAME elsewhere."""
+    return task.get_name().strip()
 
 
 class CallbackModule(CallbackBase):
@@ -58,6 +65,7 @@ class CallbackModule(CallbackBase):
         self.path = os.environ.get("HOMELAB_EDGE_INTERRUPT_RECORD")
         self.target = os.environ.get("HOMELAB_EDGE_INTERRUPT_TASK")
         self.occurrence = int(os.environ.get("HOMELAB_EDGE_INTERRUPT_OCCURRENCE") or 1)
+        self.delay = float(os.environ.get("HOMELAB_EDGE_INTERRUPT_DELAY") or 0)
         self.count = 0
         self.seen = {}  # label -> starts so far
         self.numbers = {}  # task uuid -> N of its latest start
@@ -65,6 +73,7 @@ class CallbackModule(CallbackBase):
     def write(self, event):
         if not self.path:
             return
+        event["t"] = round(time.time(), 3)
         with open(self.path, "a") as f:
             f.write(json.dumps(event, sort_keys=True) + "\n")
             f.flush()
@@ -75,10 +84,20 @@ class CallbackModule(CallbackBase):
         name = label(task)
         self.seen[name] = self.seen.get(name, 0) + 1
         self.numbers[task._uuid] = self.count
-        if name == self.target and self.seen[name] == self.occurrence:
+        kill = name == self.target and self.seen[name] == self.occurrence
+        if kill and not self.delay:
             self.write({"killed": self.count, "task": name, "occurrence": self.seen[name]})
             os.killpg(os.getpgrp(), signal.SIGKILL)
         self.write({"start": self.count, "task": name, "occurrence": self.seen[name]})
+        if kill:
+            event = {"killed": self.count, "task": name, "occurrence": self.seen[name], "delay": self.delay}
+
+            def later():
+                self.write(event)
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+            timer = threading.Timer(self.delay, later)
+            timer.daemon = True
+            timer.start()
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self.started(task)
