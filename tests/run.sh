@@ -469,7 +469,7 @@ case "$what" in
       if [ "$what" = all ]; then
         step versions versions; step rules rules; step docs docs
         step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert
-        step "docker nft" docker_nft; step "docker 29" docker29
+        step "docker nft" docker_nft; step "docker 29" docker29; step interrupt interrupt
       fi
       for s in $MOLECULE_BESIDE; do step "molecule $s" scenario "$s"; done
       printf '%s\n' "$passed" "$failed" "${failures[@]}" >"$light"
