@@ -54,7 +54,9 @@ description:
   - The record is written once the files are, before Traefik is restarted and checked, marked in flight. A run cut
     off there (the controller killed, the connection lost) leaves the user's originals for O(state=absent); the next
     run says so (RV(found)) and restarts or re-creates Traefik on the files as that run would have, then checks it.
-    Cut off while it writes the files (a moment), the files are partly changed and not yet recorded.
+    Cut off while compose re-creates Traefik, no container may run under its name: the next run brings it up with
+    C(docker compose up -d) first, saying so. Cut off while it writes the files (a moment), the files are partly
+    changed and not yet recorded.
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
@@ -800,6 +802,32 @@ def remember(module, plan, changes, made, in_flight=False):
     host.write_record(module, record_path(module), record)
 
 
+def recover(module, docker):
+    """A run cut off while compose re-created Traefik can leave no container running under its name (compose renames
+    the old one before it creates the new one). With that run's record in flight and its compose project recorded,
+    compose brings Traefik up again first - said in a warning - and this run goes on from there."""
+    extra = (host.read_record(record_path(module)) or {}).get("extra") or {}
+    if not (extra.get("in_flight") or {}).get("recreate") or not extra.get("compose"):
+        return
+    try:
+        inspect = docker.inspect(module.params["container"])
+    except EditError as e:
+        module.fail_json(msg=str(e))
+    if inspect and (inspect.get("State") or {}).get("Running"):
+        return
+    c = extra["compose"]
+    what = "found %s not running after a run cut off at %s while compose re-created it" % (
+        module.params["container"], time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(extra["in_flight"]["at"])))
+    if module.check_mode:
+        module.warn("%s: a run would bring it up with docker compose up -d in %s" % (what, c["project_dir"]))
+        return
+    rc, out, err = docker.compose({"compose": c}, "up", "-d", "--no-deps", c["service"])
+    if rc != 0:
+        module.fail_json(msg="%s, and docker compose up -d in %s failed: %s; nothing else was changed"
+                             % (what, c["project_dir"], (err or out).strip()))
+    module.warn("%s: brought it up with docker compose up -d in %s" % (what, c["project_dir"]))
+
+
 def resume(module, plan, result):
     """A run cut off after it changed the files and before Traefik was restarted on them and checked (its record still
     in flight): said (RV(found)), and this run restarts or re-creates Traefik as that one would have, then checks."""
@@ -821,6 +849,7 @@ def main():
     p = module.params
     host.require_root(module, "reads Traefik's container through Docker and writes Traefik's files")
     docker = Docker(module, p["container"])
+    recover(module, docker)
     if p["state"] == "absent":
         undo(module, docker)
     facts, plan = read(module, docker)

@@ -172,3 +172,35 @@ def test_a_second_change_recorded_in_flight_then_at_its_end_keeps_the_users_orig
     ti.remember(module, plan(), [(path, "ours 1\n", "ours 2\n")], made, in_flight=True)
     ti.remember(module, plan(), [(path, "ours 1\n", "ours 2\n")], made)
     assert ti.host.read_record(ti.record_path(module))["files"][path] == {"original": "mine\n", "written": "ours 2\n"}
+
+
+class Gone(object):
+    """Docker as a run cut off inside compose's re-creation leaves it: no container under Traefik's name."""
+
+    def __init__(self, running=False):
+        self.running, self.ran = running, []
+
+    def inspect(self, what):
+        return {"State": {"Running": True}} if self.running else None
+
+    def compose(self, plan, *argv, **kw):
+        self.ran.append((plan["compose"]["project_dir"],) + argv)
+        return 0, "", ""
+
+
+def test_traefik_left_down_by_a_cut_off_re_creation_is_brought_up_first(tmp_path):
+    module = Recorder(tmp_path / "state")
+    compose = {"project": "traefik", "project_dir": "/srv/traefik", "files": ["/srv/traefik/compose.yml"],
+               "env_files": [], "service": "traefik"}
+    ti.remember(module, plan(recreate=True, compose=compose), [], Made(module), in_flight=True)
+    docker = Gone()
+    ti.recover(module, docker)
+    assert docker.ran == [("/srv/traefik", "up", "-d", "--no-deps", "traefik")]
+    assert "found traefik not running after a run cut off" in module.warnings[0]
+    running = Gone(running=True)
+    ti.recover(module, running)
+    assert running.ran == []  # it runs: nothing to bring up
+    ti.remember(module, plan(recreate=True, compose=compose), [], Made(module))
+    ended = Gone()
+    ti.recover(module, ended)
+    assert ended.ran == []  # a run that ended: not this module's to start
