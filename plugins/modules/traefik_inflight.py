@@ -54,8 +54,8 @@ description:
   - The record is written once the files are, before Traefik is restarted and checked, marked in flight. A run cut
     off there (the controller killed, the connection lost) leaves the user's originals for O(state=absent); the next
     run says so (RV(found)) and restarts or re-creates Traefik on the files as that run would have, then checks it.
-    Cut off while compose re-creates Traefik, no container may run under its name: the next run brings it up with
-    C(docker compose up -d) first, saying so. Cut off while it writes the files (a moment), the files are partly
+    Cut off while compose re-creates Traefik, no container may run under its name: the next run re-creates it with
+    C(docker compose up -d --force-recreate) first, saying so. Cut off while it writes the files (a moment), the files are partly
     changed and not yet recorded.
 author:
   - homelab.edge contributors (@homelab-edge)
@@ -821,11 +821,13 @@ def recover(module, docker):
     if module.check_mode:
         module.warn("%s: a run would bring it up with docker compose up -d in %s" % (what, c["project_dir"]))
         return
-    rc, out, err = docker.compose({"compose": c}, "up", "-d", "--no-deps", c["service"])
+    # forced: compose renamed the old container (<id>_<name>) before it was cut off; started again, it would keep
+    # that name (measured, compose 2.40); re-created, it gets its own back
+    rc, out, err = docker.compose({"compose": c}, "up", "-d", "--no-deps", "--force-recreate", c["service"])
     if rc != 0:
-        module.fail_json(msg="%s, and docker compose up -d in %s failed: %s; nothing else was changed"
+        module.fail_json(msg="%s, and docker compose up -d --force-recreate in %s failed: %s; nothing else was changed"
                              % (what, c["project_dir"], (err or out).strip()))
-    module.warn("%s: brought it up with docker compose up -d in %s" % (what, c["project_dir"]))
+    module.warn("%s: re-created it with docker compose up -d --force-recreate in %s" % (what, c["project_dir"]))
 
 
 def resume(module, plan, result):

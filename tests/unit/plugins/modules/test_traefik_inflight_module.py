@@ -195,7 +195,7 @@ def test_traefik_left_down_by_a_cut_off_re_creation_is_brought_up_first(tmp_path
     ti.remember(module, plan(recreate=True, compose=compose), [], Made(module), in_flight=True)
     docker = Gone()
     ti.recover(module, docker)
-    assert docker.ran == [("/srv/traefik", "up", "-d", "--no-deps", "traefik")]
+    assert docker.ran == [("/srv/traefik", "up", "-d", "--no-deps", "--force-recreate", "traefik")]
     assert "found traefik not running after a run cut off" in module.warnings[0]
     running = Gone(running=True)
     ti.recover(module, running)
