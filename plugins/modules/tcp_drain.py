@@ -210,8 +210,8 @@ class Namespace(object):
                 # a container's values live in its network namespace, which it has only while it runs
                 module.fail_json(msg="container %s is not running (%s): it has no network namespace to set. Start it "
                                      "- a run cut off while compose re-created it leaves it so: run the "
-                                     "traefik_inflight tag, or docker compose up -d --force-recreate in its project - or take it out of "
-                                     "tcp_drain_containers; nothing was changed"
+                                     "traefik_inflight tag, or docker compose up -d --force-recreate in its project "
+                                     "- or take it out of tcp_drain_containers; nothing was changed"
                                      % (container, (err or out).strip() if rc else "docker inspect: not running"))
             self.prefix = [nsenter, "-t", pid, "-n", "--"]
             self.where = "container %s" % container
