@@ -31,6 +31,8 @@ def check(result):
     # every boundary of the recorded runs was killed at, in the apply and in the undo
     want = set([("present", interrupt.describe(x)) for x in b["apply"]] + [("absent", interrupt.describe(x)) for x in b["undo"]])
     assert sorted(want - set(tuple(k) for k in result["killed_at"])) == []
+    # the tasks cut off while they run were
+    assert len(result.get("in_flight", [])) == len(interrupt.LANES[result["lane"]].in_flight), result.get("in_flight")
 
 
 @upstream_images.needs("autoheal")

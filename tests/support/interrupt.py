@@ -16,7 +16,9 @@ SSH login on the user's port, the tunnel's UDP port) is checked after every kill
             one before it (it must reach the next boundary without a failure) -> apply: rc 0, the service answers ->
             apply: nothing changed -> a run killed at each undo boundary in turn -> undo: rc 0 -> files back byte
             for byte, nothing of ours left. A boundary a resumed run does not reach (its task list differs from the
-            recorded one's) is tried as in pairs.
+            recorded one's) is tried as in pairs. In its place in the apply chain, each task of a lane's in_flight
+            (the NAS: traefik_inflight's change of the user's Traefik) is cut off while it runs, halfway through its
+            recorded duration, and the role's own run must then end rc 0.
   pairs     then one cycle from the user's host per boundary: apply killed at the k-th apply boundary -> apply ->
             apply: nothing changed -> undo killed at the k-th undo boundary -> undo -> compare; max(apply, undo)
             cycles. Every kill is followed by a whole run from it.
@@ -315,7 +317,7 @@ class Lane(object):
     hosts = {}  # inventory name -> (container, ssh port, systemd)
     absent = {}
     kept = ()  # [(regex over a snapshot key, why: the role's documented undo)]
-    in_flight = ()  # tasks also cut off while they run (halfway through their recorded duration)
+    in_flight = ()  # tasks also cut off while they run, halfway through their recorded duration (chains only)
 
     def __init__(self, skip_tags=()):
         self.skip_tags = list(skip_tags)
@@ -498,17 +500,23 @@ class Lane(object):
         self.check_service("cycle %d, after the undo" % k)
         self.check_undone("cycle %d, after the undo" % k, self.before)
 
-    def chain(self, state, bounds):
+    def chain(self, state, bounds, result):
         """From where the host is, a run killed at each boundary in turn - each resumes the one before it, and must
         get to the next boundary without a failure - then a run to the end (rc 0, the service answering) and, for
-        the apply, one more that changes nothing; for the undo, the user's host as it was. The boundaries a
+        the apply, one more that changes nothing; for the undo, the user's host as it was. In the apply, each task of
+        in_flight is also cut off while it runs, in its place among the boundaries (cut_in_flight). The boundaries a
         resumed run did not reach (its task list differs from the recorded run's) are returned."""
         word = "apply" if state == "present" else "undo"
+        flights = [s for s in self.applied["starts"] if s["task"] in self.in_flight] if state == "present" else []
         missed = []
         for i, b in enumerate(bounds, 1):
+            while flights and flights[0]["n"] < b["n"]:
+                self.cut_in_flight(flights.pop(0)["task"], result)
             if not self.killed("%s-killed-%02d" % (word, i), state, b):
                 self.note("%s was not reached by a resumed run: tried again from the user's host" % describe(b))
                 missed.append(b)
+        for f in flights:
+            self.cut_in_flight(f["task"], result)
         self.converge("%s-after-kills" % word, state)
         self.check_service("after the %s that followed the kills" % word)
         if state == "present":
@@ -517,29 +525,22 @@ class Lane(object):
             self.check_undone("after the undo that followed the kills", self.before)
         return missed
 
-    def cut_in_flight(self, result):
-        """Each task of in_flight cut off halfway through its recorded duration, from the user's host: apply -> apply
-        again -> undo -> compare. What the next run found is kept (the module's "found: ..." warning)."""
-        for task in self.in_flight:
-            d = duration(self.applied, task)
-            if not d:
-                self.fail("%s: not in the recorded apply, so it cannot be cut off in flight" % task)
-                continue
-            at = {"task": task, "occurrence": 1, "after": "its start, %.1f s in" % (d / 2)}
-            self.killed("in-flight-killed", "present", at, delay=round(d / 2, 1))
-            # cut off inside compose's re-creation, no container may run under Traefik's name, and the site's next
-            # run stops at the drain role, which needs it, saying so: the role's tag brings it back (its README)
-            found = []
-            for label, tags in (("in-flight-role", task.split(" : ")[0].split(".")[-1]), ("in-flight-apply", None)):
-                rc, record = self.converge(label, "present", tags=tags)
-                with open(os.path.join(ROOT, self.last_log)) as f:
-                    found += [ln.strip() for ln in f if "found" in ln and "WARNING" in ln]
-            self.check_service("after the apply that followed the cut in flight")
-            self.converge("in-flight-apply-again", "present", idempotent=True)
-            self.converge("in-flight-undo", "absent")
-            self.check_undone("after the undo that followed the cut in flight", self.before)
-            result.setdefault("in_flight", []).append({"task": task, "delay": round(d / 2, 1), "found": found})
-            self.note("cut in flight %.1f s into %s; the next run found: %s" % (d / 2, task, found or "nothing"))
+    def cut_in_flight(self, task, result):
+        """`task` cut off halfway through its recorded duration, while it runs on the hosts; then the role's own run
+        (its README's way back when the cut left Traefik down: the site's next run stops at the drain role, which
+        needs the container) must end rc 0. What it found is kept (the module's "found ..." warnings); the chain goes
+        on from there."""
+        d = duration(self.applied, task)
+        if not d:
+            self.fail("%s: not in the recorded apply, so it cannot be cut off in flight" % task)
+            return
+        at = {"task": task, "occurrence": 1, "after": "its start, %.1f s in" % (d / 2)}
+        self.killed("in-flight-killed", "present", at, delay=round(d / 2, 1))
+        self.converge("in-flight-role", "present", tags=task.split(" : ")[0].split(".")[-1])
+        with open(os.path.join(ROOT, self.last_log)) as f:
+            found = [ln.strip() for ln in f if "found" in ln and "WARNING" in ln]
+        result.setdefault("in_flight", []).append({"task": task, "delay": round(d / 2, 1), "found": found})
+        self.note("cut in flight %.1f s into %s; the role's next run found: %s" % (d / 2, task, found or "nothing"))
 
     def __call__(self, mode="chains"):
         """mode: "chains" (each recorded run's boundaries killed one after the other, each kill resumed by the next
@@ -553,10 +554,9 @@ class Lane(object):
             mode = "baseline"
         pairs = []
         if mode == "chains":
-            missed_apply = self.chain("present", apply_b)
-            missed_undo = self.chain("absent", undo_b)
+            missed_apply = self.chain("present", apply_b, result)
+            missed_undo = self.chain("absent", undo_b, result)
             pairs = cycles(missed_apply, missed_undo)
-            self.cut_in_flight(result)
         elif mode == "pairs":
             pairs = cycles(apply_b, undo_b)
         for k, (a, u) in enumerate(pairs, 1):
