@@ -23,9 +23,11 @@ SSH login on the user's port, the tunnel's UDP port) is checked after every kill
             apply: nothing changed -> undo killed at the k-th undo boundary -> undo -> compare; max(apply, undo)
             cycles. Every kill is followed by a whole run from it.
 
-  python tests/support/interrupt.py [nas] [vps] [--mode chains|pairs|baseline] [--keep]
+  python tests/support/interrupt.py [nas] [vps] [--mode chains|pairs|baseline] [--rules] [--keep]
 
---keep leaves the hosts up. Every run's output and record is kept in
+--rules: the NAS roles write their Prometheus rules files too (three more boundaries in the apply and three in the
+undo: one file write and one removal per role; left out of `tests/run.sh interrupt` for time). --keep leaves the
+hosts up. Every run's output and record is kept in
 tests/output/interrupt/<lane>/; the lane's result in tests/output/interrupt/<lane>/result.json."""
 import argparse
 import concurrent.futures
@@ -319,8 +321,9 @@ class Lane(object):
     kept = ()  # [(regex over a snapshot key, why: the role's documented undo)]
     in_flight = ()  # tasks also cut off while they run, halfway through their recorded duration (chains only)
 
-    def __init__(self, skip_tags=()):
+    def __init__(self, skip_tags=(), rules=False):
         self.skip_tags = list(skip_tags)
+        self.rules = rules
         self.dir = os.path.join(OUT, self.name)
         self.seq = 0
         self.log = []
@@ -597,19 +600,16 @@ class Nas(Lane):
             list(pool.map(self.up_one, sorted(self.hosts)))
 
     def group_vars(self):
-        return {"traefik_inflight_container": "traefik",
-                "traefik_inflight_healthcheck": {"interval": "2s", "timeout": "2s", "retries": 3, "start_period": "3s"},
-                "traefik_inflight_proxy_protocol_trusted_ips": ["10.8.0.1/32"],
-                "traefik_inflight_prometheus_rules_file": "/srv/monitoring/rules/traefik.rules.yml",
-                "tcp_drain_containers": ["traefik"],
-                "tcp_drain_metrics_dir": "/srv/monitoring/textfile",
-                "tcp_drain_prometheus_rules_file": "/srv/monitoring/rules/drain.rules.yml",
-                "autoheal_image": "homelab-edge/autoheal:lab",
-                "autoheal_socket_proxy": True,
-                "autoheal_socket_proxy_image": "homelab-edge/socket-proxy:lab",
-                "autoheal_watched": ["traefik"],
-                "autoheal_interval": 2,
-                "autoheal_prometheus_rules_file": "/srv/monitoring/rules/autoheal.rules.yml"}
+        # the Prometheus rules files, with --rules: one write and one removal per role, three boundaries each way
+        rules = dict(("%s_prometheus_rules_file" % r, "/srv/monitoring/rules/%s.rules.yml" % r)
+                     for r in ("tcp_drain", "traefik_inflight", "autoheal")) if self.rules else {}
+        return dict(rules, traefik_inflight_container="traefik",
+                    traefik_inflight_healthcheck={"interval": "2s", "timeout": "2s", "retries": 3, "start_period": "3s"},
+                    traefik_inflight_proxy_protocol_trusted_ips=["10.8.0.1/32"],
+                    tcp_drain_containers=["traefik"], tcp_drain_metrics_dir="/srv/monitoring/textfile",
+                    autoheal_image="homelab-edge/autoheal:lab", autoheal_socket_proxy=True,
+                    autoheal_socket_proxy_image="homelab-edge/socket-proxy:lab", autoheal_watched=["traefik"],
+                    autoheal_interval=2)
 
     def service(self):
         out = []
@@ -722,13 +722,13 @@ def lane_skip_tags(name):
     return tags, [upstream_images.reason(t) for t in tags]
 
 
-def run_lanes(names, keep=False, mode="chains"):
+def run_lanes(names, keep=False, mode="chains", rules=False):
     """Each lane on its own hosts, side by side: {name: result}."""
     os.makedirs(OUT, exist_ok=True)
     lanes = {}
     for name in names:
         tags, why = lane_skip_tags(name)
-        lane = LANES[name](skip_tags=tags)
+        lane = LANES[name](skip_tags=tags, rules=rules)
         subprocess.run(["rm", "-rf", lane.dir], check=False)
         os.makedirs(lane.dir)
         for w in why:
@@ -768,11 +768,12 @@ def main(argv=None):
     ap.add_argument("lanes", nargs="*", help=" ".join(sorted(LANES)) + " (default: all)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--mode", choices=["chains", "pairs", "baseline"], default="chains")
+    ap.add_argument("--rules", action="store_true", help="the NAS roles write their Prometheus rules files too")
     a = ap.parse_args(argv)
     unknown = [n for n in a.lanes if n not in LANES]
     if unknown:
         ap.error("no lane %s (%s)" % (", ".join(unknown), ", ".join(sorted(LANES))))
-    results = run_lanes(a.lanes or sorted(LANES), keep=a.keep, mode=a.mode)
+    results = run_lanes(a.lanes or sorted(LANES), keep=a.keep, mode=a.mode, rules=a.rules)
     bad = 0
     for name, r in sorted(results.items()):
         print("=== %s: %d failures%s" % (name, len(r["failures"]), "".join("\n  " + f for f in r["failures"])))
