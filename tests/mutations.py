@@ -491,7 +491,9 @@ MUTATIONS = {
         "      when: ansible_facts['service_mgr'] == 'systemd' and tcp_drain_timer_unit.stat.exists\n"
         "      ansible.builtin.systemd_service:\n        name: homelab-edge-netns-sockets.timer\n        state: stopped",
         "      register: tcp_drain_timer_stop\n"
-        "      failed_when: tcp_drain_timer_stop.failed and 'systemd' not in (tcp_drain_timer_stop.msg | default(''))\n"
+        "      failed_when: >-\n        tcp_drain_timer_stop.failed\n"
+        "        and 'could not find' not in (tcp_drain_timer_stop.msg | default('') | lower)\n"
+        "        and 'systemd' not in (tcp_drain_timer_stop.msg | default('') | lower)\n"
         "      ansible.builtin.systemd_service:\n        name: homelab-edge-netns-sockets.timer\n        state: stopped",
         "tests/unit/test_role_conditions.py"),
     "records: the last record forgotten leaves its directory behind (issue 62)": (
