@@ -54,6 +54,13 @@ docker29() {
   python -m pytest -q -p no:cacheprovider tests/lab/test_docker29.py
 }
 
+interrupt() {
+  # the controller killed at every task boundary of site.yml per group (nas, vps), in the apply and the undo, on
+  # lab hosts with and without systemd: each next run converges, a further one changes nothing, the undo gives the
+  # user's files back byte for byte, the VPS's way in is never cut (tests/support/interrupt.py; tests/output/interrupt/)
+  python -m pytest -q -p no:cacheprovider -rs tests/lab/test_interrupt.py
+}
+
 traefik_live() {
   # the real Traefik (v3 and v2, the lab's images) starts on what traefik_inflight writes into
   # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping
@@ -427,6 +434,7 @@ case "$what" in
   docker-nft) step "docker nft" docker_nft ;;
   docker29) step "docker 29" docker29 ;;
   plain) step plain plain ;;
+  interrupt) step interrupt interrupt ;;
   unit) step unit unit ;;
   mutations) step mutations mutations ;;
   lint) step lint lint ;;
@@ -473,7 +481,7 @@ case "$what" in
       if [ "$what" = all ]; then
         step versions versions; step rules rules; step docs docs
         step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert
-        step "docker nft" docker_nft; step "docker 29" docker29
+        step "docker nft" docker_nft; step "docker 29" docker29; step interrupt interrupt
         # while the other stream runs default: the plain path's nas hosts never meet the real nas scenario's
         step plain plain
       fi
@@ -492,7 +500,7 @@ case "$what" in
       echo "=== all steps: $((SECONDS / 60)) min $((SECONDS % 60)) s"
     fi ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|plain|unit|mutations|lint|rules|sanity|sanity-all|sanity:2.NN|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|plain|interrupt|unit|mutations|lint|rules|sanity|sanity-all|sanity:2.NN|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

@@ -74,8 +74,30 @@ def read_record(path):
 
 def write_record(module, path, record):
     """Keep `record` as JSON, root's only (a 0700 directory, a 0600 file);
-    None forgets it."""
+    None forgets it, and with the last record its directories (see
+    forget_dirs)."""
     if record is not None and not os.path.isdir(os.path.dirname(path)):
         os.makedirs(os.path.dirname(path), 0o700)
     write_text(module, path, None if record is None else json.dumps(record, indent=1, sort_keys=True) + "\n",
                new_mode=0o600)
+    if record is None:
+        forget_dirs(os.path.dirname(path))
+
+
+OURS = "homelab-edge"
+
+
+def forget_dirs(path):
+    """Remove `path` and the directories above it while they are empty, up to and including the nearest one named
+    homelab-edge (/var/lib/homelab-edge/tcp-drain, then /var/lib/homelab-edge). A directory that no homelab-edge
+    directory holds (a record directory of the user's choosing) is left alone, empty or not."""
+    parts = path.rstrip("/").split("/")
+    if OURS not in parts:
+        return
+    top = "/".join(parts[:len(parts) - parts[::-1].index(OURS)])
+    while len(path) >= len(top) and os.path.isdir(path) and not os.listdir(path):
+        try:
+            os.rmdir(path)
+        except OSError:  # something was put there meanwhile: it stays
+            return
+        path = os.path.dirname(path)

@@ -205,11 +205,14 @@ class Namespace(object):
             nsenter = module.get_bin_path("nsenter", required=True)
             rc, out, err = module.run_command([docker, "inspect", "-f", "{{.State.Running}} {{.State.Pid}}", container],
                                               environ_update=host.C_ENV)
-            if rc != 0:
-                module.fail_json(msg="container %s: %s" % (container, (err or out).strip()))
-            running, pid = out.split()
+            running, pid = out.split() if rc == 0 else ("false", "0")
             if running != "true" or pid == "0":
-                module.fail_json(msg="container %s is not running" % container)
+                # a container's values live in its network namespace, which it has only while it runs
+                module.fail_json(msg="container %s is not running (%s): it has no network namespace to set. Start it "
+                                     "- a run cut off while compose re-created it leaves it so: run the "
+                                     "traefik_inflight tag, or docker compose up -d --force-recreate in its project "
+                                     "- or take it out of tcp_drain_containers; nothing was changed"
+                                     % (container, (err or out).strip() if rc else "docker inspect: not running"))
             self.prefix = [nsenter, "-t", pid, "-n", "--"]
             self.where = "container %s" % container
 

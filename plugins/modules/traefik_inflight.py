@@ -51,6 +51,12 @@ description:
     directories it created, the moved provider file. O(state=absent) puts every file back byte for byte, removes
     what it created, moves the provider file back and restarts or re-creates Traefik on them. A file changed since
     the module wrote it is not overwritten - the task fails before writing anything and says which file.
+  - The record is written once the files are, before Traefik is restarted and checked, marked in flight. A run cut
+    off there (the controller killed, the connection lost) leaves the user's originals for O(state=absent); the next
+    run says so (RV(found)) and restarts or re-creates Traefik on the files as that run would have, then checks it.
+    Cut off while compose re-creates Traefik, no container may run under its name: the next run re-creates it with
+    C(docker compose up -d --force-recreate) first, saying so. Cut off while it writes the files (a moment), the files are partly
+    changed and not yet recorded.
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
@@ -257,6 +263,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+found:
+  description: What an earlier run cut off left to finish - it changed the files and was cut off before Traefik was
+    restarted (or re-created) on them and checked (the controller killed, the connection lost); this run finishes it.
+  returned: when an earlier run was cut off so
+  type: str
+  version_added: "2.1.0"
 record:
   description: With O(state=absent), the record the undo was read from.
   returned: state is absent
@@ -567,6 +579,7 @@ class Change(object):
         self.module, self.docker, self.plan = module, docker, plan
         self.undo = []
         self.dirs, self.moved = [], None  # for the undo record
+        self.previous = None  # the record before this change (put back with the files on a roll-back)
 
     def make_dir(self, path):
         top = path
@@ -728,14 +741,19 @@ def planned(module, docker, facts, plan):
 
 def change(module, docker, plan, changes):
     """Step 2, change: the directory, the moved provider file, each file, the
-    restart or re-creation; each step recorded for its undo."""
+    restart or re-creation; each step recorded for its undo. The record is
+    written before the restart, marked in flight: a run cut off while Traefik
+    restarts (or while it is checked) leaves the user's originals for the undo,
+    and the next run finishes the restart (resume)."""
     made = Change(module, docker, plan)
+    made.previous = host.read_record(record_path(module))
     try:
         made.make_dir(plan["provider"]["dir_host"])
         if plan["moves"]:
             made.move_provider_file()
         for path, old, new in changes:
             made.write(path, old, new)
+        remember(module, plan, changes, made, in_flight=True)
         restart(module, docker, plan)
     except (EditError, OSError) as e:
         return made, ["the change failed: %s" % e]
@@ -755,6 +773,7 @@ def roll_back(module, docker, plan, made, problems, result):
     the user's files; the task fails saying why."""
     result["problems"] = problems
     made.rollback()
+    host.write_record(module, record_path(module), made.previous)
     try:
         restart(module, docker, plan)
     except EditError as e:
@@ -764,17 +783,67 @@ def roll_back(module, docker, plan, made, problems, result):
                      **result)
 
 
-def remember(module, plan, changes, made):
-    """What was written over the user's files, for state=absent."""
+def remember(module, plan, changes, made, in_flight=False):
+    """What was written over the user's files, for state=absent; in_flight: before the restart and the check (what
+    to restart is kept for the next run)."""
     extra = {"restart": True} if plan["restart"] or plan["recreate"] else {}
     extra["trusted_added"] = plan["trusted_added"]  # a later run drops the ones no longer wanted
     extra["written"] = plan["written"]  # values of the role's, not the user's, on a later run
     extra["user_values"] = plan["user_values"]  # what of the user's was kept (or replaced), as last planned
     if plan["recreate"]:
         extra["compose"] = dict((k, plan["compose"][k]) for k in COMPOSE_KEYS)
-    host.write_record(module, record_path(module),
-                      undo_record.remember(host.read_record(record_path(module)), changes, made.dirs, made.moved,
-                                           extra))
+    # from the record before this change, once in flight and once at the end (not from the one in flight: its
+    # "written" is this change's, and the file's text before it would read as changed by someone else)
+    record = undo_record.remember(made.previous, changes, made.dirs, made.moved, extra)
+    record["extra"].pop("in_flight", None)
+    if in_flight:
+        record["extra"]["in_flight"] = {"at": int(time.time()), "files": [c[0] for c in changes],
+                                        "restart": bool(plan["restart"]), "recreate": bool(plan["recreate"])}
+    host.write_record(module, record_path(module), record)
+
+
+def recover(module, docker):
+    """A run cut off while compose re-created Traefik can leave no container running under its name (compose renames
+    the old one before it creates the new one). With that run's record in flight and its compose project recorded,
+    compose brings Traefik up again first - said in a warning - and this run goes on from there."""
+    extra = (host.read_record(record_path(module)) or {}).get("extra") or {}
+    if not (extra.get("in_flight") or {}).get("recreate") or not extra.get("compose"):
+        return
+    try:
+        inspect = docker.inspect(module.params["container"])
+    except EditError as e:
+        module.fail_json(msg=str(e))
+    if inspect and (inspect.get("State") or {}).get("Running"):
+        return
+    c = extra["compose"]
+    what = "found %s not running after a run cut off at %s while compose re-created it" % (
+        module.params["container"], time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(extra["in_flight"]["at"])))
+    if module.check_mode:
+        module.warn("%s: a run would bring it up with docker compose up -d in %s" % (what, c["project_dir"]))
+        return
+    # forced: compose renamed the old container (<id>_<name>) before it was cut off; started again, it would keep
+    # that name (measured, compose 2.40); re-created, it gets its own back
+    rc, out, err = docker.compose({"compose": c}, "up", "-d", "--no-deps", "--force-recreate", c["service"])
+    if rc != 0:
+        module.fail_json(msg="%s, and docker compose up -d --force-recreate in %s failed: %s; nothing else was changed"
+                             % (what, c["project_dir"], (err or out).strip()))
+    module.warn("%s: re-created it with docker compose up -d --force-recreate in %s" % (what, c["project_dir"]))
+
+
+def resume(module, plan, result):
+    """A run cut off after it changed the files and before Traefik was restarted on them and checked (its record still
+    in flight): said (RV(found)), and this run restarts or re-creates Traefik as that one would have, then checks."""
+    flight = ((host.read_record(record_path(module)) or {}).get("extra") or {}).get("in_flight")
+    if not flight:
+        return
+    plan["recreate"] = plan["recreate"] or (flight["recreate"] and bool(plan["compose"]))
+    plan["restart"] = plan["restart"] or flight["restart"]
+    result.update(changed=True, restart=plan["restart"], recreate=plan["recreate"], found=(
+        "a run cut off at %s, after it changed %s and before Traefik was %s on them and checked: %s"
+        % (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(flight["at"])), ", ".join(flight["files"]) or "no file",
+           "re-created" if plan["recreate"] else "restarted" if plan["restart"] else "reloading them",
+           "a run would finish that" if module.check_mode else "this run finishes that")))
+    module.warn("found " + result["found"])
 
 
 def main():
@@ -782,10 +851,12 @@ def main():
     p = module.params
     host.require_root(module, "reads Traefik's container through Docker and writes Traefik's files")
     docker = Docker(module, p["container"])
+    recover(module, docker)
     if p["state"] == "absent":
         undo(module, docker)
     facts, plan = read(module, docker)
     changes, result, before, expected = planned(module, docker, facts, plan)
+    resume(module, plan, result)
     if module.check_mode or not result["changed"]:
         if before and not module.check_mode:
             result["problems"] = traefik_inflight.check_api(before[0], before[1], expected, plan["entrypoints"],

@@ -338,7 +338,8 @@ def plan(module, docker_ports, found):
         new = ufw_connlimit.apply_init_block(old, ufw_connlimit.init_call(d), hooked) if (hooked or old is not None) else None
     except ufw_connlimit.RulesError as e:
         module.fail_json(msg="%s; nothing was written" % e)
-    changes.append(Change(after_init, old, new, mode=0o750, check="sh"))
+    # executable only where it calls the hook: ufw-init runs it then (a user's after.init stays as it is otherwise)
+    changes.append(Change(after_init, old, new, mode=0o750 if hooked else 0o640, check="sh"))
     return changes
 
 

@@ -78,3 +78,25 @@ def test_a_record_is_roots_only_and_none_forgets_it(tmp_path):
     assert os.stat(path).st_mode & 0o7777 == 0o600 and os.stat(os.path.dirname(path)).st_mode & 0o7777 == 0o700
     host.write_record(Module(), path, None)
     assert not os.path.exists(path) and host.read_record(path) is None
+
+
+def test_the_last_record_forgotten_takes_its_empty_directories_up_to_homelab_edge(tmp_path):
+    """Issue 62: an undo left /var/lib/homelab-edge/tcp-drain behind, empty."""
+    state = tmp_path / "var" / "lib" / "homelab-edge"
+    for name in ("a.json", "b.json"):
+        host.write_record(Module(), str(state / "tcp-drain" / name), {"before": {}})
+    host.write_record(Module(), str(state / "tcp-drain" / "a.json"), None)
+    assert os.listdir(str(state / "tcp-drain")) == ["b.json"]  # another record: the directory stays
+    host.write_record(Module(), str(state / "tcp-drain" / "b.json"), None)
+    assert not state.exists() and (tmp_path / "var" / "lib").is_dir()  # ours gone, nothing above it
+    host.write_record(Module(), str(state / "traefik" / "t.json"), {})
+    host.write_record(Module(), str(state / "other" / "o.json"), {})
+    host.write_record(Module(), str(state / "traefik" / "t.json"), None)
+    assert sorted(os.listdir(str(state))) == ["other"]  # another module's records keep the shared directory
+
+
+def test_a_record_directory_of_the_users_choosing_stays_even_empty(tmp_path):
+    mine = tmp_path / "srv" / "state"
+    host.write_record(Module(), str(mine / "r.json"), {})
+    host.write_record(Module(), str(mine / "r.json"), None)
+    assert mine.is_dir()

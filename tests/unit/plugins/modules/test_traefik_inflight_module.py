@@ -115,3 +115,92 @@ def test_a_host_network_traefik_whose_hosts_ports_cannot_be_read_is_refused(tmp_
     with pytest.raises(EditError) as e:
         ti.read_and_plan(module, HostDocker(project, ""), opts)
     assert "could not be read" in str(e.value) and "nothing was changed" in str(e.value)
+
+
+# ---- issue 62: a run cut off while Traefik restarts on the changed files
+
+class Recorder(object):
+    """What remember and resume need of AnsibleModule."""
+
+    def __init__(self, state_dir, check_mode=False):
+        self.params = {"state_dir": str(state_dir), "container": "traefik"}
+        self.check_mode, self.warnings = check_mode, []
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+    def atomic_move(self, src, dest, unsafe_writes=False):
+        os.rename(src, dest)
+
+
+class Made(object):
+    dirs, moved = [], None
+
+    def __init__(self, module):
+        self.previous = ti.host.read_record(ti.record_path(module))
+
+
+def plan(**kw):
+    return dict({"restart": False, "recreate": False, "trusted_added": [], "written": {}, "user_values": {},
+                 "compose": None}, **kw)
+
+
+def test_a_run_cut_off_before_its_restart_is_found_and_finished_by_the_next(tmp_path):
+    module = Recorder(tmp_path / "state")
+    changes = [(str(tmp_path / "traefik.yml"), "mine\n", "mine + ours\n")]
+    ti.remember(module, plan(restart=True), changes, Made(module), in_flight=True)
+    record = ti.host.read_record(ti.record_path(module))
+    assert record["files"][changes[0][0]] == {"original": "mine\n", "written": "mine + ours\n"}  # the undo can run
+    # the next run finds nothing left to write, and restarts Traefik as the cut-off run would have
+    nxt, result = plan(), {"changed": False}
+    ti.resume(module, nxt, result)
+    assert nxt["restart"] and result["changed"] and result["restart"]
+    assert "traefik.yml" in result["found"] and "restarted" in result["found"] and module.warnings
+    ti.remember(module, nxt, [], Made(module))
+    assert "in_flight" not in ti.host.read_record(ti.record_path(module))["extra"]
+    assert ti.host.read_record(ti.record_path(module))["files"][changes[0][0]]["original"] == "mine\n"
+    done = {"changed": False}
+    ti.resume(module, plan(), done)
+    assert done == {"changed": False}  # a run that ended: nothing found
+
+
+def test_a_second_change_recorded_in_flight_then_at_its_end_keeps_the_users_original(tmp_path):
+    module = Recorder(tmp_path / "state")
+    path = str(tmp_path / "traefik.yml")
+    ti.remember(module, plan(), [(path, "mine\n", "ours 1\n")], Made(module))
+    made = Made(module)  # the second change: both records start from the one before it
+    ti.remember(module, plan(), [(path, "ours 1\n", "ours 2\n")], made, in_flight=True)
+    ti.remember(module, plan(), [(path, "ours 1\n", "ours 2\n")], made)
+    assert ti.host.read_record(ti.record_path(module))["files"][path] == {"original": "mine\n", "written": "ours 2\n"}
+
+
+class Gone(object):
+    """Docker as a run cut off inside compose's re-creation leaves it: no container under Traefik's name."""
+
+    def __init__(self, running=False):
+        self.running, self.ran = running, []
+
+    def inspect(self, what):
+        return {"State": {"Running": True}} if self.running else None
+
+    def compose(self, plan, *argv, **kw):
+        self.ran.append((plan["compose"]["project_dir"],) + argv)
+        return 0, "", ""
+
+
+def test_traefik_left_down_by_a_cut_off_re_creation_is_brought_up_first(tmp_path):
+    module = Recorder(tmp_path / "state")
+    compose = {"project": "traefik", "project_dir": "/srv/traefik", "files": ["/srv/traefik/compose.yml"],
+               "env_files": [], "service": "traefik"}
+    ti.remember(module, plan(recreate=True, compose=compose), [], Made(module), in_flight=True)
+    docker = Gone()
+    ti.recover(module, docker)
+    assert docker.ran == [("/srv/traefik", "up", "-d", "--no-deps", "--force-recreate", "traefik")]
+    assert "found traefik not running after a run cut off" in module.warnings[0]
+    running = Gone(running=True)
+    ti.recover(module, running)
+    assert running.ran == []  # it runs: nothing to bring up
+    ti.remember(module, plan(recreate=True, compose=compose), [], Made(module))
+    ended = Gone()
+    ti.recover(module, ended)
+    assert ended.ran == []  # a run that ended: not this module's to start

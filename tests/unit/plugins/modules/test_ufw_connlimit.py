@@ -48,6 +48,15 @@ def test_a_run_writes_the_checked_files_and_a_second_changes_nothing(run_main, u
     assert not run_main(mod, rules_dir=str(ufw), limit=50)["changed"]
 
 
+def test_after_init_is_left_as_it_is_where_nothing_calls_the_hook(run_main, ufw):
+    """Issue 62: with no port Docker publishes, the module made ufw's stock after.init executable (its content
+    unchanged), and the undo, which has nothing to take out of it, left it so."""
+    (ufw / "after.init").write_text(fixture("after.init"))
+    (ufw / "after.init").chmod(0o640)
+    assert run_main(mod, rules_dir=str(ufw), limit=50)["changed"]
+    assert (ufw / "after.init").read_text() == fixture("after.init") and (ufw / "after.init").stat().st_mode & 0o777 == 0o640
+
+
 def test_a_port_docker_publishes_is_refused_with_nothing_written(run_main, ufw, commands):
     commands.missing.clear()
     commands.answers[("docker", "info")] = (0, json.dumps({"ServerVersion": "27.5.1"}), "")
