@@ -54,6 +54,12 @@ docker29() {
   python -m pytest -q -p no:cacheprovider tests/lab/test_docker29.py
 }
 
+synology() {
+  # a Synology-shaped NAS (DSM's nginx on 80 and 443, Traefik's published on 8080 and 8443): site, status, diagnose,
+  # prove through 8443 with urls from Traefik's config, DSM's 443 refused
+  python -m pytest -q -p no:cacheprovider tests/lab/test_synology.py
+}
+
 traefik_live() {
   # the real Traefik (v3 and v2, the lab's images) starts on what traefik_inflight writes into
   # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping
@@ -482,6 +488,7 @@ case "$what" in
   scoped-revert) step "scoped revert" scoped_revert ;;
   docker-nft) step "docker nft" docker_nft ;;
   docker29) step "docker 29" docker29 ;;
+  synology) step synology synology ;;
   unit) step unit unit ;;
   mutations) step mutations mutations ;;
   lint) step lint lint ;;
@@ -526,7 +533,7 @@ case "$what" in
       if [ "$what" = all ]; then
         step versions versions; step rules rules; step docs docs
         step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert
-        step "docker nft" docker_nft; step "docker 29" docker29
+        step "docker nft" docker_nft; step "docker 29" docker29; step synology synology
       fi
       for s in $MOLECULE_BESIDE; do step "molecule $s" scenario "$s"; done
       printf '%s\n' "$passed" "$failed" "${failures[@]}" >"$light"
@@ -543,7 +550,7 @@ case "$what" in
       echo "=== all steps: $((SECONDS / 60)) min $((SECONDS % 60)) s"
     fi ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|unit|mutations|lint|rules|sanity|sanity-all|sanity:2.NN|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|synology|unit|mutations|lint|rules|sanity|sanity-all|sanity:2.NN|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

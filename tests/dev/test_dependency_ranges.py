@@ -1,8 +1,8 @@
 """The collections galaxy.yml depends on: the `ansible` package (the bundle) of every supported ansible-core
 satisfies galaxy.yml's ranges, so the install works offline on each (tests/support/ansible_bundles.yml, read from
 the wheels; `tests/run.sh compat` installs the oldest and the newest and checks them against it); where a version
-in range needs a newer ansible-core than one the collection supports, README names the versions to install there
-first; galaxy.yml, ee/requirements.yml, meta/runtime.yml and the lab venv's bundle agree."""
+in range needs a newer ansible-core than one the collection supports, the docs name the versions to install there
+first (docs/tested-versions.md); galaxy.yml, ee/requirements.yml, meta/runtime.yml and the lab venv's bundle agree."""
 import json
 import os
 import re
@@ -79,23 +79,24 @@ def test_the_bundle_of_each_supported_core_satisfies_the_ranges(name, bundle):
 
 
 def readme_pins():
-    """{name: SpecifierSet} of the install command README gives for the older cores (Supported versions)."""
-    with open(os.path.join(ROOT, "README.md")) as f:
+    """{name: SpecifierSet} of the install command the docs give for the older cores (docs/tested-versions.md,
+    where README's Supported versions links)."""
+    with open(os.path.join(ROOT, "docs", "tested-versions.md")) as f:
         text = f.read()
     line = next(ln for ln in text.splitlines() if ln.startswith("ansible-galaxy collection install 'community."))
     return dict((m.group(1), SpecifierSet(m.group(2))) for m in re.finditer(r"'(community\.\w+):([^']+)'", line))
 
 
 @pytest.mark.parametrize("name", DEPENDENCIES)
-def test_where_a_version_in_range_needs_a_newer_core_readme_names_versions_for_the_oldest(name):
+def test_where_a_version_in_range_needs_a_newer_core_the_docs_name_versions_for_the_oldest(name):
     """ansible-galaxy picks the newest version in range from Galaxy, whatever requires_ansible says: on a core
-    that version does not support, README's command installs versions that do (inside galaxy.yml's range)."""
+    that version does not support, the docs' command installs versions that do (inside galaxy.yml's range)."""
     needing = [(Version(first), Version(core)) for first, core in FIRST_MAJOR_NEEDING[name]
                if Version(first) in galaxy_ranges()[name] and Version(core) > oldest_core()]
     if not needing:
         return
     pins = readme_pins()
-    assert name in pins, "README's install line for the older cores does not name %s" % name
+    assert name in pins, "the docs' install line for the older cores does not name %s" % name
     first = min(v for v, dummy in needing)
     assert first not in pins[name] and Version("%d.0.0" % (first.major - 1)) in pins[name], (name, pins[name])
     low = [Version(s.version) for s in pins[name] if s.operator == ">="]
@@ -116,3 +117,10 @@ def test_the_lab_venvs_bundle_is_its_cores_row(name):
     from ansible.release import __version__ as core
     row = next(b for b in BUNDLES if core.startswith(b["core"] + "."))
     assert found == (row[name]["version"], row[name]["requires_ansible"]), (core, name, found)
+
+
+def test_the_docs_table_of_bundles_is_the_table_the_tests_check():
+    with open(os.path.join(ROOT, "docs", "tested-versions.md")) as f:
+        rows = re.findall(r"^\| (2\.\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", f.read(), re.M)
+    assert rows == [(b["core"], b["ansible"], b["community.docker"]["version"], b["community.general"]["version"])
+                    for b in BUNDLES]
