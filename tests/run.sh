@@ -384,16 +384,19 @@ compat() { # ansible-core VERSION PYTHON: with that core's ansible package, the 
     [ "$(bundled "$v" "$c")" = "$want" ] ||
       { echo "ansible $(bundle "$core" ansible) bundles $c $(bundled "$v" "$c"), tests/support/ansible_bundles.yml says $want"; rc=1; }
   done
-  # a new user's HOME; no Galaxy: the dependencies must be found installed, in the bundle's versions
-  (cd "$out" && HOME="$out/home" "$v/bin/ansible-galaxy" collection install --offline -p "$out/c" "$tb") >"$out/install.txt" 2>&1 ||
+  # a new user's HOME and environment (not this checkout as homelab.edge); no Galaxy: the dependencies must be found
+  # installed, in the bundle's versions
+  (cd "$out" && env -u ANSIBLE_COLLECTIONS_PATH HOME="$out/home" "$v/bin/ansible-galaxy" collection install --offline \
+     -p "$out/c" "$tb") >"$out/install.txt" 2>&1 ||
     { cat "$out/install.txt"; echo "the offline install failed with ansible $(bundle "$core" ansible)"; rc=1; }
   for c in community.docker community.general; do
     grep -q "'$c:$(bundle "$core" "$c")' is already installed" "$out/install.txt" ||
       { cat "$out/install.txt"; echo "the install did not take $c $(bundle "$core" "$c") from the bundle"; rc=1; }
   done
   # the dependencies missing (a controller without the ansible package: its collections left unscanned here)
-  (cd "$out" && HOME="$out/home" ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false "$v/bin/ansible-galaxy" collection install --offline \
-     -p "$out/none" "$tb") >"$out/missing.txt" 2>&1 && { echo "the install went through without its dependencies"; rc=1; }
+  (cd "$out" && env -u ANSIBLE_COLLECTIONS_PATH HOME="$out/home" ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false \
+     "$v/bin/ansible-galaxy" collection install --offline -p "$out/none" "$tb") >"$out/missing.txt" 2>&1 &&
+    { echo "the install went through without its dependencies"; rc=1; }
   m=$(python -c 'import sys, yaml; print(yaml.safe_load(open("galaxy.yml"))["dependencies"]["community.docker"])')
   for c in "Could not satisfy the following requirements:" "* community.docker:$m (dependency of homelab.edge:"; do
     grep -q -F -- "$c" "$out/missing.txt" && grep -q -F -- "$c" README.md ||
