@@ -55,8 +55,8 @@ docker29() {
 }
 
 synology() {
-  # a Synology-shaped NAS (DSM's nginx on 80 and 443, Traefik's published on 8080 and 8443): site, status, diagnose,
-  # prove through 8443 with urls from Traefik's config, DSM's 443 refused
+  # a Synology-shaped NAS (DSM's nginx on 80 and 443, Traefik's published on 8080 and 8443) behind a VPS forwarding to
+  # 8443: site, status, diagnose, prove through 8443 with urls from Traefik's config, DSM's 443 refused
   python -m pytest -q -p no:cacheprovider tests/lab/test_synology.py
 }
 
@@ -362,14 +362,19 @@ bundled() { # VENV NAME: the version of collection NAME (community.docker) in th
     "$(echo "$1"/lib/python3*/site-packages)/ansible_collections/${2/.//}/MANIFEST.json"
 }
 
-newest_collections() { # a collections path with the newest bundle's community.docker and community.general (Molecule)
-  local v d c; v=$(bundle_venv "${COMPAT_NEWEST%%:*}" "${COMPAT_NEWEST#*:}") || return 1
-  d="$HOMELAB_EDGE_CACHE/collections-ansible-$(bundle "${COMPAT_NEWEST%%:*}" ansible)"
+bundle_collections() { # CORE:PYTHON: a collections path with that core's bundle's community.docker and community.general
+  local core=${1%%:*} v d c; v=$(bundle_venv "$core" "${1#*:}") || return 1
+  d="$HOMELAB_EDGE_CACHE/collections-ansible-$(bundle "$core" ansible)"
   mkdir -p "$d/ansible_collections/community"
   for c in docker general library_inventory_filtering_v1; do
     ln -sfn "$(echo "$v"/lib/python3*/site-packages)/ansible_collections/community/$c" "$d/ansible_collections/community/$c"
   done
   echo "$d"
+}
+
+in_use() { # NAME: the version of collection NAME a playbook run here loads (the first found in Ansible's search order)
+  ansible-galaxy collection list "$1" --format json 2>/dev/null | python -c 'import json, sys
+print(next(v[sys.argv[1]]["version"] for v in json.load(sys.stdin).values() if sys.argv[1] in v))' "$1"
 }
 
 compat() { # ansible-core VERSION PYTHON: with that core's ansible package, the built tarball installed as README says
@@ -428,20 +433,34 @@ compat_ends() {
   step "ansible-core ${COMPAT_NEWEST%%:*} (newest), its ansible package" compat "${COMPAT_NEWEST%%:*}" "${COMPAT_NEWEST#*:}"
 }
 
-# Scenarios run with the newest bundle's community.docker and community.general (newest_collections) in front of the
-# lab venv's (ansible 12: the middle of the range); the others with the lab venv's
-NEWEST_DEPS_SCENARIOS="nas"
+# Scenarios run with the community.docker and community.general of the oldest or the newest supported core's ansible
+# package (bundle_collections) in front of the lab venv's (ansible 12: the middle of the range), on the lab's
+# ansible-core; the others with the lab venv's. SCENARIO:CORE
+DEPS_SCENARIOS="nas:${COMPAT_NEWEST%%:*} default:${COMPAT_OLDEST%%:*}"
 
 scenario() {
   # Where the lab lacks an upstream image (a plain clone without a registry: lab/upstream_images.py), the part
   # of the site that runs it is skipped by tag and the tests that need it skip themselves, saying why
   local skip; skip=$(python lab/upstream_images.py skip-tags) || return 1
-  local newest=""
-  case " $NEWEST_DEPS_SCENARIOS " in *" $1 "*) newest=$(newest_collections) || return 1 ;; esac
+  local deps="" core="" c e
+  for e in $DEPS_SCENARIOS; do [ "${e%%:*}" = "$1" ] && core=${e#*:}; done
+  if [ -n "$core" ]; then
+    for e in "$COMPAT_OLDEST" "$COMPAT_NEWEST"; do [ "${e%%:*}" = "$core" ] && deps=$(bundle_collections "$e"); done
+    [ -n "$deps" ] || { echo "no collections of ansible-core $core's ansible package for $1"; return 1; }
+  fi
   ( if [ -n "$skip" ]; then export ANSIBLE_SKIP_TAGS="${ANSIBLE_SKIP_TAGS:+$ANSIBLE_SKIP_TAGS,}$skip"; fi
-    if [ -n "$newest" ]; then export ANSIBLE_COLLECTIONS_PATH="$newest:$ANSIBLE_COLLECTIONS_PATH"
-      echo "community.docker and community.general of $newest (the newest ansible package's)"; fi
-    set -o pipefail; molecule test -s "$1" 2>&1 | tee "tests/output/scenario-$1.log" )
+    set -o pipefail
+    {
+      if [ -n "$deps" ]; then export ANSIBLE_COLLECTIONS_PATH="$deps:$ANSIBLE_COLLECTIONS_PATH"
+        for c in community.docker community.general; do
+          [ "$(in_use "$c")" = "$(bundle "$core" "$c")" ] ||
+            { echo "$1 would load $c $(in_use "$c"), not ansible $(bundle "$core" ansible)'s $(bundle "$core" "$c")"; exit 1; }
+        done
+        echo "community.docker $(in_use community.docker) and community.general $(in_use community.general):" \
+             "ansible $(bundle "$core" ansible)'s (ansible-core $core's package), $deps"
+      fi
+      molecule test -s "$1"
+    } 2>&1 | tee "tests/output/scenario-$1.log" )
 }
 
 skipped_for_images() { # what every scenario's pytest skipped for want of an image (its -rs lines), counted

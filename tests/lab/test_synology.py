@@ -2,17 +2,19 @@
 nginx, a default server that answers 200 "DSM" to any host name - and the admin's Traefik v3 runs as a Container
 Manager project in /volume1/docker/traefik, its 80 and 443 published on 8080 and 8443
 (lab/user-configs/nas/synology). A lab host booted by systemd (as DSM 7 is), reached over SSH as a sudo user,
-with its own Docker engine (Engine 29, started by systemd). The playbooks as a user runs them: `site` (the NAS's roles) changes Traefik beside DSM,
-`status` and `diagnose` read it, and `prove` proves the in-flight limit and the opt-in wedge through 8443 - urls
-derived from Traefik's own config and its published ports, with no url set. Given DSM's
-https://127.0.0.1:443 instead, both checks are refused before anything is sent or wedged. DSM's nginx answers on
-443 throughout."""
+with its own Docker engine (Engine 29, started by systemd). In front of it a VPS whose nginx stream proxy forwards
+its 443 to the NAS's 8443 (lab/user-configs/nas/synology/vps-nginx.conf), and a client on the internet side. The
+playbooks as a user runs them: `site` (the NAS's roles, then the VPS's PROXY protocol to 8443) changes Traefik beside
+DSM, and Traefik then sees the client's own address through the VPS; `status` and `diagnose` read both hosts, and
+`prove` proves the in-flight limit and the opt-in wedge through 8443 - urls derived from Traefik's own config and its
+published ports, with no url set. Given DSM's https://127.0.0.1:443 instead, both checks are refused before anything
+is sent or wedged. DSM's nginx answers on 443 throughout."""
 import json
 import os
 import re
 import subprocess
 import sys
-import tempfile
+import time
 
 import pytest
 
@@ -23,6 +25,7 @@ import hosts  # noqa: E402
 import upstream_images  # noqa: E402
 
 NAS, NET, SSH_PORT = "hle-syno", "hle-syno", 2252
+VPS, VPS_SSH_PORT, CLIENT = "hle-syno-vps", 2253, "hle-syno-client"
 USER = os.path.join(ROOT, "lab", "user-configs", "nas")
 PROJECT = "/volume1/docker/traefik"
 IMAGES = ["homelab-edge/nas:lab", "homelab-edge/autoheal:lab", "homelab-edge/socket-proxy:lab"]
@@ -44,13 +47,27 @@ def answer(port, name):
     return (out[1] if len(out) > 1 else "none"), out[0].strip()
 
 
+def through_the_vps(vps_ip):
+    """(status, body) of https://site.nas.lab/ asked by the client, through the VPS's 443."""
+    out = sh("docker", "exec", CLIENT, "curl", "-sk", "-m", "5", "-w", "\n%{http_code}", "--resolve",
+             "site.nas.lab:443:%s" % vps_ip, "https://site.nas.lab/", check=False).stdout.rsplit("\n", 1)
+    return (out[1] if len(out) > 1 else "none"), out[0].strip()
+
+
+def client_hosts(since):
+    """The client addresses in Traefik's access log (JSON, its stdout) for the route site@file, since `since`."""
+    out = nas("sh", "-c", "docker logs --since %d traefik 2>&1" % int(since)).stdout
+    return set(json.loads(ln)["ClientHost"] for ln in out.splitlines()
+               if ln.startswith("{") and json.loads(ln).get("RouterName") == "site@file")
+
+
 def started_at():
     return nas("docker", "inspect", "-f", "{{.State.StartedAt}}", "traefik").stdout.strip()
 
 
 @pytest.fixture(scope="module")
 def syno(tmp_path_factory):
-    hosts.down(NAS)
+    hosts.down(NAS, VPS, CLIENT)
     try:
         hosts.up(NAS, NET, SSH_PORT, docker=True, load=IMAGES, systemd=True)
         # DSM's web server on 80 and 443 (a self-signed certificate, as DSM's own is until you replace it)
@@ -66,19 +83,32 @@ def syno(tmp_path_factory):
         for project in ("/volume1/docker/apps", PROJECT):
             sh("docker", "exec", "-w", project, NAS, "docker", "compose", "up", "-d")
         hosts.wait("Traefik on 8443", lambda: answer(8443, "site.nas.lab")[0] == "200", timeout=60)
-        inventory = tmp_path_factory.mktemp("syno") / "hosts.yml"
+        # the VPS: its stream proxy forwards 443 to the NAS's 8443 (the tunnel's far end: here the lab network)
+        tmp = tmp_path_factory.mktemp("syno")
+        nas_ip = hosts.address(NAS, NET)
+        with open(os.path.join(USER, "synology", "vps-nginx.conf")) as f:
+            (tmp / "vps-nginx.conf").write_text(f.read().replace("10.8.0.2", nas_ip))
+        hosts.up(VPS, NET, VPS_SSH_PORT, nginx_conf=str(tmp / "vps-nginx.conf"))
+        hosts.client(CLIENT, NET)
+        vps_ip = hosts.address(VPS, NET)
+        inventory = tmp / "hosts.yml"
         syno_vars = dict(hosts.inventory_vars(SSH_PORT), traefik_inflight_container="traefik",
                          traefik_inflight_healthcheck={"interval": "2s", "timeout": "2s", "retries": 3,
                                                        "start_period": "3s"},
                          tcp_drain_containers=["traefik"], autoheal_dir="/volume1/docker/autoheal",
                          autoheal_image="homelab-edge/autoheal:lab", autoheal_socket_proxy=True,
                          autoheal_socket_proxy_image="homelab-edge/socket-proxy:lab", autoheal_interval=2,
-                         autoheal_start_period=0, autoheal_watched=["traefik"])
+                         autoheal_start_period=0, autoheal_watched=["traefik"],
+                         traefik_inflight_proxy_protocol_trusted_ips=["%s/32" % vps_ip])
+        # docs/synology.md: the upstream is the NAS's 8443, which speaks TLS as the VPS's own 443 does
+        vps_vars = dict(hosts.inventory_vars(VPS_SSH_PORT), vps_proxy_protocol_upstreams=["%s:8443" % nas_ip],
+                        vps_proxy_protocol_tls_ports=[443, 8443])
         inventory.write_text(json.dumps({"all": {"children": {"nas": {"hosts": {"syno": syno_vars}},
-                                                              "k3d_hosts": {"hosts": {}}, "vps": {"hosts": {}}}}}))
-        yield str(inventory)
+                                                              "vps": {"hosts": {"syno-vps": vps_vars}},
+                                                              "k3d_hosts": {"hosts": {}}}}}))
+        yield {"inventory": str(inventory), "nas_ip": nas_ip, "vps_ip": vps_ip}
     finally:
-        hosts.down(NAS)
+        hosts.down(NAS, VPS, CLIENT)
 
 
 def playbook(inventory, name, *args):
@@ -94,27 +124,43 @@ def rows(report):
 
 
 def test_site_changes_traefik_beside_dsm_and_dsm_keeps_80_and_443(syno):
-    rc, out = playbook(syno, "site", "--tags", "nas")
+    """The NAS's roles, then the VPS's PROXY protocol to 8443 (its connection limit is Molecule's: not here)."""
+    rc, out = playbook(syno["inventory"], "site", "--tags", "nas,vps_proxy_protocol")
     assert rc == 0, out[-4000:]
     status, body = answer(8443, "site.nas.lab")
     assert status == "200" and body != "DSM", (status, body)
     assert answer(443, "site.nas.lab") == ("200", "DSM") and answer(443, "anything.example") == ("200", "DSM")
     assert "inflight-limit" in nas("cat", PROJECT + "/config/traefik.yml").stdout
+    assert "proxy_protocol on;" in sh("docker", "exec", VPS, "cat", "/etc/nginx/nginx.conf").stdout
+
+
+def test_traefik_sees_the_client_through_the_vps_on_8443(syno):
+    """PROXY protocol from the VPS to the NAS's 8443: Traefik answers through the VPS and logs the client's own
+    address, not the VPS's."""
+    t0 = time.time() - 1
+    status, body = through_the_vps(syno["vps_ip"])
+    assert status == "200" and body != "DSM", (status, body)
+    client = hosts.address(CLIENT, NET)
+    hosts.wait("the access log's line", lambda: client_hosts(t0), timeout=30)
+    assert client_hosts(t0) == {client}, (client, syno["vps_ip"])
 
 
 def test_status_and_diagnose_read_it(syno, tmp_path):
-    rc, out = playbook(syno, "status")
+    rc, out = playbook(syno["inventory"], "status")
     assert rc == 0, out[-4000:]
     assert re.search(r"syno +traefik middleware +ok ", out) and re.search(r"syno +traefik health +ok ", out), out[-3000:]
+    assert re.search(r"syno-vps +PROXY protocol to %s:8443 +ok " % re.escape(syno["nas_ip"]), out), out[-3000:]
     report = tmp_path / "diagnose.json"
-    rc, out = playbook(syno, "diagnose", "-e", "diagnose_output=%s" % report)
+    rc, out = playbook(syno["inventory"], "diagnose", "-e", "diagnose_output=%s" % report)
     assert rc == 0, out[-4000:]
     assert json.loads(report.read_text())["not_read"] == {}
 
 
 def test_prove_measures_traefik_through_8443_with_urls_from_its_config(syno):
     wedge = upstream_images.reason("autoheal") is None
-    rc, out, report = adhoc.prove(syno, "-e", json.dumps(dict(adhoc.PROVE_LAB_BACKEND, autoheal_prove_wedge=wedge)))
+    # the NAS's checks (the VPS's is its connection limit, which this lab does not set up)
+    rc, out, report = adhoc.prove(syno["inventory"], "--tags", "nas",
+                                  "-e", json.dumps(dict(adhoc.PROVE_LAB_BACKEND, autoheal_prove_wedge=wedge)))
     assert rc == 0, out[-4000:]
     got = rows(report)
     inflight = got["Traefik in-flight limit"]
@@ -133,7 +179,7 @@ def test_prove_given_dsm_s_443_is_refused_before_anything_is_sent_or_wedged(syno
     before = started_at()
     extra = dict(adhoc.PROVE_LAB_BACKEND, traefik_inflight_prove_url=DSM_443, autoheal_prove_url=DSM_443,
                  autoheal_prove_wedge=True)
-    rc, out, report = adhoc.prove(syno, "-e", json.dumps(extra))
+    rc, out, report = adhoc.prove(syno["inventory"], "--tags", "nas", "-e", json.dumps(extra))
     assert rc != 0
     got = rows(report)
     words = "%s does not reach Traefik: nothing of Traefik's listens on port 443 here" % DSM_443
