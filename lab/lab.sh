@@ -184,6 +184,8 @@ cmd_toolvenv() {
   local pybin; pybin=$(ls -d $py 2>/dev/null | sort -V | tail -n 1)
   [ -x "$pybin" ] || { log "no Python at $py for the $name venv"; return 1; }
   local v; v="$CACHE/venv-$name-$( (echo "$pybin"; "$pybin" -V; printf '%s\n' "$@") | sha256sum | cut -c1-12)"
+  # steps that run at once (tests/run.sh all: compat beside Molecule) may ask for the same venv: one makes it
+  exec 8>"$v.lock"; flock 8
   if [ ! -f "$v/.complete" ]; then
     log "creating $v"
     rm -rf "$v"

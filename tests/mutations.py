@@ -623,6 +623,27 @@ MUTATIONS = {
         '    return [dict([(k, cur[k]) for k in ("n", "task", "occurrence")], after=cur["task"])',
         "tests/dev/test_interrupt.py::test_a_boundary_is_the_start_of_each_task_after_one_that_changed_a_host"),
 
+    "prove url: a url that reaches another server (DSM's nginx on 443) taken for Traefik's": (
+        "plugins/module_utils/traefik/entrypoint_url.py",
+        "    u = urlsplit(url)\n",
+        "    return None\n    u = urlsplit(url)\n",
+        UNIT + "test_traefik_entrypoint_url.py::test_a_url_at_dsm_s_443_is_refused_naming_where_traefik_listens"),
+    "prove inflight: a 200 without the route's mark (another server) taken for the route served": (
+        "plugins/modules/prove_inflight.py",
+        '        if status == 200 and headers.get(MARK.lower()) == the_plan["route"]:',
+        "        if status == 200:",
+        "tests/unit/plugins/modules/test_prove_inflight.py::test_another_server_answering_200_is_never_taken_for_the_route"),
+    "prove autoheal: an answer while Traefik is still wedged taken for Traefik serving": (
+        "plugins/modules/prove_autoheal.py",
+        "        if answered and not restarted:\n            raise NotTraefik()",
+        "        if answered and not restarted and False:\n            raise NotTraefik()",
+        "tests/unit/plugins/modules/test_prove_autoheal.py::"
+        "test_an_answer_while_traefik_is_still_wedged_is_another_server_and_ends_the_wedge"),
+    "playbooks: an unreachable host dropped by Ansible, ending the run when it was a play's last": (
+        "playbooks/tasks/reach.yml",
+        "  ignore_unreachable: true\n",
+        "",
+        "tests/lab/test_status_fresh_host.py::test_one_host_down_in_each_group_does_not_stop_the_others[status-args1]"),
 }
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "output", "results", "build", "*.tar.gz")

@@ -61,6 +61,12 @@ interrupt() {
   python -m pytest -q -p no:cacheprovider -rs tests/lab/test_interrupt.py
 }
 
+synology() {
+  # a Synology-shaped NAS (DSM's nginx on 80 and 443, Traefik's published on 8080 and 8443) behind a VPS forwarding to
+  # 8443: site, status, diagnose, prove through 8443 with urls from Traefik's config, DSM's 443 refused
+  python -m pytest -q -p no:cacheprovider tests/lab/test_synology.py
+}
+
 traefik_live() {
   # the real Traefik (v3 and v2, the lab's images) starts on what traefik_inflight writes into
   # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping
@@ -340,14 +346,74 @@ docs() {
   echo "docs: docs/build/build/html/index.html"
 }
 
-compat() { # ansible-core VERSION PYTHON: unit tests, every doc, syntax of the playbooks, on the installed tarball
-  local core=$1 py=$2 v out tb rc=0 m
-  v=$(lab/lab.sh toolvenv "core-$core" "$py" "ansible-core==$core.*" pytest pyyaml) || return 1
+# The ends of the supported range with the `ansible` package a user of each has (tests/support/ansible_bundles.yml
+# says what each bundles): CORE:PYTHON
+COMPAT_OLDEST="2.16:/usr/bin/python3.11"
+COMPAT_NEWEST="2.21:/root/.pyenv/versions/3.13*/bin/python3.13"
+
+bundle() { # CORE KEY: a value of that core's row of tests/support/ansible_bundles.yml (ansible, community.docker, ...)
+  python - "$@" <<'PY'
+import sys, yaml
+row = next(r for r in yaml.safe_load(open("tests/support/ansible_bundles.yml")) if r["core"] == sys.argv[1])
+value = row[sys.argv[2]]
+print(value["version"] if isinstance(value, dict) else value)
+PY
+}
+
+bundle_venv() { # CORE PYTHON: a cached venv with that core's ansible package, as its user installs it
+  lab/lab.sh toolvenv "bundle-$1" "$2" "ansible==$(bundle "$1" ansible)" pytest
+}
+
+bundled() { # VENV NAME: the version of collection NAME (community.docker) in that venv's ansible package
+  python -c 'import json, sys; print(json.load(open(sys.argv[1]))["collection_info"]["version"])' \
+    "$(echo "$1"/lib/python3*/site-packages)/ansible_collections/${2/.//}/MANIFEST.json"
+}
+
+bundle_collections() { # CORE:PYTHON: a collections path with that core's bundle's community.docker and community.general
+  local core=${1%%:*} v d c; v=$(bundle_venv "$core" "${1#*:}") || return 1
+  d="$HOMELAB_EDGE_CACHE/collections-ansible-$(bundle "$core" ansible)"
+  mkdir -p "$d/ansible_collections/community"
+  for c in docker general library_inventory_filtering_v1; do
+    ln -sfn "$(echo "$v"/lib/python3*/site-packages)/ansible_collections/community/$c" "$d/ansible_collections/community/$c"
+  done
+  echo "$d"
+}
+
+in_use() { # NAME: the version of collection NAME a playbook run here loads (the first found in Ansible's search order)
+  ansible-galaxy collection list "$1" --format json 2>/dev/null | python -c 'import json, sys
+print(next(v[sys.argv[1]]["version"] for v in json.load(sys.stdin).values() if sys.argv[1] in v))' "$1"
+}
+
+compat() { # ansible-core VERSION PYTHON: with that core's ansible package, the built tarball installed as README says
+  # (offline, the dependencies the bundle's), the unit tests, every doc, --syntax-check of every playbook; and where the
+  # dependencies are missing, the message README quotes
+  local core=$1 py=$2 v out tb rc=0 m c want
+  v=$(bundle_venv "$core" "$py") || return 1
   out=$(mktemp -d)
   tb=$(tarball "$out") || return 1
-  "$v/bin/ansible-galaxy" collection install --force --offline --no-deps -p "$out/c" "$tb" >/dev/null || rc=1
-  # community.docker and community.general as the ansible package bundles them (no Galaxy here)
-  cp -r "$VIRTUAL_ENV"/lib/python3*/site-packages/ansible_collections/community "$out/c/ansible_collections/"
+  for c in community.docker community.general; do
+    want=$(bundle "$core" "$c")
+    [ "$(bundled "$v" "$c")" = "$want" ] ||
+      { echo "ansible $(bundle "$core" ansible) bundles $c $(bundled "$v" "$c"), tests/support/ansible_bundles.yml says $want"; rc=1; }
+  done
+  # a new user's HOME and environment (not this checkout as homelab.edge); no Galaxy: the dependencies must be found
+  # installed, in the bundle's versions
+  (cd "$out" && env -u ANSIBLE_COLLECTIONS_PATH HOME="$out/home" "$v/bin/ansible-galaxy" collection install --offline \
+     -p "$out/c" "$tb") >"$out/install.txt" 2>&1 ||
+    { cat "$out/install.txt"; echo "the offline install failed with ansible $(bundle "$core" ansible)"; rc=1; }
+  for c in community.docker community.general; do
+    grep -q "'$c:$(bundle "$core" "$c")' is already installed" "$out/install.txt" ||
+      { cat "$out/install.txt"; echo "the install did not take $c $(bundle "$core" "$c") from the bundle"; rc=1; }
+  done
+  # the dependencies missing (a controller without the ansible package: its collections left unscanned here)
+  (cd "$out" && env -u ANSIBLE_COLLECTIONS_PATH HOME="$out/home" ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false \
+     "$v/bin/ansible-galaxy" collection install --offline -p "$out/none" "$tb") >"$out/missing.txt" 2>&1 &&
+    { echo "the install went through without its dependencies"; rc=1; }
+  m=$(python -c 'import sys, yaml; print(yaml.safe_load(open("galaxy.yml"))["dependencies"]["community.docker"])')
+  for c in "Could not satisfy the following requirements:" "* community.docker:$m (dependency of homelab.edge:"; do
+    grep -q -F -- "$c" "$out/missing.txt" && grep -q -F -- "$c" README.md ||
+      { cat "$out/missing.txt"; echo "README's message for missing dependencies is not what ansible-galaxy prints: $c"; rc=1; }
+  done
   "$v/bin/python" -m pytest -q -p no:cacheprovider tests/unit | tail -n 1 || rc=1
   for m in plugins/modules/*.py; do
     ANSIBLE_COLLECTIONS_PATH="$out/c" "$v/bin/ansible-doc" "homelab.edge.$(basename "$m" .py)" >/dev/null || rc=1
@@ -358,22 +424,51 @@ compat() { # ansible-core VERSION PYTHON: unit tests, every doc, syntax of the p
   for m in roles/*/; do
     ANSIBLE_COLLECTIONS_PATH="$out/c" "$v/bin/ansible-doc" -t role "homelab.edge.$(basename "$m")" >/dev/null || rc=1
   done
-  for m in site status diagnose; do
-    (cd "$out" && ANSIBLE_COLLECTIONS_PATH="$out/c" "$v/bin/ansible-playbook" --syntax-check \
+  for m in playbooks/*.yml; do
+    m=$(basename "$m" .yml)
+    (cd "$out" && HOME="$out/home" ANSIBLE_COLLECTIONS_PATH="$out/c" "$v/bin/ansible-playbook" --syntax-check \
        -i "$ROOT/inventories/example/hosts.yml" "homelab.edge.$m" >/dev/null) || { echo "syntax-check homelab.edge.$m"; rc=1; }
   done
-  echo "ansible-core $("$v/bin/python" -c 'from ansible.release import __version__; print(__version__)') on $("$v/bin/python" -V)"
+  echo "ansible $(bundle "$core" ansible) (ansible-core $("$v/bin/python" -c 'from ansible.release import __version__; print(__version__)'),"\
+       "community.docker $(bundled "$v" community.docker), community.general $(bundled "$v" community.general)) on $("$v/bin/python" -V)"
   rm -rf "$out"
   return $rc
 }
+
+compat_ends() {
+  step "ansible-core ${COMPAT_OLDEST%%:*} (oldest), its ansible package" compat "${COMPAT_OLDEST%%:*}" "${COMPAT_OLDEST#*:}"
+  step "ansible-core ${COMPAT_NEWEST%%:*} (newest), its ansible package" compat "${COMPAT_NEWEST%%:*}" "${COMPAT_NEWEST#*:}"
+}
+
+# Scenarios run with the community.docker and community.general of the oldest or the newest supported core's ansible
+# package (bundle_collections) in front of the lab venv's (ansible 12: the middle of the range), on the lab's
+# ansible-core; the others with the lab venv's. SCENARIO:CORE
+DEPS_SCENARIOS="nas:${COMPAT_NEWEST%%:*} default:${COMPAT_OLDEST%%:*}"
 
 scenario() {
   # Where the lab lacks an upstream image (a plain clone without a registry: lab/upstream_images.py), the part
   # of the site that runs it is skipped by tag and the tests that need it skip themselves, saying why.
   # One run of a scenario at a time (step plain runs nas's hosts too)
   local skip; skip=$(python lab/upstream_images.py skip-tags) || return 1
+  local deps="" core="" c e
+  for e in $DEPS_SCENARIOS; do [ "${e%%:*}" = "$1" ] && core=${e#*:}; done
+  if [ -n "$core" ]; then
+    for e in "$COMPAT_OLDEST" "$COMPAT_NEWEST"; do [ "${e%%:*}" = "$core" ] && deps=$(bundle_collections "$e"); done
+    [ -n "$deps" ] || { echo "no collections of ansible-core $core's ansible package for $1"; return 1; }
+  fi
   ( if [ -n "$skip" ]; then export ANSIBLE_SKIP_TAGS="${ANSIBLE_SKIP_TAGS:+$ANSIBLE_SKIP_TAGS,}$skip"; fi
-    set -o pipefail; flock "tests/output/.molecule-$1.lock" molecule test -s "$1" 2>&1 | tee "tests/output/scenario-$1.log" )
+    set -o pipefail
+    {
+      if [ -n "$deps" ]; then export ANSIBLE_COLLECTIONS_PATH="$deps:$ANSIBLE_COLLECTIONS_PATH"
+        for c in community.docker community.general; do
+          [ "$(in_use "$c")" = "$(bundle "$core" "$c")" ] ||
+            { echo "$1 would load $c $(in_use "$c"), not ansible $(bundle "$core" ansible)'s $(bundle "$core" "$c")"; exit 1; }
+        done
+        echo "community.docker $(in_use community.docker) and community.general $(in_use community.general):" \
+             "ansible $(bundle "$core" ansible)'s (ansible-core $core's package), $deps"
+      fi
+      flock "tests/output/.molecule-$1.lock" molecule test -s "$1"
+    } 2>&1 | tee "tests/output/scenario-$1.log" )
 }
 
 plain() {
@@ -435,6 +530,7 @@ case "$what" in
   docker29) step "docker 29" docker29 ;;
   plain) step plain plain ;;
   interrupt) step interrupt interrupt ;;
+  synology) step synology synology ;;
   unit) step unit unit ;;
   mutations) step mutations mutations ;;
   lint) step lint lint ;;
@@ -448,8 +544,7 @@ case "$what" in
   publish) step publish publish ;;
   docs) step docs docs ;;
   ee) step ee ee ;;
-  compat) step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
-          step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13" ;;
+  compat) compat_ends ;;
   bench) step bench bench ;;
   molecule|all)
     rm -f tests/output/scenario-*.log
@@ -463,8 +558,7 @@ case "$what" in
       ( renice -n 19 -p "$BASHPID" >/dev/null; ionice -c 3 -p "$BASHPID" 2>/dev/null || true
         passed=0 failed=0 failures=()
         step mutations mutations; step lint lint; sanity_cores ends; step build build; step publish publish
-        step "ansible-core 2.16 (oldest)" compat 2.16 /usr/bin/python3.11
-        step "ansible-core 2.21 (newest)" compat 2.21 "/root/.pyenv/versions/3.13*/bin/python3.13"
+        compat_ends
         printf '%s\n' "$passed" "$failed" "${failures[@]}" >"$beside"
       ) </dev/null >"$beside_log" 2>&1 &
       beside_pid=$!
@@ -481,7 +575,7 @@ case "$what" in
       if [ "$what" = all ]; then
         step versions versions; step rules rules; step docs docs
         step "traefik live" traefik_live; step "fresh host" fresh_host; step "scoped revert" scoped_revert
-        step "docker nft" docker_nft; step "docker 29" docker29; step interrupt interrupt
+        step "docker nft" docker_nft; step "docker 29" docker29; step interrupt interrupt; step synology synology
         # while the other stream runs default: the plain path's nas hosts never meet the real nas scenario's
         step plain plain
       fi
@@ -500,7 +594,7 @@ case "$what" in
       echo "=== all steps: $((SECONDS / 60)) min $((SECONDS % 60)) s"
     fi ;;
   molecule:*) step "molecule ${what#molecule:}" scenario "${what#molecule:}" ;;
-  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|plain|interrupt|unit|mutations|lint|rules|sanity|sanity-all|sanity:2.NN|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
+  *) echo "usage: tests/run.sh all|versions|traefik-live|fresh-host|scoped-revert|docker-nft|docker29|plain|interrupt|synology|unit|mutations|lint|rules|sanity|sanity-all|sanity:2.NN|build|publish|docs|ee|compat|bench|molecule|molecule:NAME" >&2; exit 2 ;;
 esac
 
 echo

@@ -22,6 +22,10 @@ description:
     health check that asks ping only does not see. Then probes O(url) twice a second until Traefik answers again
     from a restarted container that is healthy. Proved when that happens within O(timeout); the result says how long
     the outage lasted.
+  - Only Traefik can satisfy it - O(url) must reach one of Traefik's entrypoints (derived from Traefik's own config
+    and its container's published ports, or checked against them), and an answer there while Traefik is still
+    wedged and not restarted ends the check failed (something else answers at O(url), DSM's nginx on 443 say) - the
+    wedge is then ended at once.
   - When it is not healed within O(timeout), the module ends the wedge itself (SIGCONT, or the rule removed) and says
     so - it never leaves Traefik wedged. A restart ends the C(entrypoint) wedge too (a new network namespace).
   - B(Refuses), before the wedge, when autoheal could not see or heal it - the autoheal container is not running,
@@ -40,9 +44,19 @@ options:
     type: str
     default: autoheal
   url:
-    description: Where this host reaches Traefik. Any HTTP answer counts (a 404 for an unknown host too).
+    description:
+      - Where this host reaches Traefik's O(entrypoint). Any HTTP answer counts (a 404 for an unknown host too).
+      - Default (empty) - derived from Traefik's own config (its static config file or flags) and its container's
+        published ports - on a Synology NAS, where DSM's nginx holds 443 and Traefik's 443 is published on 8443,
+        C(https://127.0.0.1:8443); C(https) where the entrypoint answers TLS, else C(http).
+      - A url given is refused, before the wedge, when it does not reach one of Traefik's entrypoints.
     type: str
-    default: https://127.0.0.1:443
+    default: ""
+  entrypoint:
+    description: The entrypoint of Traefik's whose url is derived (where O(url) is empty).
+    type: str
+    default: websecure
+    version_added: "2.1.0"
   timeout:
     description: Seconds from the wedge to a healed Traefik (at most 600).
     type: int
@@ -107,6 +121,7 @@ from ansible_collections.homelab.edge.plugins.module_utils import autoheal
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.prove import checks as prove_checks
 from ansible_collections.homelab.edge.plugins.module_utils.prove import net as prove_net
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import entrypoint_url
 
 CHECK = "autoheal on a wedge"
 MAX_TIMEOUT_S = 600
@@ -151,7 +166,8 @@ def refusal(traefik, autoheal_inspect, url_answers, name, autoheal_name):
 
 ARGUMENT_SPEC = dict(container=dict(type="str", default="traefik"),
                      autoheal_container=dict(type="str", default="autoheal"),
-                     url=dict(type="str", default="https://127.0.0.1:443"),
+                     url=dict(type="str", default=""),
+                     entrypoint=dict(type="str", default="websecure"),
                      timeout=dict(type="int", default=180),
                      wedge=dict(type="str", choices=["stop", "entrypoint"], default="stop"))
 RULE_COMMENT = "homelab-edge-prove"
@@ -177,26 +193,58 @@ def done(module, status, reasons, measured="-", **extra):
     """The one exit: the prove table's row and the data behind it."""
     p = module.params
     expected = "serving again, restarted and healthy, within %d s" % p["timeout"]
-    module.exit_json(changed=False, rows=[prove_checks.row(None, CHECK, p["container"], expected, measured, status, reasons)],
+    target = "%s (%s)" % (p["container"], p["url"]) if p["url"] else p["container"]
+    module.exit_json(changed=False, rows=[prove_checks.row(None, CHECK, target, expected, measured, status, reasons)],
                      **extra)
 
 
 def read_and_plan(module, docker):
-    """Steps 1-2: the timeout and the url checked, Traefik and autoheal read; refused when autoheal could not
-    see or heal the wedge. (Traefik's inspect, where it answers)."""
+    """Steps 1-2: the timeout checked, Traefik and autoheal read, the url checked against Traefik's entrypoints (or
+    derived from them); refused when autoheal could not see or heal the wedge. (Traefik's inspect, where it
+    answers)."""
     p = module.params
     if not 1 <= p["timeout"] <= MAX_TIMEOUT_S:
         done(module, prove_checks.REFUSED, ["the timeout is %d; it must be between 1 and %d" % (p["timeout"], MAX_TIMEOUT_S)])
-    try:
-        where = prove_net.endpoint(p["url"])
-    except ValueError as e:
-        done(module, prove_checks.REFUSED, [str(e)])
+    where = endpoint(module) if p["url"] else None
     traefik = inspect(module, docker, p["container"])
-    why = refusal(traefik, inspect(module, docker, p["autoheal_container"]), answers(where),
+    running = traefik is not None and bool(traefik["State"].get("Running"))
+    if running:
+        where = traefik_url(module, docker, traefik)
+    why = refusal(traefik, inspect(module, docker, p["autoheal_container"]), running and answers(where),
                   p["container"], p["autoheal_container"])
     if why:
         done(module, prove_checks.REFUSED, [why])
     return traefik, where
+
+
+def endpoint(module):
+    try:
+        return prove_net.endpoint(module.params["url"])
+    except ValueError as e:
+        done(module, prove_checks.REFUSED, [str(e)])
+
+
+def traefik_url(module, docker, traefik):
+    """Where this host reaches Traefik's entrypoint, from its own config and its published ports: the url given,
+    checked; else derived (https where it answers TLS now, else http). Refused when neither works."""
+    p = module.params
+    try:
+        entrypoints = entrypoint_url.read_entrypoints(traefik, lambda *argv: module.run_command(
+            [docker, "exec", p["container"]] + list(argv), environ_update=host.C_ENV))
+    except ValueError as e:
+        done(module, prove_checks.REFUSED, [str(e)])
+    if p["url"]:
+        why = entrypoint_url.reaches(p["url"], entrypoints, traefik)
+        if why:
+            done(module, prove_checks.REFUSED, [why])
+        return endpoint(module)
+    for scheme in ("https", "http"):
+        p["url"], why = entrypoint_url.url_for(entrypoints, p["entrypoint"], traefik, scheme)
+        if why:
+            done(module, prove_checks.REFUSED, ["%s: give the url" % why])
+        if answers(endpoint(module)):
+            break
+    return endpoint(module)
 
 
 def entrypoint_port(module, traefik, where):
@@ -227,15 +275,23 @@ def wedge(module, docker, traefik, port):
         done(module, prove_checks.FAILED, ["the wedge could not be made: %s" % (err or out).strip()])
 
 
+class NotTraefik(Exception):
+    """An answer at the url while Traefik was still wedged and not restarted: another server answers there."""
+
+
 def watch(module, docker, started, where, t0):
     """Step 4: seconds from the wedge until a restarted Traefik answers, and until it is healthy (None: not in
-    time)."""
+    time). NotTraefik when the url answers while Traefik is still wedged (asked first, then Traefik's start time
+    read: an answer from a Traefik restarted in between is not taken for another server's)."""
     p = module.params
     outage = healthy = None
     while time.monotonic() - t0 < p["timeout"] and (outage is None or healthy is None):
+        answered = answers(where) if outage is None else True
         now = inspect(module, docker, p["container"]) or {"State": {}}
         restarted = now["State"].get("StartedAt") not in (None, started)
-        if outage is None and restarted and answers(where):
+        if answered and not restarted:
+            raise NotTraefik()
+        if outage is None and restarted and answered:
             outage = round(time.monotonic() - t0, 1)
         if healthy is None and restarted and (now["State"].get("Health") or {}).get("Status") == "healthy":
             healthy = round(time.monotonic() - t0, 1)
@@ -266,7 +322,14 @@ def main():
     started = traefik["State"]["StartedAt"]
     t0 = time.monotonic()
     wedge(module, docker, traefik, port)
-    outage, healthy = watch(module, docker, started, where, t0)
+    try:
+        outage, healthy = watch(module, docker, started, where, t0)
+    except NotTraefik:
+        resumed = resume_if_still_wedged(module, docker, started, port)
+        done(module, prove_checks.FAILED, ["%s answered while %s was wedged and not restarted: that is another server, "
+                                           "not Traefik (give the url of Traefik's entrypoint, or none to have it "
+                                           "derived)%s" % (p["url"], p["container"], "; the wedge ended at once"
+                                                           if resumed else "")], resumed=resumed)
     if outage is None or healthy is None:
         resumed = resume_if_still_wedged(module, docker, started, port)
         ended = "; Traefik resumed (SIGCONT)" if port is None else "; the wedge's rule removed"

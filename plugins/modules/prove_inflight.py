@@ -16,6 +16,9 @@ description:
   - Adds a temporary slow route to Traefik - a small backend container on Traefik's network and a router with a
     unique host name on O(entrypoint), in a file of its own in the file provider's directory - and waits until Traefik
     serves it. The route gets the limit the way every route on the entrypoint does (the entrypoint's middleware).
+  - Only Traefik can be measured - the route's answers carry a header with the route's own name (a C(headers)
+    middleware of the route), and the route counts as served only once an answer has it; another server on the
+    host (DSM's nginx on 443, say) never does, whatever it answers.
   - Then sends O(amount) + O(extra) slow requests at once from this host to O(url) and counts the answers. Proved when
     at most O(amount) were answered 200 and at least O(extra) were answered 429, nothing else.
   - Removes the route's file and the backend container afterwards on every path (a failure, a timeout), and says
@@ -48,9 +51,15 @@ options:
     type: str
     default: websecure
   url:
-    description: Where this host reaches that entrypoint (C(https://) for a TLS entrypoint).
+    description:
+      - Where this host reaches O(entrypoint), C(https://HOST:PORT) (the temporary route uses TLS exactly when the url
+        is C(https://)).
+      - Default (empty) - derived from Traefik's own config (its static config file or flags) and its container's
+        published ports - on a Synology NAS, where DSM's nginx holds 443 and Traefik's 443 is published on 8443,
+        C(https://127.0.0.1:8443).
+      - A url given is refused, before anything is added, when it does not reach one of Traefik's entrypoints.
     type: str
-    default: https://127.0.0.1:443
+    default: ""
   timeout:
     description: Seconds each request may take in all (at most 60), and to wait for Traefik to serve the new route.
     type: int
@@ -134,10 +143,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.prove import checks as prove_checks
 from ansible_collections.homelab.edge.plugins.module_utils.prove import net as prove_net
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import entrypoint_url
 from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
 
 CHECK = "Traefik in-flight limit"
 LABEL = "homelab.edge.prove"
+# the header the temporary route's answers carry (its value: the route's name): Traefik's, never another server's
+MARK = "X-Homelab-Edge-Prove"
 
 
 class Docker(object):
@@ -148,10 +160,15 @@ class Docker(object):
     def run(self, *argv):
         return self.module.run_command([self.bin] + list(argv), environ_update=host.C_ENV)
 
+    def exec_(self, container):
+        return lambda *argv: self.run("exec", container, *argv)
+
 
 def read(module, docker, p):
     """Step 1: Traefik running, the network the backend joins, the directory
-    the route's file goes into. (facts, None) or (None, why not)."""
+    the route's file goes into, where this host reaches the entrypoint (the url
+    given, checked against Traefik's entrypoints, or derived from them: refused
+    when neither works). (facts, None) or (None, why not)."""
     rc, out, err = docker.run("inspect", p["container"])
     if rc != 0:
         return None, "%s: %s" % (p["container"], (err or out).strip())
@@ -170,13 +187,27 @@ def read(module, docker, p):
                       % (p["container"], p["state_dir"]))
     if not os.path.isdir(directory):
         return None, "the file provider's directory %s is not there" % directory
+    try:  # where this host reaches the entrypoint: Traefik's own config, the ports Docker publishes for it
+        entrypoints = entrypoint_url.read_entrypoints(info, docker.exec_(p["container"]))
+    except ValueError as e:
+        done(module, prove_checks.REFUSED, [str(e)])
+    if p["url"]:
+        why = entrypoint_url.reaches(p["url"], entrypoints, info)
+    else:
+        p["url"], why = entrypoint_url.url_for(entrypoints, p["entrypoint"], info)
+        why = why and "%s: give the url" % why
+    if why:
+        done(module, prove_checks.REFUSED, [why])
     return {"network": networks[0], "dir": directory}, None
 
 
 def route_text(name, hostname, entrypoint, tls, backend_url):
+    """The route's dynamic file: the router (the entrypoint's middleware comes first, as on every router there), a
+    headers middleware that marks its answers (MARK: the route's name) and the backend's service."""
     return json.dumps({"http": {
-        "routers": {name: dict({"rule": "Host(`%s`)" % hostname, "entryPoints": [entrypoint], "service": name},
-                               **({"tls": {}} if tls else {}))},
+        "routers": {name: dict({"rule": "Host(`%s`)" % hostname, "entryPoints": [entrypoint], "service": name,
+                                "middlewares": [name + "-mark"]}, **({"tls": {}} if tls else {}))},
+        "middlewares": {name + "-mark": {"headers": {"customResponseHeaders": {MARK: name}}}},
         "services": {name: {"loadBalancer": {"servers": [{"url": backend_url}]}}}}}, indent=2) + "\n"
 
 
@@ -210,14 +241,16 @@ def remove_route(module, docker, the_plan):
     return left
 
 
-def served(the_plan, timeout, sleep=time.sleep, clock=time.monotonic):
-    """Step 3b: seconds until Traefik answers the new route 200 (None: not in time)."""
-    t0 = clock()
-    while clock() - t0 < timeout:
-        if prove_net.http_status(the_plan["address"], the_plan["port"], the_plan["tls"], the_plan["hostname"], "/",
-                                 2) == 200:
-            return round(clock() - t0, 1)
-        sleep(0.5)
+def served(the_plan, timeout):
+    """Step 3b: seconds until Traefik answers the new route 200 with the route's mark (None: not in time). An
+    answer without the mark is not the route's: another server, or Traefik without the route yet."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        status, headers = prove_net.http_head(the_plan["address"], the_plan["port"], the_plan["tls"],
+                                              the_plan["hostname"], "/", 2)
+        if status == 200 and headers.get(MARK.lower()) == the_plan["route"]:
+            return round(time.monotonic() - t0, 1)
+        time.sleep(0.5)
     return None
 
 
@@ -226,7 +259,7 @@ ARGUMENT_SPEC = dict(container=dict(type="str", default="traefik"),
                      amount=dict(type="int", required=True),
                      extra=dict(type="int", default=10),
                      entrypoint=dict(type="str", default="websecure"),
-                     url=dict(type="str", default="https://127.0.0.1:443"),
+                     url=dict(type="str", default=""),
                      timeout=dict(type="int", default=20),
                      backend_image=dict(type="str", default="traefik/whoami:v1.10"),
                      backend_command=dict(type="list", elements="str", default=[]),
@@ -239,25 +272,29 @@ ARGUMENT_SPEC = dict(container=dict(type="str", default="traefik"),
 def done(module, status, reasons, measured="-", **extra):
     """The one exit: the prove table's row and the data behind it."""
     p = module.params
-    target = "%s (%s)" % (p["container"], p["url"])
+    target = "%s (%s)" % (p["container"], p["url"] or "entrypoint %s" % p["entrypoint"])
     expected = "at most %d answered 200, %d+ answered 429" % (p["amount"], p["extra"])
     module.exit_json(changed=False, rows=[prove_checks.row(None, CHECK, target, expected, measured, status, reasons)],
                      **dict({"plan": None, "left_behind": []}, **extra))
 
 
 def plan(module):
-    """Step 2a, before anything is read: the load's numbers and where Traefik is reached, refused when they
-    cannot work. (plan, (address, port, tls))."""
+    """Step 2a, before anything is read: the load's numbers, refused when they cannot work; a url given, refused
+    when malformed."""
     p = module.params
     try:
         the_plan = prove_checks.inflight_plan(p["amount"], p["extra"], p["timeout"])
     except prove_checks.PlanError as e:
         done(module, prove_checks.REFUSED, [str(e)])
+    return the_plan
+
+
+def where(module):
+    """Step 2b, once the url is known (given, or derived by read()): (address, port, tls); refused when malformed."""
     try:
-        endpoint = prove_net.endpoint(p["url"])
+        return prove_net.endpoint(module.params["url"])
     except ValueError as e:
         done(module, prove_checks.REFUSED, [str(e)])
-    return the_plan, endpoint
 
 
 def name_route(the_plan, endpoint, facts):
@@ -276,7 +313,8 @@ def load(module, docker, facts, the_plan):
     try:
         add_route(module, docker, facts, the_plan, p)
         if served(the_plan, p["timeout"]) is None:
-            reasons.append("Traefik did not serve the temporary route within %d s" % p["timeout"])
+            reasons.append("Traefik did not serve the temporary route within %d s (no answer with its mark at %s: is "
+                       "that Traefik's entrypoint %s?)" % (p["timeout"], p["url"], p["entrypoint"]))
         else:
             answers = prove_net.at_once(the_plan["requests"], lambda: prove_net.http_status(
                 the_plan["address"], the_plan["port"], the_plan["tls"], the_plan["hostname"], p["backend_path"],
@@ -304,12 +342,14 @@ def verify(module, the_plan, answers, reasons, left):
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    the_plan, endpoint = plan(module)
+    the_plan = plan(module)
+    if module.params["url"]:
+        where(module)
     docker = Docker(module)
     facts, why = read(module, docker, module.params)
     if why:
         done(module, prove_checks.SKIPPED, [why])
-    name_route(the_plan, endpoint, facts)
+    name_route(the_plan, where(module), facts)
     if module.check_mode:
         done(module, prove_checks.PLANNED, [], "would add route %s and send %d requests at once (bound %d s)"
              % (the_plan["route"], the_plan["requests"], the_plan["bound_s"]), plan=the_plan)

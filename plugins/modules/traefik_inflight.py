@@ -390,6 +390,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils import host
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import entrypoint_url
 from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
 from ansible_collections.homelab.edge.plugins.module_utils import undo_record
 from ansible_collections.homelab.edge.plugins.module_utils.traefik.text_edit import EditError
@@ -495,7 +496,7 @@ def read_and_plan(module, docker, opts):
     env, workdir = traefik_inflight.container_env(inspect)
     candidates = traefik_inflight.static_candidates(traefik_inflight.traefik_args(inspect), env, workdir)
     # as Traefik does: whatever exists there (os.Stat), file or not
-    rc, found, err = docker.exec_("sh", "-c", 'for f in "$@"; do [ -e "$f" ] && echo "$f"; done; true', "sh",
+    rc, found, err = docker.exec_("sh", "-c", entrypoint_url.FIND_EXISTING, "sh",
                                   *candidates)
     facts = traefik_inflight.container_facts(inspect, version, found.splitlines(), module.params["traefik_version"])
     static_path = None

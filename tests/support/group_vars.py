@@ -78,12 +78,17 @@ def summary(option):
     return first
 
 
+# an example line shows another value and says the default in its comment: "# key: value   # example (default: x)"
+EXAMPLE_DEFAULT = re.compile(r"\bexample \(default: (.*)\)$")
+
+
 def shown_keys(lines):
-    """The keys the lines show with their default (a line marked as an example shows another value)."""
+    """The keys the lines show: with their default, or as an example that says its default (uncommented, a key
+    shown twice would be a duplicate key: YAML keeps only the last)."""
     keys = set()
     for line in lines:
         m = SHOWN.match(line.rstrip())
-        if m and "_" in m.group(1) and "example" not in (m.group(3) or ""):
+        if m and "_" in m.group(1) and ("example" not in (m.group(3) or "") or EXAMPLE_DEFAULT.search(m.group(3))):
             keys.add(m.group(1))
     return keys
 

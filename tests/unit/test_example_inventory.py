@@ -14,6 +14,8 @@ from .conftest import ROOT
 GROUP_VARS = os.path.join(ROOT, "inventories", "example", "group_vars")
 # "# key: value", optionally "# a comment" after it; "# key:" alone is followed by "#   " lines (a list, a mapping)
 SHOWN = re.compile(r"^# ([a-z0-9_]+):(?: (.+?))?(?:\s+#(.*))?$")
+# an example: another value, the default said in its comment ("# key: value   # example (default: x)")
+EXAMPLE_DEFAULT = re.compile(r"\bexample \(default: (.*)\)$")
 
 
 def task_roles(tasks):
@@ -67,6 +69,9 @@ def shown(path):
         else:
             value = yaml.safe_load(m.group(2))
         found.append((m.group(1), value, "example" in (m.group(3) or "")))
+        said = EXAMPLE_DEFAULT.search(m.group(3) or "")
+        if said:  # the default an example line says it replaces
+            found.append((m.group(1), yaml.safe_load(said.group(1)), "said"))
     return found
 
 
@@ -83,11 +88,26 @@ def test_group_vars_show_every_option_of_the_groups_roles_with_its_default(group
     for role in roles_by_group()[group]:
         specs.update(argument_specs(role))
     found = shown(os.path.join(GROUP_VARS, group + ".yml"))
-    defaults = [key for key, dummy, example in found if not example]
-    assert sorted(k for k in set(defaults) if defaults.count(k) > 1) == [], "shown twice with its default"
+    defaults = [key for key, dummy, example in found if example in (False, "said")]
     assert sorted(set(specs) - set(defaults)) == [], "options of %s's roles the file does not show" % group
     assert sorted(set(f[0] for f in found) - set(specs)) == [], "shown, but no role on %s has them" % group
     for key, value, example in found:
-        if not example:
+        if example in (False, "said"):
             assert value == specs[key].get("default"), "%s: shown as %r, its default is %r" % (
                 key, value, specs[key].get("default"))
+
+
+@pytest.mark.parametrize("group", sorted(roles_by_group()))
+def test_no_option_is_shown_twice(group):
+    """Each option on one line (or one block of lines): uncommenting every line a user wants must not give a
+    duplicate key, of which YAML keeps only the last (ansible-core warns, and the first value is lost). An example
+    value replaces the default's line and says the default in its comment."""
+    keys = [key for key, dummy, example in shown(os.path.join(GROUP_VARS, group + ".yml")) if example != "said"]
+    assert sorted(k for k in set(keys) if keys.count(k) > 1) == [], "shown twice in %s.yml" % group
+
+
+def test_the_duplicate_check_sees_a_key_shown_twice(tmp_path):
+    path = tmp_path / "g.yml"
+    path.write_text("# k3d_serverlb_udp_ports: {53: dns}\n# k3d_serverlb_udp_ports: {53: dns, 1053: dns}   # example\n")
+    keys = [key for key, dummy, example in shown(str(path)) if example != "said"]
+    assert keys == ["k3d_serverlb_udp_ports", "k3d_serverlb_udp_ports"]

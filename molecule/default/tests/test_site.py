@@ -199,13 +199,18 @@ def both_off():
 
 
 def test_when_the_nas_fails_first_the_vps_does_not_send_and_the_path_keeps_working():
-    """The NAS's change fails (and is rolled back): site.yml stops before the
-    VPS; the VPS run on its own (its tag) then refuses to send PROXY protocol
-    to a Traefik that does not trust it yet. TLS through the VPS works all along."""
+    """The NAS's change fails (and is rolled back): site.yml goes on to the VPS
+    (one host failing stops no other), whose PROXY protocol step refuses to send
+    it to a Traefik that does not trust it yet, and the run ends naming both;
+    the VPS run on its own (its tag) refuses the same. TLS through the VPS works all along."""
     both_off()
     try:
         rc, out, recap = site("-e", '{"traefik_inflight_excluded_ips": ["not-an-ip"]}', ok=False)
         assert rc != 0 and "The change was rolled back" in out and "invalid CIDR address: not-an-ip" in out
+        summary = out.split("Hosts that failed in a play above")[-1]
+        assert "fatal: [lab-nas]" in summary and "fatal: [lab-vps]" in summary, summary[-3000:]
+        assert "do not accept PROXY protocol from this host yet" in summary and "nothing was changed" in summary
+        assert "proxy_protocol on" not in VPS.file("/etc/nginx/nginx.conf").content_string
         assert "proxyProtocol" not in NAS.file("/srv/traefik/config/traefik.yml").content_string
         assert get("lab-client1", vps_ip()) == "200"
         rc, out, recap = site("--tags", "vps", ok=False)

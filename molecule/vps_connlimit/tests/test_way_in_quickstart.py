@@ -106,7 +106,7 @@ def test_every_quick_start_command_from_the_installed_collection(newcomer):
         elif command.endswith("homelab.edge.site"):
             assert rc != 0 and recap(out, "vps-fresh")["failed"] == 0, out[-3000:]
             assert "Hosts that failed in a play above" in out and "cannot reach the Docker engine" in out.split(
-                "Hosts that failed in a play above")[1], out[-3000:]
+                "Hosts that failed in a play above")[-1], out[-3000:]
             assert way.FRESH.check_output("ufw status").startswith("Status: active")
             assert ufw_connlimit.nft_connlimit_ports(way.FRESH.check_output("nft list ruleset 2>/dev/null"), 4) == {80, 443}
             assert way.new_login() and way.udp_answers()

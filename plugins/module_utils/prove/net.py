@@ -313,6 +313,43 @@ def http_status(host, port, tls, hostname, path, timeout):
         return type(e).__name__
 
 
+def http_head(host, port, tls, hostname, path, timeout, limit=16384):
+    """(status, {lower-cased header: value}) of one GET http(s)://hostname<path> sent to host:port (any
+    certificate; SNI = hostname): the response's head only, at most `limit` bytes. (what went wrong, {}) when no
+    HTTP answer came."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            s = raw
+            if tls:
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+                s = ctx.wrap_socket(raw, server_hostname=hostname)
+            s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, hostname)).encode("ascii"))
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < limit:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+            if tls:
+                s.close()
+    except socket.timeout:
+        return "timeout", {}
+    except (OSError, ValueError) as e:
+        return type(e).__name__, {}
+    lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    parts = lines[0].split()
+    if not (lines[0].startswith("HTTP/") and len(parts) > 1 and parts[1].isdigit()):
+        return "no HTTP answer", {}
+    headers = {}
+    for line in lines[1:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            headers[key.strip().lower()] = value.strip()
+    return int(parts[1]), headers
+
+
 def at_once(n, fn, timeout):
     """fn() in `n` threads released together; {result: count}. Threads left
     after `timeout` + 5 s count as "unfinished"."""

@@ -19,8 +19,20 @@ def host(commands, monkeypatch):
     clock = types.SimpleNamespace(now=0.0)
     monkeypatch.setattr(mod, "time", types.SimpleNamespace(monotonic=lambda: clock.now,
                                                            sleep=lambda s: setattr(clock, "now", clock.now + s)))
-    monkeypatch.setattr(mod.prove_net, "http_status", lambda *a: 404)  # any answer counts
     commands.heals = True
+
+    def status(*a):  # any answer counts; none while Traefik is wedged, until it is restarted (or the wedge ended)
+        wedged = commands.ran("docker", "kill", "-s", "STOP") or commands.ran("nsenter", "-t", "4242", "-n", "iptables",
+                                                                             "-w", "-I")
+        ended = commands.ran("docker", "kill", "-s", "CONT") or commands.ran("nsenter", "-t", "4242", "-n", "iptables",
+                                                                            "-w", "-D")
+        return "timeout" if wedged and not ended and not (commands.heals and clock.now >= 2) and \
+            not commands.other_server else 404
+    commands.other_server = False
+    monkeypatch.setattr(mod.prove_net, "http_status", status)
+    commands.answers[("docker", "exec", "traefik", "sh")] = (0, "/etc/traefik/traefik.yml\n", "")
+    commands.answers[("docker", "exec", "traefik", "cat", "/etc/traefik/traefik.yml")] = (
+        0, "entryPoints:\n  websecure:\n    address: ':443'\n    http:\n      tls: {}\n", "")
 
     def inspect_traefik(argv):
         doc = traefik()
@@ -54,6 +66,21 @@ def test_a_traefik_not_restarted_in_time_is_resumed_and_failed(run_main, host):
     assert res["rows"][0]["status"] == "failed" and res["resumed"] and res["outage_s"] is None
     assert res["rows"][0]["reasons"] == ["not healed within 3 s; Traefik resumed (SIGCONT)"]
     assert host.ran("docker", "kill", "-s", "CONT", "traefik")
+
+
+def test_the_url_is_derived_from_traefik_s_config_and_its_published_port(run_main, host):
+    res = run_main(mod, check=True)
+    assert res["rows"][0]["target"] == "traefik (https://127.0.0.1:443)", res
+
+
+def test_an_answer_while_traefik_is_still_wedged_is_another_server_and_ends_the_wedge(run_main, host):
+    """Another server holds the url's port (DSM's nginx): it answers while Traefik is stopped and not restarted.
+    That is never taken for Traefik serving again: the check fails at once and Traefik is resumed."""
+    host.other_server, host.heals = True, False
+    res = run_main(mod, timeout=10)
+    assert res["rows"][0]["status"] == "failed" and res["resumed"], res
+    assert "answered while traefik was wedged and not restarted: that is another server" in res["rows"][0]["reasons"][0]
+    assert host.ran("docker", "kill", "-s", "CONT", "traefik") and mod.time.monotonic() < 1
 
 
 def test_a_timeout_past_the_bound_is_refused_before_anything_is_read(run_main, host):
@@ -106,9 +133,9 @@ def test_an_entrypoint_wedge_not_healed_in_time_has_its_rule_removed(run_main, e
 
 
 @pytest.mark.parametrize("url, network_mode, missing, words", [
-    ("https://127.0.0.1:9443", "host", (), "would be a rule in the host's own firewall"),
+    ("https://127.0.0.1:443", "host", (), "would be a rule in the host's own firewall"),
     ("https://127.0.0.1:9443", "default", ("nsenter",), "needs nsenter on this host"),
-    ("https://127.0.0.1:443", "default", (), "publishes no TCP port 443"),
+    ("https://127.0.0.1:443", "default", (), "does not reach Traefik: nothing of Traefik's listens on port 443"),
 ])
 def test_an_entrypoint_wedge_that_cannot_be_made_safely_is_refused(
         run_main, entrypoint_host, url, network_mode, missing, words):

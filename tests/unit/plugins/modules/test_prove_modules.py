@@ -30,17 +30,24 @@ def test_the_temporary_route_is_a_router_and_service_of_its_own():
                                    True, "http://172.18.0.9:80"))
     router = doc["http"]["routers"]["homelab-edge-prove-1a2b"]
     assert router == {"rule": "Host(`homelab-edge-prove-1a2b.prove.invalid`)", "entryPoints": ["websecure"],
-                      "service": "homelab-edge-prove-1a2b", "tls": {}}
+                      "service": "homelab-edge-prove-1a2b", "tls": {}, "middlewares": ["homelab-edge-prove-1a2b-mark"]}
     assert doc["http"]["services"]["homelab-edge-prove-1a2b"]["loadBalancer"]["servers"] == [{"url": "http://172.18.0.9:80"}]
-    # no middleware named: the route gets the limit as every route on the entrypoint does
-    assert "middlewares" not in router
+    # its one middleware marks its answers (Traefik's, never another server's); the limit it gets as every route
+    # on the entrypoint does (the entrypoint's middleware, before the router's)
+    assert doc["http"]["middlewares"] == {"homelab-edge-prove-1a2b-mark": {"headers": {"customResponseHeaders": {
+        "X-Homelab-Edge-Prove": "homelab-edge-prove-1a2b"}}}}
     assert "tls" not in json.loads(pi.route_text("r", "r.prove.invalid", "web", False, "http://x:80"))["http"]["routers"]["r"]
 
 
 def traefik(health="healthy", labels=None, test=("CMD", "traefik", "healthcheck", "--ping"), running=True):
+    """Traefik's inspect: its websecure (:443 in its container, as the test_prove_autoheal fixture's static config
+    says) published on 443."""
     return {"State": {"Running": running, "Health": {"Status": health}, "StartedAt": "t0"},
             "Config": {"Labels": {"autoheal": "true"} if labels is None else labels,
-                       "Healthcheck": {"Test": list(test)} if test else {}}}
+                       "Healthcheck": {"Test": list(test)} if test else {},
+                       "Cmd": ["--configFile=/etc/traefik/traefik.yml"]},
+            "NetworkSettings": {"Ports": {"443/tcp": [{"HostIp": "0.0.0.0", "HostPort": "443"}]},
+                                "Networks": {"web": {"IPAddress": "172.18.0.2"}}}}
 
 
 AUTOHEAL = {"State": {"Running": True}, "Config": {"Env": ["AUTOHEAL_INTERVAL=5"]}}
