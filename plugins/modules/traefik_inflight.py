@@ -54,7 +54,7 @@ description:
   - The record is written once the files are, before Traefik is restarted and checked, marked in flight. A run cut
     off there (the controller killed, the connection lost) leaves the user's originals for O(state=absent); the next
     run says so (RV(found)) and restarts or re-creates Traefik on the files as that run would have, then checks it.
-    Cut off while compose re-creates Traefik, no container may run under its name: the next run re-creates it with
+    Cut off while compose re-creates Traefik, no container may run under its name; the next run re-creates it with
     C(docker compose up -d --force-recreate) first, saying so. Cut off while it writes the files (a moment), the files are partly
     changed and not yet recorded.
 author:

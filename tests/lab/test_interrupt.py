@@ -14,9 +14,6 @@ import pytest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path[:0] = [os.path.join(ROOT, "tests", "support"), os.path.join(ROOT, "lab")]
 import interrupt  # noqa: E402
-import upstream_images  # noqa: E402
-
-WITHOUT_AUTOHEAL = upstream_images.reason("autoheal")
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +32,8 @@ def check(result):
     assert len(result.get("in_flight", [])) == len(interrupt.LANES[result["lane"]].in_flight), result.get("in_flight")
 
 
-@upstream_images.needs("autoheal")
 def test_the_nas_roles_interrupted_at_every_boundary_converge_and_undo_byte_for_byte(lanes):
-    check(lanes["nas"])
-
-
-@pytest.mark.skipif(WITHOUT_AUTOHEAL is None, reason="the lab has autoheal's image: the test above runs the NAS with it")
-def test_the_nas_roles_but_autoheal_interrupted_at_every_boundary(lanes):
-    """Where the lab has no autoheal image (lab/upstream_images.py), the NAS's site runs without the autoheal tag."""
+    """Where the lab has no autoheal image (lab/upstream_images.py), the lane leaves autoheal's tag out (said)."""
     check(lanes["nas"])
 
 

@@ -122,6 +122,7 @@ def rows(report):
     return dict((r["check"], r) for r in report["rows"])
 
 
+@upstream_images.needs("autoheal")
 def test_site_changes_traefik_beside_dsm_and_dsm_keeps_80_and_443(syno):
     """The NAS's roles, then the VPS's PROXY protocol to 8443 (its connection limit is Molecule's: not here)."""
     rc, out = playbook(syno["inventory"], "site", "--tags", "nas,vps_proxy_protocol")
@@ -133,6 +134,7 @@ def test_site_changes_traefik_beside_dsm_and_dsm_keeps_80_and_443(syno):
     assert "proxy_protocol on;" in sh("docker", "exec", VPS, "cat", "/etc/nginx/nginx.conf").stdout
 
 
+@upstream_images.needs("autoheal")
 def test_traefik_sees_the_client_through_the_vps_on_8443(syno):
     """PROXY protocol from the VPS to the NAS's 8443: Traefik answers through the VPS and logs the client's own
     address, not the VPS's."""
@@ -144,6 +146,7 @@ def test_traefik_sees_the_client_through_the_vps_on_8443(syno):
     assert client_hosts(t0) == {client}, (client, syno["vps_ip"])
 
 
+@upstream_images.needs("autoheal")
 def test_status_and_diagnose_read_it(syno, tmp_path):
     rc, out = playbook(syno["inventory"], "status")
     assert rc == 0, out[-4000:]
