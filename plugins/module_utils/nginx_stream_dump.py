@@ -317,8 +317,7 @@ def children(block):
     for d in block:
         if d.included is not None:
             for path, inner in d.included:
-                for x in children(inner):
-                    yield x
+                yield from children(inner)
         else:
             yield d
 
@@ -338,9 +337,7 @@ def _all(block):
     for d in block:
         yield d
         if d.block is not None:
-            for x in _all(d.block):
-                yield x
+            yield from _all(d.block)
         if d.included is not None:
             for p, inner in d.included:
-                for x in _all(inner):
-                    yield x
+                yield from _all(inner)

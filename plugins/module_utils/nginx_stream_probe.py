@@ -87,9 +87,9 @@ def ask_upstream(address, sni=None, timeout=5.0):
     for inner in (TLS, HTTP):
         ok, answer = talk(host, port, inner, sni=sni, timeout=timeout)
         if ok:
+            spoken = inner.upper() if inner == TLS else "HTTP"
             return None, ("it speaks %s without a PROXY header (%s) but not with one (%s): it does not accept "
-                          "PROXY protocol from this host yet" % (inner.upper() if inner == TLS else "HTTP", answer,
-                                                                  "; ".join(answers)))
+                          "PROXY protocol from this host yet" % (spoken, answer, "; ".join(answers)))
     return None, "it answers neither TLS nor HTTP, with or without a PROXY header (%s)" % "; ".join(answers)
 
 

@@ -354,8 +354,8 @@ def recover(module, result):
         return False
     failed = restore(put_back)
     if failed:
-        module.fail_json(msg="%s: could not put back %s; the journal stays at %s" % (found, ", ".join(failed),
-                                                                                      journal_path()), **result)
+        module.fail_json(msg="%s: could not put back %s; the journal stays at %s"
+                             % (found, ", ".join(failed), journal_path()), **result)
     ok, why = nginx_test(module)
     if not ok:
         module.fail_json(msg="LOUD: %s; its files are back as they were before it (%s), but nginx -t still fails: %s. "

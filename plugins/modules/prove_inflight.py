@@ -314,7 +314,7 @@ def load(module, docker, facts, the_plan):
         add_route(module, docker, facts, the_plan, p)
         if served(the_plan, p["timeout"]) is None:
             reasons.append("Traefik did not serve the temporary route within %d s (no answer with its mark at %s: is "
-                       "that Traefik's entrypoint %s?)" % (p["timeout"], p["url"], p["entrypoint"]))
+                           "that Traefik's entrypoint %s?)" % (p["timeout"], p["url"], p["entrypoint"]))
         else:
             answers = prove_net.at_once(the_plan["requests"], lambda: prove_net.http_status(
                 the_plan["address"], the_plan["port"], the_plan["tls"], the_plan["hostname"], p["backend_path"],

@@ -19,8 +19,7 @@ def tasks(items):
     for t in items or []:
         yield t
         for key in ("block", "rescue", "always"):
-            for inner in tasks(t.get(key)):
-                yield inner
+            yield from tasks(t.get(key))
 
 
 def conditions(task):

@@ -113,8 +113,8 @@ def reaches(url, entrypoints, inspect):
             if proto != "tcp" or not inner.isdigit() or int(inner) not in ports:
                 continue
             for b in bindings or []:
-                if str(b.get("HostPort")) == str(port) and ((b.get("HostIp") or "") in ANY_ADDRESS
-                                                           or b.get("HostIp") == u.hostname):
+                host_ip = b.get("HostIp") or ""
+                if str(b.get("HostPort")) == str(port) and (host_ip in ANY_ADDRESS or host_ip == u.hostname):
                     return None
                 if str(b.get("HostPort") or "").isdigit():
                     where.append("%s (%s in its container) published on %s" % (ports[int(inner)], inner, b["HostPort"]))

@@ -147,8 +147,8 @@ def test_servers_to_listed_upstreams_get_it_the_others_are_left():
     conf = conf_of(("/etc/nginx/nginx.conf", USER))
     p = plan.Plan(conf, NAS)
     assert outcomes(p) == [("443", "add"), ("80", "add"), ("2222", "other")]
-    assert [s.result()["targets"] for s in p.servers] == [["10.8.0.2:443 (upstream nas_tls)"], ["10.8.0.2:80"],
-                                                         ["192.168.1.5:22"]]
+    assert [s.result()["targets"] for s in p.servers] == [
+        ["10.8.0.2:443 (upstream nas_tls)"], ["10.8.0.2:80"], ["192.168.1.5:22"]]
     assert p.refusals == [] and p.warnings == [] and p.nothing_forwards() is None
 
 

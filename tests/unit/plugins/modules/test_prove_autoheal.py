@@ -22,10 +22,9 @@ def host(commands, monkeypatch):
     commands.heals = True
 
     def status(*a):  # any answer counts; none while Traefik is wedged, until it is restarted (or the wedge ended)
-        wedged = commands.ran("docker", "kill", "-s", "STOP") or commands.ran("nsenter", "-t", "4242", "-n", "iptables",
-                                                                             "-w", "-I")
-        ended = commands.ran("docker", "kill", "-s", "CONT") or commands.ran("nsenter", "-t", "4242", "-n", "iptables",
-                                                                            "-w", "-D")
+        iptables = ("nsenter", "-t", "4242", "-n", "iptables", "-w")
+        wedged = commands.ran("docker", "kill", "-s", "STOP") or commands.ran(*(iptables + ("-I",)))
+        ended = commands.ran("docker", "kill", "-s", "CONT") or commands.ran(*(iptables + ("-D",)))
         return "timeout" if wedged and not ended and not (commands.heals and clock.now >= 2) and \
             not commands.other_server else 404
     commands.other_server = False

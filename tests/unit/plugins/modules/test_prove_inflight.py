@@ -84,8 +84,8 @@ def test_another_server_answering_200_is_never_taken_for_the_route(run_main, eng
     sent = []
     monkeypatch.setattr(mod.prove_net, "http_head", lambda *a: (200, {"server": "nginx"}))
     monkeypatch.setattr(mod.prove_net, "at_once", lambda *a: sent.append(a) or {"200": 15})
-    monkeypatch.setattr(mod, "time", type("T", (), {"monotonic": staticmethod(iter(range(0, 1000, 5)).__next__),
-                                                     "sleep": staticmethod(lambda s: None)}))
+    clock = {"monotonic": staticmethod(iter(range(0, 1000, 5)).__next__), "sleep": staticmethod(lambda s: None)}
+    monkeypatch.setattr(mod, "time", type("T", (), clock))
     res = run_main(mod, amount=5, dynamic_dir=str(tmp_path), timeout=20)
     assert res["rows"][0]["status"] == "failed" and sent == [] and list(tmp_path.iterdir()) == []
     assert "no answer with its mark at https://127.0.0.1:8443" in res["rows"][0]["reasons"][0], res
