@@ -45,8 +45,9 @@ scoped_revert() {
 }
 
 docker_nft() {
-  # the nftables table ufw_connlimit hands over under Docker's nftables backend: real nft in network namespaces, both ways
-  python -m pytest -q -p no:cacheprovider tests/lab/test_docker_nft_rules.py
+  # the nftables table ufw_connlimit hands over under Docker's nftables backend: real nft in network namespaces, both ways;
+  # and its bounds on all sources together on the real iptables, a flood from 150 addresses, both ways
+  python -m pytest -q -p no:cacheprovider tests/lab/test_docker_nft_rules.py tests/lab/test_total_bound_rules.py
 }
 
 docker29() {
