@@ -86,12 +86,12 @@ options:
         (60 s by default, read on the host) connections half-open, counted by O(total); the module refuses values
         where that is not below O(total).
     type: int
-    default: 5
+    default: 4
     version_added: "2.1.0"
   burst:
     description: The rate bound's bucket - new connections allowed at once before O(rate) applies.
     type: int
-    default: 50
+    default: 100
     version_added: "2.1.0"
   state:
     description:
@@ -235,8 +235,8 @@ bounds:
       namespace; ports Docker publishes are counted in the container's and are left out).
   returned: always, but where ufw is not installed
   type: dict
-  sample: {"asked": {"total": 400, "rate": 5, "burst": 50}, "syn_recv_timeout": 60, "half_open": 350,
-           "live": {"ipv4": {"443": {"total": 400, "rate": 5, "burst": 50}}}, "counted": {"443": 12}}
+  sample: {"asked": {"total": 400, "rate": 4, "burst": 100}, "syn_recv_timeout": 60, "half_open": 340,
+           "live": {"ipv4": {"443": {"total": 400, "rate": 4, "burst": 100}}}, "counted": {"443": 12}}
   version_added: "2.1.0"
 effective:
   description: Per port, the smallest per-address limit live on it - the one that holds (the module's or another).
@@ -595,8 +595,8 @@ ARGUMENT_SPEC = dict(
     ports=dict(type="list", elements="int", default=[80, 443]),
     limit=dict(type="int", default=100),
     total=dict(type="int", default=400),
-    rate=dict(type="int", default=5),
-    burst=dict(type="int", default=50),
+    rate=dict(type="int", default=4),
+    burst=dict(type="int", default=100),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     ipv6=dict(type="bool", default=True),
     backup=dict(type="bool", default=False),

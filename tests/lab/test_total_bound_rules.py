@@ -112,3 +112,17 @@ def test_the_rate_bound_holds_new_connections_a_second(path):
     got = flood(path["client"], 150, 1)
     # one bucket of 20 for every source: about 20 pass (a few more refill while the 150 go out), the rest reset
     assert 20 <= got["established"] <= 30 and got["reset"] == 150 - got["established"], got
+
+
+
+def test_a_pause_does_not_give_the_whole_burst_back(path):
+    """The bucket refills at the rate, no sooner: its entry outlives the last connection by burst / rate seconds
+    (total.expire_ms). iptables' own expiry is about one token's time, after which the next connection finds a full
+    bucket again (the net removed: a flood pausing a second would get the whole burst each time)."""
+    load(path["vps"], {"total": 0, "rate": 4, "burst": 20})
+    wait_listening(path["client"])
+    first = flood(path["client"], 30, 1)
+    assert 18 <= first["established"] <= 22, first
+    time.sleep(1.5)   # 6 tokens back at 4 a second
+    second = flood(path["client"], 30, 1)
+    assert 4 <= second["established"] <= 9, second

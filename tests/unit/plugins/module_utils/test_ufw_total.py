@@ -32,7 +32,8 @@ def test_each_port_gets_per_address_then_rate_then_total():
     assert len(rules) == 6
     assert [r.split(" -m ")[2].split()[0] for r in rules[3:]] == ["connlimit", "hashlimit", "connlimit"]
     assert rules[4] == ("-A ufw-before-input -p tcp --dport 443 -m conntrack --ctstate NEW -m hashlimit "
-                        "--hashlimit-above 5/sec --hashlimit-burst 50 --hashlimit-name edge-rate-443 -m comment "
+                        "--hashlimit-above 5/sec --hashlimit-burst 50 --hashlimit-name edge-rate-443 "
+                        "--hashlimit-htable-expire 10000 -m comment "
                         "--comment homelab.edge.ufw_connlimit -j REJECT --reject-with tcp-reset")
     assert rules[5] == ("-A ufw-before-input -p tcp --dport 443 -m conntrack --ctstate NEW -m connlimit "
                         "--connlimit-above 400 --connlimit-mask 0 -m comment --comment homelab.edge.ufw_connlimit "
