@@ -57,8 +57,9 @@ docker29() {
 
 traefik_live() {
   # the real Traefik (v3 and v2, the lab's images) starts on what traefik_inflight writes into
-  # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping
-  python -m pytest -q -p no:cacheprovider tests/lab/test_traefik_live.py
+  # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping;
+  # and the tunnel's total on the release binaries in a network namespace (many PROXY-protocol sources, the LAN), both ways
+  python -m pytest -q -p no:cacheprovider tests/lab/test_traefik_live.py tests/lab/test_traefik_tunnel_live.py
 }
 
 unit() {
