@@ -152,6 +152,53 @@ def connlimit_verdict(plan, counts):
     return (FAILED if why else PROVED), why
 
 
+def bound_plan(total, rate, burst, limit, extra, sources, hold_s, timeout):
+    """The many-source check of the VPS's bound on all sources together (issue 63): the bound a burst of new
+    connections meets first - the rate bound's bucket (`burst`, when `rate` is on) or the total (`total`) - plus
+    `extra`, opened at once from `sources` (addresses of the host the check runs on) in turn, each source's share
+    kept under the per-address `limit` (so that limit never answers), held `hold_s`, then all closed.
+    Refused (PlanError) when no bound is on, or too few sources are given to stay under the per-address limit."""
+    if not total and not rate:
+        raise PlanError("neither a total nor a rate bound is on (vps_connlimit_total, vps_connlimit_rate): nothing "
+                        "bounds all sources together")
+    bound, which = min((b, w) for b, w in ((total, "total"), (burst if rate else 0, "rate bound's bucket")) if b)
+    _between("the extra connections", extra, 1, CONNLIMIT_MAX_TOTAL)
+    _between("the bound", bound, 1, CONNLIMIT_MAX_TOTAL - extra)
+    _between("the hold time", hold_s, 0, CONNLIMIT_MAX_HOLD_S)
+    _between("the connect timeout", timeout, 0.1, MAX_TIMEOUT_S)
+    connections = bound + extra
+    each = max(1, limit - max(5, limit // 10))  # a share well under the per-address limit, as connlimit_floor
+    needed = int(math.ceil(connections / float(each)))
+    if len(sources) < needed:
+        raise PlanError("%d connections at once under the per-address limit of %d need %d source addresses of this "
+                        "host; %d given (vps_connlimit_prove_sources)" % (connections, limit, needed, len(sources)))
+    return {"connections": connections, "bound": bound, "which": which, "extra": extra, "sources": len(sources),
+            "per_source": int(math.ceil(connections / float(len(sources)))), "hold_s": hold_s, "timeout_s": timeout,
+            "at_least": bound - max(5, bound // 10), "bound_s": round(timeout + hold_s + 5, 1)}
+
+
+def bound_verdict(plan, counts):
+    """(status, reasons): about `bound` connections from all the sources together stay established - at most the
+    bound, at least plan["at_least"] (other clients' connections hold a few of it) - at least `extra` are reset,
+    none unanswered."""
+    why = []
+    est, reset = counts["established"], counts["reset"]
+    if est > plan["bound"]:
+        why.append("%d established, %d reset: more than the %s of %d stayed open" % (est, reset, plan["which"],
+                                                                                    plan["bound"]))
+    elif est < plan["at_least"]:
+        why.append("%d established, %d reset: fewer than %d, so a lower bound than the %s of %d holds (another rule, "
+                   "or the bucket not full: new connections in the last seconds)"
+                   % (est, reset, plan["at_least"], plan["which"], plan["bound"]))
+    if reset < plan["extra"]:
+        why.append("%d reset of the %d over the bound" % (reset, plan["extra"]))
+    if counts["timeout"]:
+        why.append("%d connections unanswered in %s s (dropped, not reset)" % (counts["timeout"], plan["timeout_s"]))
+    if counts["other"]:
+        why.append("%d failed otherwise: %s" % (counts["other"], ", ".join(sorted(counts.get("errors", [])))))
+    return (FAILED if why else PROVED), why
+
+
 def inflight_plan(amount, extra, timeout):
     """amount + extra slow requests at once through a temporary route; each
     bounded by `timeout`, and so is the wait for Traefik to serve the route.

@@ -30,6 +30,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 from .text_edit import EditError, ci, lookup
 
 HEADER = "X-Homelab-Edge-Pool"
@@ -259,6 +261,24 @@ def check(api_routers, api_middlewares, ep, name, amount):
         if refs["pool"] not in chain or refs["total"] not in chain or chain.index(refs["pool"]) > chain.index(refs["total"]):
             problems.append("router %s does not run %s then %s" % (r.get("name"), refs["pool"], refs["total"]))
     return problems
+
+
+def access_counts(log_lines, ep):
+    """{requests, r429} on the tunnel's entrypoint, from Traefik's JSON access log lines: its 429s are the total's
+    (or the per-client limit's, beside it)."""
+    out = {"requests": 0, "r429": 0}
+    for line in log_lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("entryPointName") == ep:
+            out["requests"] += 1
+            out["r429"] += record.get("DownstreamStatus") == 429
+    return out
 
 
 def bound_text(amount, through):
