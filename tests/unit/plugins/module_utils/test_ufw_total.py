@@ -138,3 +138,10 @@ def test_a_users_total_is_taken_over_when_the_module_writes_one_and_refused_when
     # with no total asked, the module does not remove the user's: it refuses, as any other limit on the port
     plan = ufw_connlimit.plan_before_rules(text, 4, [80, 443], 100, bounds={"total": 0, "rate": 5, "burst": 50})
     assert plan["text"] == text and [f["rule"] for f in plan["refused"]] == [rule_text]
+
+
+def test_the_per_address_counter_never_counts_the_total():
+    """diagnose's "one address floods" reads the per-address counter: the total's rejections (#conn src/0) are no
+    address's."""
+    from ansible_collections.homelab.edge.plugins.module_utils import signals
+    assert signals.connlimit_counters(LISTED) == {443: 12}
