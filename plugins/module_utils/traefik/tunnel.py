@@ -36,8 +36,9 @@ from .text_edit import EditError, ci, lookup
 
 HEADER = "X-Homelab-Edge-Pool"
 VALUE = "tunnel"
-# what the tunnel's entrypoint takes over from the one the tunnel arrived on before
-COPIED = (("http", "tls"), ("transport",), ("forwardedHeaders",), ("http2",))
+# what the tunnel's entrypoint takes over from the one the tunnel arrived on before (asDefault, Traefik v3: routers
+# without entryPoints join the entrypoints that have it, so the tunnel's must have it where the LAN's does)
+COPIED = (("http", "tls"), ("transport",), ("forwardedHeaders",), ("http2",), ("asDefault",))
 
 
 class TunnelError(EditError):

@@ -168,3 +168,14 @@ def test_the_api_check_wants_both_middlewares_loaded_and_on_every_tunnel_router_
     assert "router tunnel-b@file does not run" in traefik_tunnel.check(swapped, API_MWS, "tunnel", "inflight-limit", 200)[0]
     assert traefik_tunnel.check(API_ROUTERS, API_MWS[1:], "tunnel", "inflight-limit", 200) == [
         "middleware inflight-limit-tunnel-pool@file is not loaded"]
+
+
+def test_as_default_goes_with_the_tunnel_where_the_lans_entrypoint_has_it():
+    """Traefik v3: routers without entryPoints join only the entrypoints with asDefault."""
+    text = STATIC.replace('    address: ":443"   # the LAN and, before, the tunnel\n',
+                          '    address: ":443"   # the LAN and, before, the tunnel\n    asDefault: true\n')
+    assert yaml.safe_load(edit(text))["entryPoints"]["tunnel"]["asDefault"] is True
+    assert "asDefault" not in yaml.safe_load(edit(STATIC))["entryPoints"]["tunnel"]
+    add, remove = traefik_inflight.flag_changes({"entrypoints.websecure.address": ":443",
+                                                 "entrypoints.websecure.asdefault": "true"}, OPTS)
+    assert add["entrypoints.tunnel.asdefault"] == "true"
