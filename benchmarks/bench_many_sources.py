@@ -153,8 +153,8 @@ def table(result):
     """The result as printed, every figure from the saved runs."""
     lines = ["%-14s %-10s %-6s %-33s %-30s %-26s %-14s %-14s %s" % (
         "config", "flood", "valid", "flood: connected/reset/2xx/429/failed", "LAN probes served (site/auth/ssh)",
-        "LAN latency p50/max (site)", "public served", "answers again", "NAS peaks: conntrack/fds/threads/sockets, "
-        "Traefik health")]
+        "LAN latency p50/max (site)", "public served", "answers again", "NAS peaks: conntrack/fds/threads/open "
+        "sockets, Traefik health")]
     for r in result["runs"]:
         g, lan = r["generator"], r["lan_during"]
         lines.append("%-14s %-10s %-6s %-33s %-30s %-26s %-14s %-14s %s/%s/%s/%s, %s" % (
@@ -164,7 +164,7 @@ def table(result):
             "%s / %s s" % (lan["site"]["latency_p50_s"], lan["site"]["latency_max_s"]),
             "%d of %d" % (r["public_during"]["served"], r["public_during"]["sent"]),
             "LAN %s s, public %s s" % (r["lan_again_s"], r["public_again_s"]),
-            r["peak"]["conntrack"], r["peak"]["fds"], r["peak"]["threads"], r["peak"]["sockets"],
+            r["peak"]["conntrack"], r["peak"]["fds"], r["peak"]["threads"], r["peak"]["open_sockets"],
             r["health_after"].split(" started=")[0]))
     invalid = ["%s %s: %s" % (r["config"], r["flood"], r["generator"]["invalid_because"]) for r in result["runs"]
                if not r["generator"]["valid"]]

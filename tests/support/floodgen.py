@@ -72,7 +72,7 @@ def validity(result):
 
 
 def command(binary_path, target, port, source_base, sources, per_source, rate, mode="hold", hold=5.0, timeout=5.0,
-            sni="site.nas.lab", path="/", max_open=None, timeline=False):
+            sni="site.nas.lab", path="/", max_open=None, timeline=False, fifo=None):
     cmd = [binary_path, "-json", "-target", target, "-port", str(port), "-source-base", source_base,
            "-sources", str(sources), "-per-source", str(per_source), "-rate", repr(float(rate)), "-mode", mode,
            "-timeout", repr(float(timeout))]
@@ -81,6 +81,8 @@ def command(binary_path, target, port, source_base, sources, per_source, rate, m
         cmd += ["-max-open", str(max_open)]
     if timeline:
         cmd.append("-timeline")
+    if fifo:
+        cmd += ["-fifo", str(fifo)]
     return cmd
 
 
@@ -89,11 +91,12 @@ def deadline(mode, hold, timeout):
 
 
 def run(target, port, source_base, sources, per_source, rate, mode="hold", hold=5.0, timeout=5.0, sni="site.nas.lab",
-        path="/", max_open=None, timeline=False, netns_pid=None, cpus=None):
+        path="/", max_open=None, timeline=False, netns_pid=None, cpus=None, fifo=None):
     """One run, here or in the network namespace of process `netns_pid` (nsenter; a lab container's), pinned to
-    `cpus`; returns the binary's JSON with valid and invalid_because re-judged by validity()."""
+    `cpus`, under SCHED_FIFO at `fifo` (a busy machine cannot then hold the starter off its schedule); returns the
+    binary's JSON with valid and invalid_because re-judged by validity()."""
     cmd = command(binary(), target, port, source_base, sources, per_source, rate, mode, hold, timeout, sni, path,
-                  max_open, timeline)
+                  max_open, timeline, fifo)
     if netns_pid:
         cmd = ["nsenter", "-t", str(netns_pid), "-n"] + cmd
     seconds = sources * per_source / float(rate)

@@ -43,6 +43,7 @@ func TestFlagsRefuseWhatIsNotALabFlood(t *testing.T) {
 		{[]string{"-sources", "300", "-per-source", "201"}, "1 to 60000 connections"},
 		{[]string{"-mode", "udp"}, "hold or tls"},
 		{[]string{"-hold", "121"}, "-hold 0 to 120"},
+		{[]string{"-fifo", "100"}, "-fifo 0 to 99"},
 		{[]string{"-target", "::1"}, "not of one family"},
 	} {
 		if _, _, _, err := parseFlags(c.args); err == nil || !strings.Contains(err.Error(), c.says) {
@@ -89,12 +90,12 @@ func TestValidity(t *testing.T) {
 			Says: "3 connections skipped at the generator's bound (-max-open 20000)"},
 		"EADDRNOTAVAIL": {Change: func(v *Verdict) { v.LocalErrors, v.LocalErrno = 2, map[string]int{"EADDRNOTAVAIL": 2} },
 			Says: "could not open (EADDRNOTAVAIL 2)"},
-		"late": {Change: func(v *Verdict) { v.LatenessP99S = f(0.01) }, Says: "99th percentile lateness 0.01 s"},
+		"late":        {Change: func(v *Verdict) { v.LatenessP99S = f(0.01) }, Says: "99th percentile lateness 0.01 s"},
 		"no lateness": {Change: func(v *Verdict) { v.LatenessP99S = nil }, Says: "lateness none s"},
-		"cpu": {Change: func(v *Verdict) { v.UserS, v.SystemS = 20, 8 }, Says: "generator CPU 28.000 s over 20.000 s"},
-		"unfinished": {Change: func(v *Verdict) { v.Unfinished = 1 }, Says: "1 connections still open past their deadline"},
-		"stopped": {Change: func(v *Verdict) { v.StoppedAtBound, v.Started = true, 14000 }, Says: "reached 14000 of 15000"},
-		"sources": {Change: func(v *Verdict) { v.SourcesUsed = 299 }, Says: "from 299 of 300 source addresses"},
+		"cpu":         {Change: func(v *Verdict) { v.UserS, v.SystemS = 20, 8 }, Says: "generator CPU 28.000 s over 20.000 s"},
+		"unfinished":  {Change: func(v *Verdict) { v.Unfinished = 1 }, Says: "1 connections still open past their deadline"},
+		"stopped":     {Change: func(v *Verdict) { v.StoppedAtBound, v.Started = true, 14000 }, Says: "reached 14000 of 15000"},
+		"sources":     {Change: func(v *Verdict) { v.SourcesUsed = 299 }, Says: "from 299 of 300 source addresses"},
 	})
 }
 

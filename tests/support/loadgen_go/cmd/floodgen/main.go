@@ -4,7 +4,8 @@
 // is what those limits hold).
 //
 //	floodgen -target HOST -port 443 -source-base 10.201.0.1 -sources 300 -per-source 50 -rate R
-//	         [-mode hold -hold S | -mode tls -sni NAME -path /slower] -timeout T [-max-open N] [-json] [-timeline]
+//	         [-mode hold -hold S | -mode tls -sni NAME -path /slower] -timeout T [-max-open N] [-fifo PRIO]
+//	         [-json] [-timeline]
 //
 // Connection i is due at start + i/rate and comes from source address
 // base + (i % sources): every source gets -per-source connections. The
@@ -93,6 +94,7 @@ type Output struct {
 	core.CPU
 	CPUs   int    `json:"cpus"`
 	NoFile uint64 `json:"nofile"`
+	Sched  string `json:"sched"` // the scheduling policy it ran under (-fifo)
 	core.Judgement
 	Timeline []Second `json:"timeline,omitempty"`
 }
@@ -130,13 +132,15 @@ func parseFlags(args []string) (Config, bool, bool, error) {
 	sni := fs.String("sni", "site.nas.lab", "tls: server name sent in the handshake and the Host header")
 	path := fs.String("path", "/", "tls: the path requested")
 	maxOpen := fs.Int("max-open", 20000, "connections open at once at most; one due beyond is skipped (invalid)")
+	fifo := fs.Int("fifo", 0, "run under SCHED_FIFO at this priority (0: as started), so a busy machine cannot hold the "+
+		"starter off its schedule")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	withTimeline := fs.Bool("timeline", false, "add a per-second timeline to the output")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, false, false, err
 	}
 	cfg := Config{Port: *port, PerSource: *perSource, Rate: *rate, Mode: *mode, HoldS: *holdS, Timeout: *timeout,
-		SNI: *sni, Path: *path, MaxOpen: *maxOpen}
+		SNI: *sni, Path: *path, MaxOpen: *maxOpen, FIFO: *fifo}
 	ip, err := core.LabTarget(*target, false)
 	if err != nil {
 		return cfg, false, false, err
@@ -161,9 +165,10 @@ func parseFlags(args []string) (Config, bool, bool, error) {
 	if cfg.PerSource < 1 || cfg.Planned() > MaxPlanned {
 		return cfg, false, false, fmt.Errorf("-sources x -per-source: 1 to %d connections", MaxPlanned)
 	}
-	if cfg.Rate <= 0 || cfg.Timeout <= 0 || cfg.HoldS < 0 || cfg.HoldS > MaxHoldS || cfg.MaxOpen < 1 {
-		return cfg, false, false, fmt.Errorf("-rate and -timeout must be positive, -hold 0 to %g s, -max-open at least 1",
-			MaxHoldS)
+	if cfg.Rate <= 0 || cfg.Timeout <= 0 || cfg.HoldS < 0 || cfg.HoldS > MaxHoldS || cfg.MaxOpen < 1 ||
+		cfg.FIFO < 0 || cfg.FIFO > 99 {
+		return cfg, false, false, fmt.Errorf("-rate and -timeout must be positive, -hold 0 to %g s, -max-open at "+
+			"least 1, -fifo 0 to 99", MaxHoldS)
 	}
 	return cfg, *asJSON, *withTimeline, nil
 }
@@ -181,6 +186,7 @@ func run(cfg Config, withTimeline bool) *Output {
 	} else {
 		out.SNI, out.Path = "", ""
 	}
+	out.Sched = core.SetFIFO(cfg.FIFO)
 	cpu0 := core.Rusage()
 	r.loop()
 	cpu1 := core.Rusage()

@@ -45,6 +45,7 @@ type Config struct {
 	Timeout   float64 // connect (hold) or the whole connection (tls)
 	SNI, Path string
 	MaxOpen   int
+	FIFO      int // SCHED_FIFO priority (0: as started)
 }
 
 // Seconds is the planned starting time.
