@@ -27,9 +27,13 @@ description:
     (each source's share under O(limit), so the per-address limit never answers); proved when about the bound stayed
     established and at least O(extra) were reset. The sources must be this host's own addresses (on an interface,
     or an AnyIP route) that the VPS routes back here.
-  - Its cost on a live VPS - while the connections are held, the bound is full and new clients of the port are reset; after a check of
-    the rate bound's bucket, new connections come at the rate until the bucket is full again (O(burst) / O(rate)
-    seconds).
+  - With O(rate) on, the per-address check empties the port's bucket (it is shared by every client), so the
+    many-source check of a port waits O(burst) / O(rate) seconds (plus one) after that port's per-address check, for
+    the bucket to fill again (at most 120 s; longer is refused). The per-address check itself needs a full bucket of
+    at least O(limit) - the role waits for it on the VPS first.
+  - Its cost on a live VPS - while the connections are held, the bound is full and new clients of the port are
+    reset; after a check of the rate bound's bucket, new connections come at the rate until the bucket is full
+    again (O(burst) / O(rate) seconds).
   - Sends no data. Changes nothing. In check mode returns the plan (connections, bound in time) without connecting.
 author:
   - homelab.edge contributors (@homelab-edge)
@@ -120,13 +124,19 @@ ports:
     check: {description: "C(bound) for the many-source check (none for the per-address one).", type: str}
     status: {description: "C(proved), C(failed), C(refused), C(skipped) or (check mode) C(planned).", type: str}
     reasons: {description: Why it did not prove (or was not run)., type: list, elements: str}
-    plan: {description: "connections, limit, extra, hold_s, timeout_s, bound_s.", type: dict}
+    plan:
+      description: >-
+        connections, limit, extra, hold_s, timeout_s, bound_s; for the many-source check bound, which, sources,
+        per_source, at_least and refill_s (the wait for the rate bound's bucket) instead of limit.
+      type: dict
     counts:
       description: >-
         connections, established, reset, timeout, other (and errors: their error names), held (still open after the
         hold), first (the first one's outcome).
       type: dict
 """
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -149,8 +159,19 @@ def check_port(host, port, the_plan):
     return status, reasons, counts
 
 
-def bound_rows(p, check_mode, results, rows):
-    """The many-source check of each port (only with sources): a plan refused is one row per port, nothing sent."""
+def wait_for_refill(plan, since):
+    """With the rate bound on, its bucket is shared by every client of the port and the per-address check (`since`,
+    time.monotonic() as it ended) has just emptied it: the many-source check waits until it is full again, or a
+    burst would meet what is left of it."""
+    wait = since + plan["refill_s"] - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+
+
+def bound_rows(p, check_mode, results, rows, ended):
+    """The many-source check of each port (only with sources), each after its bucket refilled since the port's
+    per-address check (`ended`: {port: time.monotonic() at its end}): a plan refused is one row per port, nothing
+    sent."""
     try:
         plan = prove_checks.bound_plan(p["total"], p["rate"], p["burst"], p["limit"], p["extra"], p["sources"],
                                        p["hold"], p["timeout"])
@@ -169,6 +190,7 @@ def bound_rows(p, check_mode, results, rows):
             measured = "would open %d connections from %d addresses (bound %.0f s)" % (
                 plan["connections"], plan["sources"], plan["bound_s"])
         else:
+            wait_for_refill(plan, ended.get(port, 0.0))
             counts = prove_net.hold(p["host"], port, plan["connections"], plan["timeout_s"], plan["hold_s"],
                                     sources=p["sources"])
             status, reasons = prove_checks.bound_verdict(plan, counts)
@@ -204,13 +226,14 @@ def main():
         module.fail_json(msg="refused, nothing was sent: this host's open-file limit is under %d connections"
                          % the_plan["connections"])
     expected = "%d-%d established, %d+ reset" % (the_plan["at_least"], p["limit"], p["extra"])
-    results, rows = [], []
+    results, rows, ended = [], [], {}
     for port in p["ports"]:
         if module.check_mode:
             status, reasons, counts = prove_checks.PLANNED, [], None
             measured = "would open %d connections (bound %.0f s)" % (the_plan["connections"], the_plan["bound_s"])
         else:
             status, reasons, counts = check_port(p["host"], port, the_plan)
+            ended[port] = time.monotonic()
             measured = "-" if not counts else "%d established, %d reset, %d unanswered" % (
                 counts["established"], counts["reset"], counts["timeout"])
         results.append({"port": port, "status": status, "reasons": reasons, "plan": the_plan, "counts": counts})
@@ -219,7 +242,7 @@ def main():
         if not prove_net.room_for(p["limit"] + p["extra"] + max(p["total"], p["burst"])):
             module.fail_json(msg="refused, nothing was sent: this host's open-file limit is too low for the "
                                  "many-source check")
-        bound_rows(p, module.check_mode, results, rows)
+        bound_rows(p, module.check_mode, results, rows, ended)
     module.exit_json(changed=False, ports=results, rows=rows)
 
 

@@ -230,13 +230,16 @@ other_limits:
 bounds:
   description:
     - The bounds on all sources together - C(asked) (total, rate, burst), C(syn_recv_timeout) (the host's, seconds),
-      C(half_open) (burst + rate x that timeout), C(live) per family and port as the ruleset has them, and C(counted)
-      - per port the host serves itself, the connections in the states the total counts now (C(ss), the host's
-      namespace; ports Docker publishes are counted in the container's and are left out).
+      C(half_open) (burst + rate x that timeout), C(live) per family and port as the ruleset has them, C(buckets) -
+      per family and port with a live rate bound, the new connections its bucket lets through at once now
+      (C(tokens), of C(size), and C(full); the kernel's C(/proc/net/ipt_hashlimit)), and C(counted) - per port the
+      host serves itself, the connections in the states the total counts now (C(ss), the host's namespace; ports
+      Docker publishes are counted in the container's and are left out).
   returned: always, but where ufw is not installed
   type: dict
   sample: {"asked": {"total": 400, "rate": 4, "burst": 100}, "syn_recv_timeout": 60, "half_open": 340,
-           "live": {"ipv4": {"443": {"total": 400, "rate": 4, "burst": 100}}}, "counted": {"443": 12}}
+           "live": {"ipv4": {"443": {"total": 400, "rate": 4, "burst": 100}}},
+           "buckets": {"ipv4": {"443": {"tokens": 96, "size": 100, "full": false}}}, "counted": {"443": 12}}
   version_added: "2.1.0"
 effective:
   description: Per port, the smallest per-address limit live on it - the one that holds (the module's or another).
@@ -518,7 +521,6 @@ def verify_live(module, families, input_ports, docker_ports, limit=None, bounds=
             if state["jump_first"]:
                 have_bounds.update((k, v) for k, v in ufw_total.live_bounds(ours, ufw_connlimit.DOCKER_CHAIN).items()
                                    if k in docker_ports)
-            if state["jump_first"]:
                 have |= set(state["ports"]) & set(docker_ports)
         live["ipv%d" % fam] = sorted(have)
         missing += ["%s/ipv%d" % (x, fam) for x in sorted(set(input_ports) | set(docker_ports)) if x not in have]
@@ -526,6 +528,9 @@ def verify_live(module, families, input_ports, docker_ports, limit=None, bounds=
             bounds["live"]["ipv%d" % fam] = dict((str(k), v) for k, v in sorted(have_bounds.items()))
             bounds["missing"] += ["%s/ipv%d" % (x, fam) for x in ufw_total.bounds_live(
                 bounds["asked"], have_bounds, sorted(set(input_ports) | set(docker_ports)))]
+            bounds["buckets"]["ipv%d" % fam] = dict(
+                (str(port), ufw_total.bucket(read(ufw_total.bucket_path(fam, port)), b["burst"]))
+                for port, b in sorted(have_bounds.items()) if b.get("rate"))
     return live, docker_user, missing
 
 
@@ -634,7 +639,7 @@ def check_live(module, families, docker_ports, result):
     p = module.params
     input_ports = [x for x in p["ports"] if x not in docker_ports]
     bounds = result["bounds"]
-    bounds.update(live={}, missing=[])
+    bounds.update(live={}, missing=[], buckets={})
     result["live"], docker_user, missing = verify_live(module, families, input_ports, docker_ports, p["limit"], bounds)
     bounds["counted"] = counted(module, input_ports)
     if docker_user:

@@ -207,6 +207,40 @@ def inventory(prefix, path):
     return path
 
 
+def inventory_inside(lab, path):
+    """The lab's inventory (inventory(), its VPS alone) as a controller inside the flooding client's network namespace
+    reaches it: at the VPS's address on the internet side, on sshd's own port there."""
+    import yaml
+    inventory(lab.prefix, path)
+    with open(path) as f:
+        inv = yaml.safe_load(f)
+    ssh = inv["all"]["children"]["lab_ssh"]
+    ssh["vars"]["ansible_host"] = lab.vps_wan
+    ssh["children"]["vps"]["hosts"][lab.vps].update(ansible_host=lab.vps_wan, ansible_port=edge.VPS_SSHD_PORT)
+    del ssh["children"]["nas"]
+    with open(path, "w") as f:
+        yaml.safe_dump(inv, f, default_flow_style=False)
+    return path
+
+
+def prove_inside(lab, inventory_path, extra, timeout=600):
+    """homelab.edge.prove --tags vps, its controller in the flooding client's network namespace (nsenter: this
+    machine's files, the client's addresses - the source prefix among them inside sources()): (exit code, output,
+    the JSON report or None)."""
+    import tempfile
+    root = os.path.dirname(os.path.dirname(HERE))
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "prove.json")
+        out = subprocess.run(["nsenter", "-t", str(lab.pid(lab.client)), "-n", "ansible-playbook", "-i", inventory_path,
+                              os.path.join(root, "playbooks", "prove.yml"), "--tags", "vps",
+                              "-e", "prove_output=%s" % report, "-e", json.dumps(extra)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
+        if not os.path.exists(report):
+            return out.returncode, out.stdout, None
+        with open(report) as f:
+            return out.returncode, out.stdout, json.load(f)
+
+
 def tunnel_steps(lab, port):
     """What the docs ask of the admin for Traefik's total for the tunnel, done in the lab: the routes list the
     tunnel's entrypoint beside websecure (their file, where the role moved it), and the VPS's nginx forwards 443 to

@@ -154,6 +154,26 @@ def live_bounds(save_output, chain):
     return dict((p, b) for p, b in found.items() if b)
 
 
+def bucket_path(family, port):
+    """Where the kernel shows the rate bound's bucket of a port (xt_hashlimit's proc file, one per name and family)."""
+    return "/proc/net/%s_hashlimit/%s" % ("ipt" if family == 4 else "ip6t", RATE_NAME % port)
+
+
+def bucket(proc_text, burst):
+    """{"tokens": n, "size": burst, "full": bool}: what the rate bound's bucket holds now, from its proc file (`bucket_path`). The
+    kernel recomputes an entry as it prints it (expires, addresses, credit, credit cap, cost per connection); a bound
+    without a mode has one entry, and none once it expired - a full bucket (its expiry is the time to refill). None
+    when the text is not that shape."""
+    lines = [ln.split() for ln in (proc_text or "").splitlines() if ln.strip()]
+    if not lines:
+        return {"tokens": burst, "size": burst, "full": True}
+    f = lines[0]
+    if len(f) < 5 or not all(x.isdigit() for x in f[2:5]) or int(f[4]) <= 0:
+        return None
+    credit, cap, cost = int(f[2]), int(f[3]), int(f[4])
+    return {"tokens": min(credit, cap) // cost, "size": cap // cost, "full": credit >= cap}
+
+
 def bounds_live(asked, live, ports):
     """The ports whose bounds are not live as asked ({"total", "rate", "burst"}; 0 = not asked): a list."""
     missing = []

@@ -43,3 +43,10 @@ def test_the_verdict():
     assert status == checks.FAILED and "fewer than 360" in why[0]
     status, why = checks.bound_verdict(plan, counts(400, 0, 10))
     assert status == checks.FAILED and "unanswered" in why[-1]
+
+
+def test_the_many_source_check_waits_for_the_bucket_to_fill_again():
+    assert checks.bound_plan(400, 4, 100, 100, 10, SOURCES, 2, 3)["refill_s"] == 26   # 100 / 4, plus a second
+    assert checks.bound_plan(400, 0, 100, 100, 10, SOURCES, 2, 3)["refill_s"] == 0
+    with pytest.raises(checks.PlanError, match="takes 201 s to fill again"):
+        checks.bound_plan(400, 1, 200, 100, 10, SOURCES, 2, 3)

@@ -145,3 +145,17 @@ def test_the_per_address_counter_never_counts_the_total():
     address's."""
     from ansible_collections.homelab.edge.plugins.module_utils import signals
     assert signals.connlimit_counters(LISTED) == {443: 12}
+
+
+# /proc/net/ipt_hashlimit/edge-rate-9443 after 30 new connections, read on this kernel in a network namespace
+# (rate 4/sec, burst 100, htable-expire 26000): expires, addresses, credit, credit cap, cost
+BUCKET = "26 0.0.0.0:0->0.0.0.0:0 2414527526336096 3435973825000000 34359738250000\n"
+
+
+def test_the_rate_bounds_bucket_read_from_the_kernel():
+    assert ufw_total.bucket(BUCKET, 100) == {"tokens": 70, "size": 100, "full": False}
+    assert ufw_total.bucket("", 100) == {"tokens": 100, "size": 100, "full": True}   # expired: full again
+    assert ufw_total.bucket("26 0.0.0.0:0->0.0.0.0:0 x y z\n", 100) is None
+    assert ufw_total.bucket("26 0.0.0.0:0->0.0.0.0:0 1 2 0\n", 100) is None
+    assert ufw_total.bucket_path(4, 443) == "/proc/net/ipt_hashlimit/" + ufw_total.RATE_NAME % 443
+    assert ufw_total.bucket_path(6, 443).startswith("/proc/net/ip6t_hashlimit/")
