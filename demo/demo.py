@@ -23,6 +23,8 @@ sys.path[:0] = [HERE, os.path.join(ROOT, "lab"), os.path.join(ROOT, "tests", "su
                 os.path.join(ROOT, "plugins")]
 import edge  # noqa: E402
 import k3d  # noqa: E402
+import adhoc  # noqa: E402
+import many_sources  # noqa: E402
 import outage  # noqa: E402
 import probes  # noqa: E402
 import proof  # noqa: E402
@@ -123,6 +125,38 @@ def ladder(lab):
             "flood_peak_time_wait": run["peak_time_wait"], "flood_probe_codes": run["probe_codes"]}
 
 
+def many_measure():
+    """Issue 63, after site.yml: the flood from many addresses through the VPS, once with the per-address limits alone
+    (the VPS's total taken out for it: ufw_connlimit with 0) and once with the total site.yml put there; the LAN's
+    probes to the NAS, the public path's, Traefik's health and the way in meanwhile."""
+    lab = many_sources.Lab("lab")
+    out = {}
+    with many_sources.sources(lab):
+        for phase, total in (("before", 0), ("after", proof.VPS_TOTAL)):
+            r = adhoc.run_module("ufw_connlimit", {"ports": [80, 443], "limit": proof.VPS_LIMIT, "total": total,
+                                                   "rate": 0}, target="lab-vps", inventory=INVENTORY, become=True)
+            if r.get("failed"):
+                raise RuntimeError("ufw_connlimit: %s" % r.get("msg"))
+            health = many_sources.traefik_health(lab)
+            seconds = proof.MANY_SOURCES * proof.MANY_EACH / proof.MANY_RATE
+            watch = many_sources.Watch(lab, 5 + seconds + 10 + 30)
+            time.sleep(5)
+            start = time.time()
+            gen = many_sources.flood(lab, proof.MANY_SOURCES, proof.MANY_EACH, proof.MANY_RATE, timeout=10.0,
+                                     timeline=False)
+            way_in = many_sources.way_in(lab, edge.ssh_ports("lab")["vps"])
+            time.sleep(max(0.0, start + seconds + 40 - time.time()))
+            summary = many_sources.summary(watch.collect(), start, start + seconds)
+            after = many_sources.traefik_health(lab)
+            lan = summary["lan_during"]
+            out[phase] = {"flood": gen, "lan_served": {"sent": sum(c["sent"] for c in lan.values()),
+                                                       "served": sum(c["served"] for c in lan.values())},
+                          "public_again_s": summary["public_again_s"], "way_in": way_in,
+                          "traefik": {"health": after.split()[0] if after else "none", "restarted": after != health},
+                          "peak": summary["peak"]}
+    return out
+
+
 def show(value):
     if value is None:
         return "-"
@@ -131,6 +165,10 @@ def show(value):
                                                                 value.get("rate"), value.get("send_errors"))
     if isinstance(value, dict) and set(value) == {"ok", "failed"}:
         return "%d ok, %d failed" % (value["ok"], value["failed"])
+    if isinstance(value, dict) and "sources_connected" in value:
+        return "%s of %s from %s addresses: %s answered (2xx %s, 429 %s), %s reset at the VPS; %s" % (
+            value["connected"], value["planned"], value["sources_connected"], value["ok_2xx"] + value["r429"],
+            value["ok_2xx"], value["r429"], value["refused"], "valid" if value.get("valid") else "INVALID")
     if isinstance(value, dict) and "alerts" in value:
         return "%s alerts; probes %s ok, %s failed; DNS %s" % (value["alerts"], value["tcp"]["ok"], value["tcp"]["failed"],
                                                                show(value.get("dns")))
@@ -230,6 +268,9 @@ def main():
         results["k3d"]["after"]["recreated_fixed_s"] = k3d_recreate(client)
         say("after: the same %d connections through the VPS" % proof.FLOOD_CONNECTIONS)
         results["edge"]["after"] = edge_measure(client, lab)
+        say("after: %d addresses x %d connections through the VPS, with the per-address limits alone and with the "
+            "total" % (proof.MANY_SOURCES, proof.MANY_EACH))
+        results["many"] = many_measure()
         if "autoheal" in not_run:  # nothing would heal the wedge: its rows are not run
             say("after: its drain sysctls and the same flood (Traefik not wedged: no autoheal here)")
             results["nas"]["after"] = dict(drain(), **ladder(lab))

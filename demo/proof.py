@@ -74,6 +74,12 @@ PROBE_TARGETS, PROBE_INTERVAL_S = 2, probes.PROBE_INTERVAL_S
 # asks SECOND_CLIENT_REQUESTS times (demo.py's edge_measure)
 WAN_CLIENTS = len(edge.names("lab")["clients"])
 SECOND_CLIENT_REQUESTS = 3
+# the flood from many addresses (issue 63; demo.py's many_measure): sources x connections each, a TLS connection
+# holding /slower each, at a rate this machine generates validly (docs/benchmarks.md), once with the per-address
+# limits alone and once with the VPS's total (the lab's inventory: the rate bound is off there); what must hold of it
+MANY_SOURCES, MANY_EACH, MANY_RATE = 300, 50, 500.0
+VPS_TOTAL = _lab_vars("lab-vps").get("vps_connlimit_total", VPS["vps_connlimit_total"])
+MANY_AGAIN_S = 15  # the public path answers every probe again within this many seconds of the flood's end
 # computed bounds (not measured): the longest a heal or a re-fix may take and still count
 _NAS = _lab_vars("lab-nas")
 _HEALTH = _NAS.get("traefik_inflight_healthcheck", _defaults("traefik_inflight")["traefik_inflight_healthcheck"])
@@ -199,6 +205,27 @@ def probes_clean(m, dns):
             and m["ok"] >= PROBE_TARGETS * load_seconds(dns) / PROBE_INTERVAL_S / 2)
 
 
+def flood_ok(m):
+    """The generator's figures of the flood from many addresses: its own verdict valid, from every source, counts
+    that add up."""
+    keys = ("planned", "started", "connected", "refused", "ok_2xx", "r429", "sources", "sources_connected")
+    return (isinstance(m, dict) and all(_int(m.get(k)) for k in keys) and m.get("valid") is True
+            and m["planned"] == MANY_SOURCES * MANY_EACH == m["started"] and m["sources"] == MANY_SOURCES
+            and m["connected"] + m["refused"] <= m["started"] and m["ok_2xx"] + m["r429"] <= m["connected"])
+
+
+def flood_through(m):
+    """Every connection of the flood reached Traefik: none reset at the VPS, from every source, nearly all answered."""
+    return (flood_ok(m) and m["refused"] == 0 and m["sources_connected"] == MANY_SOURCES
+            and m["ok_2xx"] + m["r429"] >= 0.95 * m["planned"])
+
+
+def flood_held(m):
+    """The total held it at the VPS: what Traefik answered stays near the total, the rest reset."""
+    return (flood_ok(m) and m["ok_2xx"] + m["r429"] <= VPS_TOTAL + 50
+            and m["refused"] >= m["planned"] - 2 * VPS_TOTAL)
+
+
 def second_client_ok(m):
     return (isinstance(m, list) and len(m) == SECOND_CLIENT_REQUESTS
             and all(_int(x) and x == 200 for x in m))
@@ -248,6 +275,17 @@ CLAIMS = [
      None, lambda m, r: _number(m) and PROBES_GOAL_PCT <= m <= 100),
     ("nas", "flood_healthy_after_s", "seed 001's flood: seconds until every probe answers again",
      None, lambda m, r: _number(m) and 0 <= m <= HEALTHY_AFTER_FLOOD_S),
+    ("many", "flood", "%d addresses x %d TLS connections through the VPS: reached Traefik (before: the per-address "
+     "limits alone), held at the total (%d) and reset at the VPS (after)" % (MANY_SOURCES, MANY_EACH, VPS_TOTAL),
+     lambda m, r: flood_through(m), lambda m, r: flood_held(m)),
+    ("many", "lan_served", "the LAN's probes to the NAS during that flood: served of sent",
+     None, lambda m, r: _int(m.get("sent")) and m["sent"] > 0 and m.get("served") == m["sent"]),
+    ("many", "public_again_s", "seconds until the public path answers every probe again after it (at most %d)"
+     % MANY_AGAIN_S, None, lambda m, r: _number(m) and m <= MANY_AGAIN_S),
+    ("many", "traefik", "Traefik across that flood: healthy, not restarted",
+     None, lambda m, r: m == {"health": "healthy", "restarted": False}),
+    ("many", "way_in", "the way in at the flood's end: a new SSH login's banner, the tunnel",
+     None, lambda m, r: m == {"ssh_banner": True, "tunnel": True}),
 ]
 # (part, measure, what the pair must show, check(before, after)): a before/after pair compared, not only each
 # against its threshold

@@ -26,6 +26,7 @@ import hosts  # noqa: E402
 
 USER = os.path.join(HERE, "user-configs")
 TUNNEL = {"vps": "10.8.0.1", "nas": "10.8.0.2", "port": 51820}
+VPS_SSHD_PORT = 2222  # inside the VPS, as on many VPSes (published on 127.0.0.1 at ssh_ports()["vps"])
 NAS_IMAGES = ["homelab-edge/nas:lab", "homelab-edge/autoheal:lab", "homelab-edge/socket-proxy:lab",
               "homelab-edge/client:lab"]
 
@@ -97,7 +98,7 @@ def up(prefix="lab"):
     # both booted by systemd, with Docker Engine 29 started by systemd, as users install them today
     # the VPS runs Docker's engine too (nothing published by default), as many do
     # sshd on 2222 inside, as on many VPSes: the firewall must keep what sshd really uses
-    hosts.up(n["vps"], n["wan"], ports["vps"], docker=True, load=["homelab-edge/client:lab"], sshd_port=2222,
+    hosts.up(n["vps"], n["wan"], ports["vps"], docker=True, load=["homelab-edge/client:lab"], sshd_port=VPS_SSHD_PORT,
              nginx_conf=os.path.join(USER, "vps", "nginx-tunnel.conf"), systemd=True)
     connect(n["vps"], n["underlay"])
     hosts.up(n["nas"], n["lan"], ports["nas"], docker=True, load=NAS_IMAGES, systemd=True)

@@ -8,9 +8,10 @@
 #                           an older engine that answers is stopped first
 #   lab/lab.sh privileged   let --privileged containers start where they fail (k3d's nodes need it)
 #   lab/lab.sh venv         pinned Python tools in a venv, cached by hash
-#   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik v3, cached by version, dnsgen and tlsgen
+#   lab/lab.sh gobins       confd, k3d (Go module proxy) and Traefik v3, cached by version, dnsgen, tlsgen and floodgen
 #   lab/lab.sh dnsgen       the compiled DNS load generator (tests/support/loadgen_go/cmd/dnsgen), cached by its sources' hash
 #   lab/lab.sh tlsgen       the compiled TLS connection generator (tests/support/loadgen_go/cmd/tlsgen), the same way
+#   lab/lab.sh floodgen     the compiled many-source flood generator (tests/support/loadgen_go/cmd/floodgen), the same way
 #   lab/lab.sh traefik2     Traefik v2 from source (setup runs it in the background)
 #   lab/lab.sh engine29     Docker Engine 29 from source: dockerd, docker-proxy, containerd 2, runc 1.3
 #   lab/lab.sh images [NAME...]  base image (debootstrap + docker import) and lab images
@@ -412,7 +413,8 @@ cmd_engine29() {
 # The compiled load generators, one Go module tests/support/loadgen_go: its
 # package core (schedule, lateness, percentiles, CPU, kernel counters, the
 # shared JSON record) and a command each, cmd/<name> (dnsgen: DNS queries;
-# tlsgen: TLS connections). The standard library only (nothing to download,
+# tlsgen: TLS connections; floodgen: connections from many source
+# addresses). The standard library only (nothing to download,
 # seconds to build); each binary is cached by the hash of its sources: go.mod,
 # core and its cmd/<name> (not the tests). tests/support/<name>.py runs
 # $CACHE/bin/<name> only when the link names the build of the checkout's
@@ -442,11 +444,13 @@ go_tool() {
 
 cmd_dnsgen() { go_tool dnsgen; }
 cmd_tlsgen() { go_tool tlsgen; }
+cmd_floodgen() { go_tool floodgen; }
 
 cmd_gobins() {
   mkdir -p "$CACHE/bin"
   cmd_dnsgen
   cmd_tlsgen
+  cmd_floodgen
   local confd="$CACHE/bin/confd-$CONFD_VERSION-$(hash_of lab/go/confd.go.mod lab/go/confd_file_backend.go.in lab/go/confd_file_watch.patch.py)"
   if ! cached confd "$confd"; then
     # k3d ships the fork github.com/iwilltry42/confd v0.17.0-rc.0; the Go module
@@ -692,6 +696,6 @@ cmd_setup() {
 }
 
 case "${1:-}" in
-  setup|engine|privileged|venv|gobins|dnsgen|tlsgen|traefik2|engine29|images|env|toolvenv|versions) c=$1; shift; "cmd_$c" "$@" ;;
+  setup|engine|privileged|venv|gobins|dnsgen|tlsgen|floodgen|traefik2|engine29|images|env|toolvenv|versions) c=$1; shift; "cmd_$c" "$@" ;;
   *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -644,6 +644,41 @@ MUTATIONS = {
         "  ignore_unreachable: true\n",
         "",
         "tests/lab/test_status_fresh_host.py::test_one_host_down_in_each_group_does_not_stop_the_others[status-args1]"),
+    # issue 63: the bounds on all sources together, the tunnel's total, the many-source generator
+    "ufw total: counted per address (mask 32) instead of all sources together": (
+        "plugins/module_utils/ufw/total.py",
+        "--connlimit-above %d --connlimit-mask 0 -m comment",
+        "--connlimit-above %d --connlimit-mask 32 -m comment",
+        "tests/lab/test_total_bound_rules.py::test_the_total_holds_the_count_of_all_sources_together"),
+    "ufw rate: an 'up to' bucket that accepts, its excess falling through to ufw's allow rules": (
+        "plugins/module_utils/ufw/total.py",
+        '    return ("-A %s %s -m hashlimit --hashlimit-above %d/sec --hashlimit-burst %d --hashlimit-name %s "\n'
+        '            "--hashlimit-htable-expire %d -m comment --comment %s -j REJECT --reject-with tcp-reset"',
+        '    return ("-A %s %s -m hashlimit --hashlimit-upto %d/sec --hashlimit-burst %d --hashlimit-name %s "\n'
+        '            "--hashlimit-htable-expire %d -m comment --comment %s -j ACCEPT"',
+        "tests/lab/test_total_bound_rules.py::test_the_rate_bound_holds_new_connections_a_second"),
+    "ufw rate: the bucket's entry left to iptables' expiry (a pause gives the whole burst back)": (
+        "plugins/module_utils/ufw/total.py",
+        '"--hashlimit-htable-expire %d -m comment --comment %s -j REJECT --reject-with tcp-reset"\n'
+        "            % (chain, _match(port, docker), rate, burst, RATE_NAME % port, expire_ms(rate, burst), TAG))",
+        '"-m comment --comment %s -j REJECT --reject-with tcp-reset"\n'
+        "            % (chain, _match(port, docker), rate, burst, RATE_NAME % port, TAG))",
+        "tests/lab/test_total_bound_rules.py::test_a_pause_does_not_give_the_whole_burst_back"),
+    "diagnose: the total's rejections read as one address's": (
+        "plugins/module_utils/signals.py",
+        "#conn src/[1-9]\\d* > (\\d+)",
+        "#conn src/\\d+ > (\\d+)",
+        UNIT + "test_ufw_total.py::test_the_per_address_counter_never_counts_the_total"),
+    "traefik tunnel: the total before the pool header (a client's own header splits the count)": (
+        "plugins/module_utils/traefik/tunnel.py",
+        '[m for m in mws if m not in refs.values()] + [refs["pool"], refs["total"]]',
+        '[m for m in mws if m not in refs.values()] + [refs["total"], refs["pool"]]',
+        "tests/lab/test_traefik_tunnel_live.py::test_the_tunnels_total_holds_many_addresses_and_never_the_lan[3]"),
+    "floodgen: connections not bound to their source addresses": (
+        "tests/support/loadgen_go/cmd/floodgen/run.go",
+        "	d := net.Dialer{Deadline: connectBy, LocalAddr: &net.TCPAddr{IP: r.cfg.Sources[src]}, Control: freebind}",
+        "	d := net.Dialer{Deadline: connectBy}",
+        "tests/dev/test_floodgen.py::test_each_source_gets_its_share_and_every_connection_is_held"),
 }
 
 IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "output", "results", "build", "*.tar.gz")

@@ -45,8 +45,9 @@ scoped_revert() {
 }
 
 docker_nft() {
-  # the nftables table ufw_connlimit hands over under Docker's nftables backend: real nft in network namespaces, both ways
-  python -m pytest -q -p no:cacheprovider tests/lab/test_docker_nft_rules.py
+  # the nftables table ufw_connlimit hands over under Docker's nftables backend: real nft in network namespaces, both ways;
+  # and its bounds on all sources together on the real iptables, a flood from 150 addresses, both ways
+  python -m pytest -q -p no:cacheprovider tests/lab/test_docker_nft_rules.py tests/lab/test_total_bound_rules.py
 }
 
 docker29() {
@@ -69,8 +70,9 @@ synology() {
 
 traefik_live() {
   # the real Traefik (v3 and v2, the lab's images) starts on what traefik_inflight writes into
-  # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping
-  python -m pytest -q -p no:cacheprovider tests/lab/test_traefik_live.py
+  # guide configs of each kind (YAML, TOML, flags), its API shows the limit, its health check finds ping;
+  # and the tunnel's total on the release binaries in a network namespace (many PROXY-protocol sources, the LAN), both ways
+  python -m pytest -q -p no:cacheprovider tests/lab/test_traefik_live.py tests/lab/test_traefik_tunnel_live.py
 }
 
 unit() {

@@ -12,6 +12,7 @@ __metaclass__ = type
 import json
 
 from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import tunnel as traefik_tunnel
 
 
 def _api(api_output):
@@ -49,6 +50,19 @@ def traefik_client_bound(api_output, entrypoints, middleware_ref, amount, bound_
     return traefik_inflight.client_bound(api[0] if api else [], entrypoints, middleware_ref, int(amount), bound_max)
 
 
+def traefik_tunnel_total(api_output, entrypoints, name, tunnel_entrypoint, amount):
+    """The tunnel's total as Traefik's API shows it: {through, missing, problems, text} (problems says when
+    Traefik did not answer)."""
+    api = _api(api_output)
+    if api is None:
+        return {"through": [], "missing": [], "text": "",
+                "problems": ["Traefik does not answer on its API (%s)" % (api_output or "no output").strip()[:200]]}
+    out = traefik_tunnel.routers(api[0], entrypoints, tunnel_entrypoint)
+    out["problems"] = traefik_tunnel.check(api[0], api[1], tunnel_entrypoint, name, int(amount))
+    out["text"] = traefik_tunnel.bound_text(int(amount), out["through"])
+    return out
+
+
 def traefik_client_share(log_lines):
     """[the address most access-log requests come from, its share, requests read, blind]."""
     top, share, total = traefik_inflight.client_share(log_lines or [])
@@ -69,4 +83,4 @@ def traefik_health_test(static, entrypoints, entrypoint="", through="entrypoint"
 class FilterModule(object):
     def filters(self):
         return dict((f.__name__, f) for f in (traefik_api_argv, traefik_api_problems, traefik_client_bound,
-                                              traefik_client_share, traefik_health_test))
+                                              traefik_client_share, traefik_health_test, traefik_tunnel_total))

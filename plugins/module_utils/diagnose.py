@@ -27,10 +27,10 @@ CODES = (
     "k3d_udp_stream_cut", "k3d_udp_port_undeclared",
     "drain_slow", "drain_boot_differs", "host_kernel_busy",
     "vps_rules_unreadable", "vps_rules_differ", "vps_address_floods", "vps_docker_port_unlimited",
-    "vps_docker_nftables", "vps_user_limit", "way_in_blocked", "way_in_revert_pending", "way_in_revert_missed",
+    "vps_docker_nftables", "vps_user_limit", "vps_total_reached", "vps_rate_reached", "way_in_blocked", "way_in_revert_pending", "way_in_revert_missed",
     "way_in_revert_stalled",
     "nas_client_bound_high", "nas_unhealthy", "nas_autoheal_cannot_restart", "nas_rate_limited", "nas_errors_5xx",
-    "nas_limit_blind", "nas_restart_loop",
+    "nas_limit_blind", "nas_restart_loop", "nas_tunnel_total_reached",
     "k3d_engine_unreadable",
     "shared_k3d_out_of_connections", "shared_wedged_unrestarted",
 )
@@ -220,6 +220,7 @@ def vps(host, ufw, sig, limit, ports):
                                "one client opening many connections (seed 001's 500)",
                                "the limit holds it (vps_connlimit_limit %d); block it further up if it goes on" % limit,
                                "port %s" % port, code="vps_address_floods"))
+    out += bounds_reached(host, fw, ufw)
     limited = set(fw.get("limited_ports") or [])
     for port, names in sorted((fw.get("published") or {}).items()):
         if int(port) not in limited:
@@ -233,6 +234,39 @@ def vps(host, ufw, sig, limit, ports):
                            "there is no DOCKER-USER chain: a limit for published ports there protects nothing",
                            "run Docker with its iptables backend, or publish on 127.0.0.1 behind a host proxy",
                            "docker", code="vps_docker_nftables"))
+    return out
+
+
+def bounds_reached(host, fw, ufw=None):
+    """The bounds on all sources together (issue 63) that refused new connections: the total, the rate bound; each
+    with its iptables counter (since the rules were loaded) and its rate in the sample, the count the total holds
+    now, and its size as the live rules have it."""
+    out = []
+    live = (((ufw or {}).get("bounds") or {}).get("live") or {}).get("ipv4") or {}
+    counted = fw.get("counted") or {}
+    for port, b in sorted((fw.get("bounds") or {}).items(), key=lambda kv: int(kv[0])):
+        size = live.get(str(port)) or {}
+        now = counted.get(port, counted.get(str(port)))
+        if b.get("total"):
+            out.append(finding(
+                host, "the total bound was reached on port %s" % port,
+                "iptables: the total (#conn src/0 > %s) reset %d new connections since the rules were loaded, %s a "
+                "second now; %s connections counted now" % (size.get("total", "?"), b["total"], b.get("total_per_s", 0),
+                                                          "?" if now is None else now),
+                "more connections at once from all addresses together than vps_connlimit_total: a flood spread over "
+                "many addresses (each under the per-address limit), or more real clients than the total was sized for",
+                "nothing while it is a flood - the NAS behind it gets no more than the total, its LAN keeps working; "
+                "raise vps_connlimit_total (within what the NAS holds) if real clients meet it (vps tag)",
+                "port %s" % port, code="vps_total_reached"))
+        if b.get("rate"):
+            out.append(finding(
+                host, "the rate bound was reached on port %s" % port,
+                "iptables: the rate bound (%s/s, bucket %s) reset %d new connections since the rules were loaded, %s a "
+                "second now" % (size.get("rate", "?"), size.get("burst", "?"), b["rate"], b.get("rate_per_s", 0)),
+                "new connections from all addresses together faster than vps_connlimit_rate after its bucket: a SYN "
+                "storm or a flood of new connections", "nothing while it is a flood; raise vps_connlimit_rate (and "
+                "vps_connlimit_total, or shorten conntrack's syn_recv timeout) if real clients meet it (vps tag)",
+                "port %s" % port, code="vps_rate_reached"))
     return out
 
 
@@ -270,9 +304,19 @@ def nas(host, sig, traefik_name, proxy_trusted, bound=None):
                            "run the autoheal tag (autoheal_socket_proxy uses a policy that allows restarts)",
                            "autoheal", code="nas_autoheal_cannot_restart"))
     t = sig.get("traefik")
+    tunnel = (t or {}).get("tunnel") or {}
+    if tunnel.get("r429"):
+        out.append(finding(host, "%s's total for the tunnel was reached" % traefik_name,
+                           "access log: %d of %d requests through the tunnel's entrypoint answered 429 in the window"
+                           % (tunnel["r429"], tunnel["requests"]),
+                           "more requests in flight from everything the VPS forwards together than "
+                           "traefik_inflight_tunnel_total (per router), or one client over the per-client amount",
+                           "nothing while it is a flood - the LAN's entrypoint never counts; raise "
+                           "traefik_inflight_tunnel_total if real users get it (nas tag)", traefik_name,
+                           code="nas_tunnel_total_reached"))
     if t:
         statuses = t.get("statuses") or {}
-        limited = statuses.get("429", 0)
+        limited = statuses.get("429", 0) - tunnel.get("r429", 0)
         errors = sum(v for k, v in statuses.items() if k.startswith("5"))
         if limited:
             out.append(finding(host, "%s turned away %d requests (429)" % (traefik_name, limited),

@@ -55,11 +55,12 @@ def top_talkers(ss_established, ports, top=5):
     return dict((port, sorted(peers.items(), key=lambda kv: -kv[1])[:top]) for port, peers in per.items())
 
 
-_COUNTER = re.compile(r"^\s*(\d+)\s+\d+\s+REJECT\s+.*?(?:dpt:(\d+)|ctorigdstport (\d+)).*?#conn src/\d+ > (\d+)")
+_COUNTER = re.compile(r"^\s*(\d+)\s+\d+\s+REJECT\s+.*?(?:dpt:(\d+)|ctorigdstport (\d+)).*?#conn src/[1-9]\d* > (\d+)")
 
 
 def connlimit_counters(iptables_lvxn):
-    """{port: packets rejected} of the connlimit rules in `iptables -L CHAIN -v -x -n` output."""
+    """{port: packets rejected} of the per-address connlimit rules in `iptables -L CHAIN -v -x -n` output (a total,
+    `#conn src/0`, is no address's: ufw/total.py counters() reads it)."""
     out = {}
     for line in iptables_lvxn.splitlines():
         m = _COUNTER.search(line)

@@ -18,8 +18,10 @@ description:
     of those namespaces; Docker containers that are unhealthy and since when; whether autoheal runs, what it did
     in the last O(window) seconds and whether it can restart at all (its Docker socket, or a socket proxy whose
     policy allows restarts); Traefik's answers by status and the address most requests come from, from its access
-    log; for O(ports), the clients with the most connections and how fast the connlimit rules reject; Docker's
-    published ports and firewall backend.
+    log (with O(tunnel_entrypoint), the 429s of the tunnel's total apart); for O(ports), the clients with the most
+    connections and how fast the per-address connlimit rules reject, and the bounds on all sources together - the
+    new connections the total and the rate bound refused since the rules were loaded and per second in the sample,
+    and the connections the total counts now; Docker's published ports and firewall backend.
 author:
   - homelab.edge contributors (@homelab-edge)
 options:
@@ -41,6 +43,11 @@ options:
     type: list
     elements: int
     default: []
+  tunnel_entrypoint:
+    description: The entrypoint of the tunnel's total at Traefik (traefik_inflight's tunnel_total); its 429s are counted apart.
+    type: str
+    default: ""
+    version_added: "2.1.0"
   window:
     description: Seconds of logs to read.
     type: int
@@ -92,7 +99,10 @@ traefik:
   returned: when O(traefik) is set
   type: dict
 firewall:
-  description: Top talkers per port, connlimit rejections per second per port, published ports, Docker's firewall backend.
+  description: >-
+    Top talkers per port, per-address connlimit rejections per second per port, the bounds on all sources together
+    (C(bounds) - per port C(total) and C(rate) refused since the rules were loaded, C(total_per_s) and C(rate_per_s) in
+    the sample, C(counted) connections now), published ports, Docker's firewall backend.
   returned: when O(ports) is set
   type: dict
 """
@@ -106,6 +116,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.homelab.edge.plugins.module_utils import autoheal
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils import signals
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import tunnel as traefik_tunnel
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import total as ufw_total
 from ansible_collections.homelab.edge.plugins.module_utils.tcp_drain import sysctl as tcp_drain_sysctl
 from ansible_collections.homelab.edge.plugins.module_utils.host import C_ENV
 from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
@@ -219,28 +231,43 @@ def autoheal_part(h, name, window, docs=None):
     return out
 
 
-def traefik_part(h, name, window):
+def traefik_part(h, name, window, tunnel_ep=""):
     lines = h.logs(name, window).splitlines()
     top, share, total = traefik_inflight.client_share(lines)
-    return {"statuses": traefik_inflight.status_counts(lines), "requests": total, "top_client": top, "top_share": share}
+    out = {"statuses": traefik_inflight.status_counts(lines), "requests": total, "top_client": top, "top_share": share}
+    if tunnel_ep:
+        out["tunnel"] = traefik_tunnel.access_counts(lines, tunnel_ep)
+    return out
 
 
 def firewall_counters(h):
-    counters = {}
+    """({port: per-address rejections}, {port: {address, rate, total}}) from the chains' counters."""
+    counters, bounds = {}, {}
     for chain in ("ufw-before-input", ufw_connlimit.DOCKER_CHAIN):
-        for port, n in signals.connlimit_counters(h.run(["iptables", "-L", chain, "-v", "-x", "-n"])).items():
+        listed = h.run(["iptables", "-L", chain, "-v", "-x", "-n"])
+        for port, n in signals.connlimit_counters(listed).items():
             counters[port] = counters.get(port, 0) + n
-    return counters
+        for port, kinds in ufw_total.counters(listed).items():
+            mine = bounds.setdefault(port, {"address": 0, "rate": 0, "total": 0})
+            for k, n in kinds.items():
+                mine[k] += n
+    return counters, bounds
 
 
 def firewall_part(h, ports, before, seconds, docker_docs):
-    after = firewall_counters(h)
+    after, bounds_after = firewall_counters(h)
+    before, bounds_before = before
     info = h.run([h.docker, "info", "--format", "{{json .}}"]) if h.docker else ""
     info = json.loads(info) if info.strip().startswith("{") else {}
     return {"top_talkers": signals.top_talkers(h.run(["ss", "-Htn", "state", "established"]), ports),
             "rejected_per_s": dict((port, round((after.get(port, 0) - before.get(port, 0)) / seconds, 1))
                                    for port in sorted(set(after) | set(before))),
             "limited_ports": sorted(after),
+            "bounds": dict((port, {"total": b["total"], "rate": b["rate"],
+                                   "total_per_s": round((b["total"] - bounds_before.get(port, {}).get("total", 0)) / seconds, 1),
+                                   "rate_per_s": round((b["rate"] - bounds_before.get(port, {}).get("rate", 0)) / seconds, 1)})
+                           for port, b in sorted(bounds_after.items())),
+            "counted": ufw_total.counted_connections(h.run(["ss", "-Htan"]), ports),
             "published": ufw_connlimit.docker_published_tcp_ports(docker_docs),
             "docker_firewall_backend": ufw_connlimit.firewall_backend(info) if info.get("ServerVersion") else None}
 
@@ -250,6 +277,7 @@ def main():
         argument_spec=dict(
             containers=dict(type="list", elements="str", default=[]),
             traefik=dict(type="str", default=""),
+            tunnel_entrypoint=dict(type="str", default=""),
             autoheal=dict(type="str", default=""),
             ports=dict(type="list", elements="int", default=[]),
             window=dict(type="int", default=300),
@@ -261,7 +289,7 @@ def main():
     host.require_root(module, "reads other network namespaces and the firewall")
     h = Host(module)
     before_stat = h.read("/proc/stat")
-    before_counters = firewall_counters(h) if p["ports"] else {}
+    before_counters = firewall_counters(h) if p["ports"] else ({}, {})
     time.sleep(p["sample_seconds"])
     ids = h.run([h.docker, "ps", "-q"]).split() if h.docker else []
     docs = h.inspect(ids)
@@ -270,7 +298,7 @@ def main():
     if p["autoheal"]:
         result["autoheal"] = autoheal_part(h, p["autoheal"], p["window"], docs)
     if p["traefik"]:
-        result["traefik"] = traefik_part(h, p["traefik"], p["window"])
+        result["traefik"] = traefik_part(h, p["traefik"], p["window"], p["tunnel_entrypoint"])
     if p["ports"]:
         result["firewall"] = firewall_part(h, p["ports"], before_counters, p["sample_seconds"], docs)
     module.exit_json(**result)

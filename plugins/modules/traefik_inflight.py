@@ -181,6 +181,40 @@ options:
         a warning says so).
     type: dict
     default: {}
+  tunnel_total:
+    description:
+      - Requests in flight allowed per router from everything that comes through the tunnel together (all client
+        addresses of the VPS's forwards share one count); the rest are answered 429 at once. C(0) - no tunnel total.
+      - What stops a flood spread over many addresses at Traefik - the per-client limit (O(amount)) holds one
+        address only. Requests from the LAN never count - the tunnel gets an entrypoint of its own (O(tunnel_entrypoint)
+        on O(tunnel_port), published by compose), which the VPS must forward to instead of the LAN's entrypoint.
+      - The tunnel's entrypoint copies the TLS, transport, forwarded-headers and HTTP/2 settings and the middlewares of
+        the first of O(entrypoints) (the per-client limit among them), trusts PROXY protocol from
+        O(proxy_protocol_trusted_ips), and adds two middlewares of the module's, in this order - a headers middleware
+        that overwrites the request header C(X-Homelab-Edge-Pool) with one value, and an inFlightReq keyed on it (a
+        client cannot split the count by sending the header itself).
+      - A router that lists its entrypoints answers through the tunnel only when it lists O(tunnel_entrypoint) too
+        (routers without entryPoints join it by themselves); the module names the others (RV(tunnel)) and warns. Like
+        every inFlightReq, the total is one per router - RV(tunnel) says the total in all.
+      - Needs Traefik run from a compose file (the port is published there) unless it shares the host's network.
+    type: int
+    default: 0
+    version_added: "2.1.0"
+  tunnel_entrypoint:
+    description: The name of the tunnel's entrypoint (routers that list their entrypoints name it).
+    type: str
+    default: tunnel
+    version_added: "2.1.0"
+  tunnel_port:
+    description: The port of the tunnel's entrypoint, in Traefik's network namespace and published on the host.
+    type: int
+    default: 10443
+    version_added: "2.1.0"
+  tunnel_publish_address:
+    description: The host address compose publishes O(tunnel_port) on (the NAS's tunnel address, say). Empty - every address.
+    type: str
+    default: ""
+    version_added: "2.1.0"
   override_user_values:
     description:
       - Replace the user's own values where the module would set its own (C(http2.maxConcurrentStreams), PROXY
@@ -380,6 +414,15 @@ problems:
   returned: always
   type: list
   elements: str
+tunnel:
+  description:
+    - With O(tunnel_total), the tunnel's entrypoint - C(entrypoint), C(port), C(published) (the compose port), C(total),
+      C(header), C(middlewares) - and, read from Traefik's API, C(through) (the routers that answer through it),
+      C(missing) (routers on the entrypoint the tunnel arrived on before that do not list the tunnel's) and C(text)
+      (the total in words).
+  returned: when O(tunnel_total) is set
+  type: dict
+  version_added: "2.1.0"
 """
 
 import json
@@ -392,6 +435,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.homelab.edge.plugins.module_utils import host
 from ansible_collections.homelab.edge.plugins.module_utils.traefik import entrypoint_url
 from ansible_collections.homelab.edge.plugins.module_utils.traefik import inflight as traefik_inflight
+from ansible_collections.homelab.edge.plugins.module_utils.traefik import tunnel as traefik_tunnel
 from ansible_collections.homelab.edge.plugins.module_utils import undo_record
 from ansible_collections.homelab.edge.plugins.module_utils.traefik.text_edit import EditError
 
@@ -466,7 +510,9 @@ def options(p):
             "healthcheck": p["healthcheck"], "healthcheck_through": p["healthcheck_through"],
             "healthcheck_entrypoint": p["healthcheck_entrypoint"], "healthcheck_replace": p["healthcheck_replace"],
             "sysctls": p["sysctls"], "http2_max_streams": p["http2_max_streams"],
-            "metrics_port": p["metrics_port"], "override_user_values": p["override_user_values"]}
+            "metrics_port": p["metrics_port"], "override_user_values": p["override_user_values"],
+            "tunnel_total": p["tunnel_total"], "tunnel_entrypoint": p["tunnel_entrypoint"], "tunnel_port": p["tunnel_port"],
+            "tunnel_publish_address": p["tunnel_publish_address"]}
 
 
 def read_dynamic(provider, own):
@@ -651,11 +697,34 @@ def wait_api(docker, plan, expected, timeout):
     while True:
         api = docker.api()
         problems = (traefik_inflight.check_api(api[0], api[1], expected, plan["entrypoints"], plan["middleware_ref"],
-                                               plan["amount"], plan["inflight"]) if api else
+                                               plan["amount"], plan["inflight"]) + tunnel_problems(api, plan) if api else
                     ["Traefik does not answer on its API"])
         if not problems or time.time() >= deadline:
             return problems, api
         time.sleep(2)
+
+
+def tunnel_problems(api, plan):
+    """What the API shows amiss about the tunnel's total (none asked: nothing)."""
+    t = plan.get("tunnel")
+    return traefik_tunnel.check(api[0], api[1], t["entrypoint"], plan["middleware_ref"].rpartition("@")[0],
+                                t["total"]) if t else []
+
+
+def tunnel_report(module, api, plan, result):
+    """The tunnel's entrypoint and, as Traefik's API shows them, the routers through it and those missing it."""
+    t = plan.get("tunnel")
+    if not t:
+        return
+    result["tunnel"] = dict(t)
+    if api:
+        seen = traefik_tunnel.routers(api[0], plan["entrypoints"], t["entrypoint"])
+        result["tunnel"].update(seen, text=traefik_tunnel.bound_text(t["total"], seen["through"]))
+        if seen["missing"]:
+            module.warn("router(s) %s list their entrypoints without %s: through the tunnel they answer 404. Add %s to "
+                        "their entryPoints (a label: traefik.http.routers.NAME.entrypoints=%s,%s) before the VPS forwards "
+                        "to port %d" % (", ".join(seen["missing"]), t["entrypoint"], t["entrypoint"],
+                                        ",".join(plan["entrypoints"]), t["entrypoint"], t["port"]))
 
 
 def bound(api, plan, limit):
@@ -686,6 +755,10 @@ ARGUMENT_SPEC = dict(
     verify_timeout=dict(type="int", default=60),
     backup=dict(type="bool", default=False),
     override_user_values=dict(type="bool", default=False),
+    tunnel_total=dict(type="int", default=0),
+    tunnel_entrypoint=dict(type="str", default="tunnel"),
+    tunnel_port=dict(type="int", default=10443),
+    tunnel_publish_address=dict(type="str", default=""),
     traefik_version=dict(type="str"),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     state_dir=dict(type="path", default=STATE_DIR),
@@ -861,8 +934,9 @@ def main():
     if module.check_mode or not result["changed"]:
         if before and not module.check_mode:
             result["problems"] = traefik_inflight.check_api(before[0], before[1], expected, plan["entrypoints"],
-                                                            plan["middleware_ref"], plan["amount"])
+                                                            plan["middleware_ref"], plan["amount"]) + tunnel_problems(before, plan)
         result["client_bound"] = bound(before, plan, p["client_bound_max"])
+        tunnel_report(module, before, plan, result)
         finish(module, result)
     made, problems = change(module, docker, plan, changes)
     api = None
@@ -872,6 +946,7 @@ def main():
         roll_back(module, docker, plan, made, problems, result)
     remember(module, plan, changes, made)
     result["client_bound"] = bound(api, plan, p["client_bound_max"])
+    tunnel_report(module, api, plan, result)
     finish(module, result)
 
 

@@ -44,6 +44,12 @@ description:
   - Every rule the module writes carries the comment C(homelab.edge.ufw_connlimit); that is how the read-back tells
     its rules from anyone else's. After a change, a limit that is not the module's still live on a listed port fails
     the task with the effective limit (the smallest per port).
+  - Beside the per-address limit, two bounds on all sources together, per port (O(total), O(rate)) - what stops a
+    flood spread over many addresses, which passes any per-address limit. The order in the chain is per address,
+    then the rate, then the total; all three count new connections only. They are installed, verified and removed
+    with the per-address rule, in the same block (and the same Docker chain). A user's own total (C(--connlimit-mask
+    0)) or rate bound (C(hashlimit) without a mode) of that shape in C(before.rules) is taken over like seed 001's
+    rule when the module writes that bound, and refused otherwise.
   - Docker's experimental nftables firewall backend (Docker 29, C(firewall-backend) set to C(nftables) in C(daemon.json))
     has no C(DOCKER-USER) chain. The module detects it and fails with what to do instead of writing rules that
     protect nothing, and returns RV(nftables_rules) - the table that does the same there, for you to load. It does
@@ -60,6 +66,33 @@ options:
     description: Concurrent connections allowed per source address (IPv4 /32, IPv6 /128) and port.
     type: int
     default: 100
+  total:
+    description:
+      - Concurrent connections allowed per port from all source addresses together (connlimit with
+        C(--connlimit-mask 0), one count per port and family); the rest are reset. C(0) - no total bound.
+      - It must be above O(limit) (one address alone must not fill it). Half-open connections count (C(SYN_RECV)),
+        TIME_WAIT ones do not.
+      - The default sits below what the NAS behind the tunnel was measured to hold (seed 001's NAS held 100 at once
+        and fell over at 500; the lab's one-core NAS answered every one of about 600 slow connections at once and
+        failed 15 % at about 1,200, C(benchmarks/results/nas_wedge-vps-20261205T014858.json)).
+    type: int
+    default: 400
+    version_added: "2.1.0"
+  rate:
+    description:
+      - New connections a second allowed per port from all source addresses together (hashlimit without a mode, one
+        token bucket of O(burst)); the rest are reset. C(0) - no rate bound.
+      - A SYN flood at this rate can keep up to O(burst) + O(rate) x C(net.netfilter.nf_conntrack_tcp_timeout_syn_recv)
+        (60 s by default, read on the host) connections half-open, counted by O(total); the module refuses values
+        where that is not below O(total).
+    type: int
+    default: 4
+    version_added: "2.1.0"
+  burst:
+    description: The rate bound's bucket - new connections allowed at once before O(rate) applies.
+    type: int
+    default: 100
+    version_added: "2.1.0"
   state:
     description:
       - C(present) writes the rules, C(absent) removes everything the module wrote - the block in C(before.rules) and
@@ -194,6 +227,20 @@ other_limits:
   type: list
   elements: dict
   version_added: "2.0.0"
+bounds:
+  description:
+    - The bounds on all sources together - C(asked) (total, rate, burst), C(syn_recv_timeout) (the host's, seconds),
+      C(half_open) (burst + rate x that timeout), C(live) per family and port as the ruleset has them, C(buckets) -
+      per family and port with a live rate bound, the new connections its bucket lets through at once now
+      (C(tokens), of C(size), and C(full); the kernel's C(/proc/net/ipt_hashlimit)), and C(counted) - per port the
+      host serves itself, the connections in the states the total counts now (C(ss), the host's namespace; ports
+      Docker publishes are counted in the container's and are left out).
+  returned: always, but where ufw is not installed
+  type: dict
+  sample: {"asked": {"total": 400, "rate": 4, "burst": 100}, "syn_recv_timeout": 60, "half_open": 340,
+           "live": {"ipv4": {"443": {"total": 400, "rate": 4, "burst": 100}}},
+           "buckets": {"ipv4": {"443": {"tokens": 96, "size": 100, "full": false}}}, "counted": {"443": 12}}
+  version_added: "2.1.0"
 effective:
   description: Per port, the smallest per-address limit live on it - the one that holds (the module's or another).
   returned: when ufw is enabled, and when the module refuses
@@ -215,6 +262,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.edge.plugins.module_utils.ufw import connlimit as ufw_connlimit
+from ansible_collections.homelab.edge.plugins.module_utils.ufw import total as ufw_total
 from ansible_collections.homelab.edge.plugins.module_utils.ufw import access as ufw_access
 from ansible_collections.homelab.edge.plugins.module_utils.ufw import revert as ufw_revert
 from ansible_collections.homelab.edge.plugins.module_utils import host
@@ -276,7 +324,7 @@ def docker_ports_to_limit(module, published, backend):
                 "policy (DROP as shipped) also drops what Docker publishes under that backend."
                 % (", ".join(str(x) for x in sorted(clash)), where, backend),
             docker_ports=dict((str(k), v) for k, v in clash.items()), docker_firewall_backend=backend,
-            nftables_rules=ufw_connlimit.docker_nft_rules(sorted(clash), p["limit"], p["ipv6"]))
+            nftables_rules=ufw_connlimit.docker_nft_rules(sorted(clash), p["limit"], p["ipv6"], bounds_asked(p)))
     if clash and p["docker_published"] == "fail":
         module.fail_json(
             msg="port(s) %s are published by Docker (%s): Docker DNATs that traffic through FORWARD, so a "
@@ -309,7 +357,8 @@ def plan(module, docker_ports, found):
             module.fail_json(msg="%s does not exist: is ufw installed?" % path)
         input_ports = [x for x in p["ports"] if x not in docker_ports]
         try:
-            planned = ufw_connlimit.plan_before_rules(old, fam, input_ports, p["limit"], present, managed=p["ports"])
+            planned = ufw_connlimit.plan_before_rules(old, fam, input_ports, p["limit"], present, managed=p["ports"],
+                                                      bounds=bounds_asked(p))
         except ufw_connlimit.RulesError as e:
             module.fail_json(msg="%s: %s; nothing was written" % (path, e))
         found.replaced += [dict(f, path=path) for f in planned["replaced"]]
@@ -321,7 +370,8 @@ def plan(module, docker_ports, found):
                 text = read(os.path.join(d, other))
                 found.refused += [dict(x, path=os.path.join(d, other)) for x in ufw_connlimit.file_limits(text or "", p["ports"])]
         path = os.path.join(d, f["docker_file"])
-        new = ufw_connlimit.docker_chain_rules(fam, docker_ports, p["limit"]) if present and docker_ports else None
+        new = (ufw_connlimit.docker_chain_rules(fam, docker_ports, p["limit"], bounds_asked(p))
+               if present and docker_ports else None)
         changes.append(Change(path, read(path), new, check=f["restore"]))
     hook = os.path.join(d, ufw_connlimit.HOOK)
     changes.append(Change(hook, read(hook), ufw_connlimit.hook_script(d) if present and docker_ports else None, mode=0o750,
@@ -446,8 +496,9 @@ def restore_own_part(module, saved):
     return ok
 
 
-def verify_live(module, families, input_ports, docker_ports, limit=None):
-    """Read the live rules back: (live, docker_user, missing)."""
+def verify_live(module, families, input_ports, docker_ports, limit=None, bounds=None):
+    """Read the live rules back: (live, docker_user, missing); `bounds`, when given, gets the live bounds per family
+    ({"ipv4": {port: {total, rate, burst}}}) and the ports whose bounds are not live as asked."""
     live, docker_user, missing = {}, {}, []
     nft = module.get_bin_path("nft")
     for fam in families:
@@ -456,8 +507,9 @@ def verify_live(module, families, input_ports, docker_ports, limit=None):
         version = run(module, [ipt, "--version"])[1]
         # per source address (the family's mask) and the number asked, as iptables reads the rules back...
         # a chain ufw has not made (IPV6=no, ufw never enabled) holds no rules: not a failure
-        rules = ufw_connlimit.iptables_connlimit_rules(run(module, [ipt, "-w", "-S", f["chain"]], check_rc=False)[1], f["chain"],
-                                                       f["mask"])
+        saved = run(module, [ipt, "-w", "-S", f["chain"]], check_rc=False)[1]
+        rules = ufw_connlimit.iptables_connlimit_rules(saved, f["chain"], f["mask"])
+        have_bounds = ufw_total.live_bounds(saved, f["chain"])
         have = set(port for port, n in rules.items() if limit is None or n == limit)
         if nft and "nf_tables" in version:
             # ...and present in the kernel's nftables ruleset (the seed's check)
@@ -468,9 +520,18 @@ def verify_live(module, families, input_ports, docker_ports, limit=None):
             state = ufw_connlimit.docker_user_state(du, ours)
             docker_user["ipv%d" % fam] = state
             if state["jump_first"]:
+                have_bounds.update((k, v) for k, v in ufw_total.live_bounds(ours, ufw_connlimit.DOCKER_CHAIN).items()
+                                   if k in docker_ports)
                 have |= set(state["ports"]) & set(docker_ports)
         live["ipv%d" % fam] = sorted(have)
         missing += ["%s/ipv%d" % (x, fam) for x in sorted(set(input_ports) | set(docker_ports)) if x not in have]
+        if bounds is not None:
+            bounds["live"]["ipv%d" % fam] = dict((str(k), v) for k, v in sorted(have_bounds.items()))
+            bounds["missing"] += ["%s/ipv%d" % (x, fam) for x in ufw_total.bounds_live(
+                bounds["asked"], have_bounds, sorted(set(input_ports) | set(docker_ports)))]
+            bounds["buckets"]["ipv%d" % fam] = dict(
+                (str(port), ufw_total.bucket(read(ufw_total.bucket_path(fam, port)), b["burst"]))
+                for port, b in sorted(have_bounds.items()) if b.get("rate"))
     return live, docker_user, missing
 
 
@@ -513,9 +574,35 @@ def refuse_others(module, found, live):
         effective=dict((str(k), v) for k, v in ufw_connlimit.effective_limits(live, module.params["ports"]).items()))
 
 
+def bounds_asked(p):
+    """The bounds on all sources together the task asks for (total.py): none with state=absent."""
+    if p["state"] != "present":
+        return {"total": 0, "rate": 0, "burst": p["burst"]}
+    return {"total": p["total"], "rate": p["rate"], "burst": p["burst"]}
+
+
+def syn_recv_timeout():
+    """How long conntrack keeps a half-open connection here: the host's value, the kernel's default where
+    nf_conntrack is not loaded yet."""
+    text = (read(ufw_total.SYN_RECV_SYSCTL) or "").strip()
+    return int(text) if text.isdigit() else ufw_total.SYN_RECV_DEFAULT
+
+
+def counted(module, ports):
+    """{port: connections in the states the total counts} on the ports the host serves itself (ss, this namespace)."""
+    ss = module.get_bin_path("ss")
+    if not ss or not ports:
+        return {}
+    rc, out, err = run(module, [ss, "-Htan"], check_rc=False)
+    return dict((str(k), v) for k, v in ufw_total.counted_connections(out, ports).items()) if rc == 0 else {}
+
+
 ARGUMENT_SPEC = dict(
     ports=dict(type="list", elements="int", default=[80, 443]),
     limit=dict(type="int", default=100),
+    total=dict(type="int", default=400),
+    rate=dict(type="int", default=4),
+    burst=dict(type="int", default=100),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     ipv6=dict(type="bool", default=True),
     backup=dict(type="bool", default=False),
@@ -552,7 +639,10 @@ def check_live(module, families, docker_ports, result):
     """The rules as the kernel has them (reading changes nothing: check mode reports it too)."""
     p = module.params
     input_ports = [x for x in p["ports"] if x not in docker_ports]
-    result["live"], docker_user, missing = verify_live(module, families, input_ports, docker_ports, p["limit"])
+    bounds = result["bounds"]
+    bounds.update(live={}, missing=[], buckets={})
+    result["live"], docker_user, missing = verify_live(module, families, input_ports, docker_ports, p["limit"], bounds)
+    bounds["counted"] = counted(module, input_ports)
     if docker_user:
         result["docker_user"] = docker_user
     live = read_limits(module, families, p["ports"])
@@ -562,6 +652,10 @@ def check_live(module, families, docker_ports, result):
     if missing and enforce:
         module.fail_json(msg="the connlimit rules are not live for %s (for Docker ports, the jump to %s must be "
                              "the first rule of DOCKER-USER)" % (", ".join(missing), ufw_connlimit.DOCKER_CHAIN), **result)
+    if bounds["missing"] and enforce:
+        module.fail_json(msg="the bounds on all sources together (total %(total)d, rate %(rate)d/s burst %(burst)d) "
+                             "are not live as asked for %(where)s: the ruleset has %(live)s"
+                             % dict(bounds["asked"], where=", ".join(bounds["missing"]), live=bounds["live"]), **result)
     if result["other_limits"] and enforce:
         module.fail_json(msg="a connection limit that is not the module's is live on the listed ports beside its own: "
                              "%s. The smaller one wins: the effective limit per port is %s, not %d. Remove it where "
@@ -583,7 +677,8 @@ def not_yet_installed(module):
     if module._diff:
         paths = dict((f, os.path.join(p["rules_dir"], ufw_connlimit.FAMILIES[f]["file"])) for f in families)
         result["diff"] = [{"before_header": "%s (as ufw installs it)" % paths[f], "after_header": paths[f],
-                           "before": "", "after": "".join(ln + "\n" for ln in ufw_connlimit.render_block(f, p["ports"], p["limit"]))}
+                           "before": "", "after": "".join(ln + "\n" for ln in ufw_connlimit.render_block(
+                               f, p["ports"], p["limit"], bounds=bounds_asked(p)))}
                           for f in families]
     module.exit_json(**result)
 
@@ -593,8 +688,11 @@ def main():
     p = module.params
     present = p["state"] == "present"
     problems = ufw_connlimit.validate(p["ports"], p["limit"]) if present else []
+    syn_recv = syn_recv_timeout()
+    if present and not problems:
+        problems = ufw_total.validate(p["total"], p["rate"], p["burst"], p["limit"], syn_recv)
     if problems:
-        module.fail_json(msg="; ".join(problems))
+        module.fail_json(msg="; ".join(problems) + "; nothing was changed")
     require_root(module, "writes %s and reloads ufw" % p["rules_dir"])
     if read(os.path.join(p["rules_dir"], ufw_connlimit.FAMILIES[4]["file"])) is None:
         if not present:
@@ -611,6 +709,9 @@ def main():
         refuse_others(module, found, read_limits(module, families, p["ports"]))
     validate(module, changes)
     result = start_result(module, changes, published, backend)
+    asked = bounds_asked(p)
+    result["bounds"] = {"asked": asked, "syn_recv_timeout": syn_recv,
+                        "half_open": ufw_total.half_open(asked["rate"], asked["burst"], syn_recv) if asked["rate"] else 0}
     if found.replaced:
         result["replaced"] = found.replaced
         module.warn("%s: taken over by the module's block (the lines are kept inside it, marked '%s'; state=absent "

@@ -51,12 +51,24 @@ GOOD = {
                   "flood_probes_pct": 100.0, "flood_healthy_after_s": 0}},
 }
 
+MANY = proof.MANY_SOURCES * proof.MANY_EACH
+FLOOD = {"planned": MANY, "started": MANY, "sources": proof.MANY_SOURCES, "valid": True}
+GOOD["many"] = {
+    "before": {"flood": dict(FLOOD, connected=MANY, refused=0, ok_2xx=MANY - 12, r429=0,
+                             sources_connected=proof.MANY_SOURCES)},
+    "after": {"flood": dict(FLOOD, connected=proof.VPS_TOTAL + 9, refused=MANY - proof.VPS_TOTAL - 9,
+                            ok_2xx=proof.VPS_TOTAL + 9, r429=0, sources_connected=proof.MANY_SOURCES),
+              "lan_served": {"sent": 180, "served": 180}, "public_again_s": 1,
+              "traefik": {"health": "healthy", "restarted": False}, "way_in": {"ssh_banner": True, "tunnel": True}}}
+
 PLAN = GOOD["k3d"]["after"]["dns"]
 
 # where the opposite phase's value is no break (no failure claimed before), a value that breaks the fix
 BROKEN_AFTER = {
     "recreated_fixed_s": None, "second_client": [200, None, 200], "flood_probes_pct": 3.0,
     "flood_healthy_after_s": None, "other_failures": 3,
+    "lan_served": {"sent": 180, "served": 179}, "public_again_s": None,
+    "traefik": {"health": "healthy", "restarted": True}, "way_in": {"ssh_banner": False, "tunnel": True},
 }
 ROWS = [(part, measure, before is not None) for part, measure, label, before, after in proof.CLAIMS]
 

@@ -29,6 +29,7 @@ K3D_MAX_RATE = 500
 K3D_MAX_SHARE = 50          # % of the UDP budget the planned sessions may take at most
 CONNLIMIT_MAX_TOTAL = 2000  # connections held at once toward one port
 CONNLIMIT_MAX_HOLD_S = 30
+BUCKET_MAX_REFILL_S = 120   # the longest the many-source check waits for the VPS's rate bound to refill
 INFLIGHT_MAX_TOTAL = 2000   # requests sent at once through Traefik
 INFLIGHT_MAX_TIMEOUT_S = 60
 MAX_TIMEOUT_S = 10
@@ -145,6 +146,61 @@ def connlimit_verdict(plan, counts):
                                             plan["limit"]))
     if reset < plan["extra"]:
         why.append("%d reset of the %d over the limit" % (reset, plan["extra"]))
+    if counts["timeout"]:
+        why.append("%d connections unanswered in %s s (dropped, not reset)" % (counts["timeout"], plan["timeout_s"]))
+    if counts["other"]:
+        why.append("%d failed otherwise: %s" % (counts["other"], ", ".join(sorted(counts.get("errors", [])))))
+    return (FAILED if why else PROVED), why
+
+
+def bound_plan(total, rate, burst, limit, extra, sources, hold_s, timeout):
+    """The many-source check of the VPS's bound on all sources together (issue 63): the bound a burst of new
+    connections meets first - the rate bound's bucket (`burst`, when `rate` is on) or the total (`total`) - plus
+    `extra`, opened at once from `sources` (addresses of the host the check runs on) in turn, each source's share
+    kept under the per-address `limit` (so that limit never answers), held `hold_s`, then all closed.
+    With the rate bound on, `refill_s`: how long its bucket takes to fill again from empty (burst / rate, rounded up,
+    plus a second) - the per-address check just before it on the same port emptied it.
+    Refused (PlanError) when no bound is on, too few sources are given to stay under the per-address limit, or the
+    bucket refills slower than BUCKET_MAX_REFILL_S."""
+    if not total and not rate:
+        raise PlanError("neither a total nor a rate bound is on (vps_connlimit_total, vps_connlimit_rate): nothing "
+                        "bounds all sources together")
+    bound, which = min((b, w) for b, w in ((total, "total"), (burst if rate else 0, "rate bound's bucket")) if b)
+    _between("the extra connections", extra, 1, CONNLIMIT_MAX_TOTAL)
+    _between("the bound", bound, 1, CONNLIMIT_MAX_TOTAL - extra)
+    _between("the hold time", hold_s, 0, CONNLIMIT_MAX_HOLD_S)
+    _between("the connect timeout", timeout, 0.1, MAX_TIMEOUT_S)
+    refill = int(math.ceil(burst / float(rate))) + 1 if rate else 0
+    if refill > BUCKET_MAX_REFILL_S:
+        raise PlanError("the rate bound's bucket takes %d s to fill again (burst %d / rate %d a second), longer than "
+                        "the check waits for it (%d s)" % (refill, burst, rate, BUCKET_MAX_REFILL_S))
+    connections = bound + extra
+    each = max(1, limit - max(5, limit // 10))  # a share well under the per-address limit, as connlimit_floor
+    needed = int(math.ceil(connections / float(each)))
+    if len(sources) < needed:
+        raise PlanError("%d connections at once under the per-address limit of %d need %d source addresses of this "
+                        "host; %d given (vps_connlimit_prove_sources)" % (connections, limit, needed, len(sources)))
+    return {"connections": connections, "bound": bound, "which": which, "extra": extra, "sources": len(sources),
+            "per_source": int(math.ceil(connections / float(len(sources)))), "hold_s": hold_s, "timeout_s": timeout,
+            "at_least": bound - max(5, bound // 10), "refill_s": refill,
+            "bound_s": round(refill + timeout + hold_s + 5, 1)}
+
+
+def bound_verdict(plan, counts):
+    """(status, reasons): about `bound` connections from all the sources together stay established - at most the
+    bound, at least plan["at_least"] (other clients' connections hold a few of it) - at least `extra` are reset,
+    none unanswered."""
+    why = []
+    est, reset = counts["established"], counts["reset"]
+    if est > plan["bound"]:
+        why.append("%d established, %d reset: more than the %s of %d stayed open" % (est, reset, plan["which"],
+                                                                                    plan["bound"]))
+    elif est < plan["at_least"]:
+        why.append("%d established, %d reset: fewer than %d, so a lower bound than the %s of %d holds (another rule, "
+                   "or the bucket not full: new connections in the last seconds)"
+                   % (est, reset, plan["at_least"], plan["which"], plan["bound"]))
+    if reset < plan["extra"]:
+        why.append("%d reset of the %d over the bound" % (reset, plan["extra"]))
     if counts["timeout"]:
         why.append("%d connections unanswered in %s s (dropped, not reset)" % (counts["timeout"], plan["timeout_s"]))
     if counts["other"]:

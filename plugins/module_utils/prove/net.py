@@ -186,18 +186,39 @@ def _outcome(s):
     return errno.errorcode.get(err, str(err))
 
 
-def hold(host, port, n, timeout, hold_s, clock=time.monotonic, sleep=time.sleep):
+# Linux socket options (ip(7)): bind to an address not (yet) on an interface; bind without reserving a port
+IP_FREEBIND, IP_BIND_ADDRESS_NO_PORT = 15, 24
+
+
+def bind_source(s, source):
+    """Bind socket `s` to the source address `source` before it connects (the port is picked at connect, shared
+    between sources as long as each 4-tuple is unique)."""
+    # both options live at SOL_IP, for IPv6 sockets too (the kernel keeps them in the socket's inet part)
+    s.setsockopt(socket.IPPROTO_IP, IP_FREEBIND, 1)
+    s.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+    s.bind((source, 0))
+
+
+def hold(host, port, n, timeout, hold_s, clock=time.monotonic, sleep=time.sleep, sources=None):
     """Open `n` TCP connections to host:port at once from this host, wait up
     to `timeout` for each to be established or reset, hold the established
-    ones idle `hold_s`, count those still open, and close them all.
+    ones idle `hold_s`, count those still open, and close them all. With
+    `sources` (addresses this host owns), connection i comes from
+    sources[i % len(sources)].
     Returns counts: established, reset, timeout, other (and their errors),
     held (still open after hold_s), first (the first connection's outcome)."""
     socks, outcome = [], {}
     try:
-        for dummy in range(n):
+        for i in range(n):
             s = socket.socket(_family(host), socket.SOCK_STREAM)
             s.setblocking(False)
             socks.append(s)
+            if sources:
+                try:
+                    bind_source(s, sources[i % len(sources)])
+                except OSError as e:
+                    outcome[s] = errno.errorcode.get(e.errno, str(e.errno))
+                    continue
             err = s.connect_ex((host, port))
             if err not in (0, errno.EINPROGRESS):
                 outcome[s] = errno.errorcode.get(err, str(err))

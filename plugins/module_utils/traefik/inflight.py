@@ -24,6 +24,7 @@ import re
 import shlex
 
 from . import toml_text
+from . import tunnel
 from . import yaml_text
 from .text_edit import EditError, ci, lookup
 
@@ -431,6 +432,8 @@ def dynamic_text(opts):
     """The role's dynamic file, as YAML text."""
     doc = dynamic_document(opts["name"], int(opts["amount"]), opts.get("source", "ip"), int(opts.get("depth", 0)),
                            opts.get("excluded_ips") or [], opts.get("header", ""), api=bool(opts.get("verify_api", True)))
+    if opts.get("tunnel_total"):
+        doc["http"]["middlewares"].update(tunnel.middlewares(opts["name"], int(opts["tunnel_total"])))
     return ("# Managed by homelab.edge (traefik_inflight): edit the inventory, not this file.\n"
             + yaml_text.yaml.safe_dump(doc, default_flow_style=False, sort_keys=True))
 
@@ -713,6 +716,7 @@ def static_changes(static, opts, warnings=None, report=None):
                            len(new) != len(mws) + 1 else ("append", ["entryPoints", name, "http", "middlewares"], ref))
         if limited:
             report["entrypoints"].append(ep)
+            report.setdefault("middlewares", {})[name] = list(mws) if new is None else new
         if streams:
             value = _streams_value("entryPoints.%s.http2.maxConcurrentStreams" % name,
                                    lookup(eps, [name, "http2", "maxConcurrentStreams"]), streams, opts, kept, written)
@@ -722,7 +726,8 @@ def static_changes(static, opts, warnings=None, report=None):
     if trusted is not None:
         # every TCP entrypoint the proxy in front may forward to (all of the user's): one without the
         # trust would read the PROXY header as a broken request. The user's own trusted addresses are kept.
-        for name in sorted(e for e in eps if e not in OWN_ENTRYPOINTS and not is_udp(addresses.get(e))):
+        for name in sorted(e for e in eps if e not in OWN_ENTRYPOINTS and not is_udp(addresses.get(e))
+                           and not tunnel.is_ours(e, opts)):
             have = lookup(eps, [name, "proxyProtocol", "trustedIPs"])
             have = list(have) if isinstance(have, list) else []
             path = ["entryPoints", name, "proxyProtocol", "trustedIPs"]
@@ -754,6 +759,11 @@ def static_changes(static, opts, warnings=None, report=None):
         if ci(eps, API_ENTRYPOINT) is None:
             changes.append(("ensure", ["entryPoints", API_ENTRYPOINT], {"address": "127.0.0.1:%d" % API_PORT}))
         host_api_warning(opts, ci(eps, API_ENTRYPOINT) is None, warnings)
+    if opts.get("tunnel_total"):
+        source = ci(eps, tunnel.source_entrypoint(report["entrypoints"]))
+        tunnel.check_clash(addresses, opts, tunnel.mine(static, None, opts))
+        changes += tunnel.static_changes(static, source, report["middlewares"][source], opts, trusted)
+    changes += tunnel.left_over(static, None, opts)
     port = opts.get("metrics_port")
     if port and lookup(static, ["metrics"]) is None:  # the user's own metrics are kept as they are
         check_metrics_port(port, addresses, opts)
@@ -822,6 +832,7 @@ def flag_changes(flags, opts, warnings=None, report=None):
             add[key] = ",".join(new)
         if limited:
             report["entrypoints"].append(ep)
+            report.setdefault("middlewares", {})[ep] = list(have) if new is None else new
         skey = "entrypoints.%s.http2.maxconcurrentstreams" % ep.lower()
         if streams:
             value = _streams_value("entryPoints.%s.http2.maxConcurrentStreams" % ep, flags.get(skey), streams, opts,
@@ -831,7 +842,8 @@ def flag_changes(flags, opts, warnings=None, report=None):
 
     trusted = opts.get("proxy_protocol_trusted_ips")
     if trusted is not None:
-        for ep in sorted(e for e in addresses if e not in OWN_ENTRYPOINTS and not is_udp(addresses[e])):
+        for ep in sorted(e for e in addresses if e not in OWN_ENTRYPOINTS and not is_udp(addresses[e])
+                         and not tunnel.is_ours(e, opts)):
             pkey = "entrypoints.%s.proxyprotocol.trustedips" % ep
             have = [t for t in flags.get(pkey, "").split(",") if t]
             new, off = _trusted_value(ep, have, trusted, opts, kept)
@@ -863,6 +875,11 @@ def flag_changes(flags, opts, warnings=None, report=None):
         if "entrypoints.%s.address" % API_ENTRYPOINT not in flags:
             add["entrypoints.%s.address" % API_ENTRYPOINT] = "127.0.0.1:%d" % API_PORT
         host_api_warning(opts, "entrypoints.%s.address" % API_ENTRYPOINT not in flags, warnings)
+    if opts.get("tunnel_total"):
+        source = tunnel.source_entrypoint(report["entrypoints"])
+        tunnel.check_clash(addresses, opts, tunnel.mine(None, flags, opts))
+        add.update(tunnel.flag_adds(flags, source, report["middlewares"][source], opts, trusted))
+    remove += tunnel.left_over(None, flags, opts)
     port = opts.get("metrics_port")
     if port and not any(k == "metrics" or k.startswith("metrics.") for k in flags):
         check_metrics_port(port, addresses, opts)
@@ -1332,6 +1349,16 @@ def plan(facts, where, static_text, compose_text, dynamic_texts, opts, container
            "version": facts["version"], "amount": int(opts["amount"]), "warnings": warnings,
            "trusted_added": trusted_added(static, flags, opts.get("proxy_protocol_trusted_ips"),
                                           opts.get("trusted_added_before"))}
+    if opts.get("tunnel_total"):
+        if not facts["compose"] and facts.get("network_mode") != "host":
+            raise TraefikConfigError(
+                "%s was started with docker run: the tunnel's entrypoint needs its port (%d) published, which the role "
+                "does only in a compose file. Publish it (-p %s) and re-create Traefik, or run it from compose; "
+                "nothing was changed" % (facts["name"], int(opts["tunnel_port"]), tunnel.port_spec(opts)))
+        out["tunnel"] = {"entrypoint": opts["tunnel_entrypoint"], "port": int(opts["tunnel_port"]),
+                         "published": tunnel.port_spec(opts) if facts.get("network_mode") != "host" else None,
+                         "total": int(opts["tunnel_total"]), "header": tunnel.HEADER,
+                         "middlewares": tunnel.names(opts["name"])}
     if facts["source"].get("ignored"):
         src = facts["source"]
         warnings.append("%s reads its static config from %s, so Traefik ignores its command-line flags (--%s): "
@@ -1645,6 +1672,8 @@ def service_changes(compose, facts, opts, warnings=None, report=None):
         elif str((labels or {}).get(label, "")).lower() != "true":
             changes.append(("set", ["services", service, "labels", label], "true"))
     changes += health_changes(svc, facts, opts, report if report is not None else {})
+    if opts.get("tunnel_total"):
+        changes += tunnel.compose_changes(svc, service, opts, facts.get("network_mode"))
     sysctls = dict(opts.get("sysctls") or {})
     refused = sorted(k for k in sysctls if str(k).startswith(HOST_REFUSED_SYSCTLS))
     if facts.get("network_mode") == "host" and refused:

@@ -23,6 +23,8 @@ __metaclass__ = type
 
 import re
 
+from . import total as ufw_total
+
 BEGIN = "# BEGIN homelab.edge.ufw_connlimit (managed by Ansible; edit the inventory, not this block)"
 END = "# END homelab.edge.ufw_connlimit"
 COMMIT_COMMENT = "# don't delete the 'COMMIT' line"
@@ -79,21 +81,27 @@ def rule(chain, port, limit, mask, docker=False):
             "-j REJECT --reject-with tcp-reset" % (chain, match, limit, mask, TAG))
 
 
-def render_block(family, ports, limit, kept=()):
+def port_rules(chain, port, limit, mask, bounds=None, docker=False):
+    """A port's rules in order: per address, then the bounds on all sources together (total.py)."""
+    return [rule(chain, port, limit, mask, docker)] + ufw_total.bound_rules(chain, port, bounds, docker)
+
+
+def render_block(family, ports, limit, kept=(), bounds=None):
     """The marked block of before.rules for ports the host serves itself;
     `kept`: the user's lines the block replaced, kept inside it as comments
-    (KEPT prefix) until state=absent puts them back."""
+    (KEPT prefix) until state=absent puts them back; `bounds`: {total, rate,
+    burst} on all sources together (total.py; None or 0: none)."""
     f = FAMILIES[family]
-    return ([BEGIN] + [KEPT + ln for ln in kept] + [rule(f["chain"], port, limit, f["mask"]) for port in ports]
-            + [END])
+    return ([BEGIN] + [KEPT + ln for ln in kept]
+            + [r for port in ports for r in port_rules(f["chain"], port, limit, f["mask"], bounds)] + [END])
 
 
-def docker_chain_rules(family, ports, limit):
+def docker_chain_rules(family, ports, limit, bounds=None):
     """iptables-restore input for our chain (it flushes our chain only)."""
     f = FAMILIES[family]
     lines = ["# homelab.edge.ufw_connlimit: per-source limit for ports Docker publishes (managed by Ansible)",
              "*filter", ":%s - [0:0]" % DOCKER_CHAIN]
-    lines += [rule(DOCKER_CHAIN, port, limit, f["mask"], docker=True) for port in ports]
+    lines += [r for port in ports for r in port_rules(DOCKER_CHAIN, port, limit, f["mask"], bounds, docker=True)]
     return "\n".join(lines + ["COMMIT", ""])
 
 
@@ -316,10 +324,11 @@ def seed_shaped(rule_text, family):
                 and (m.group("mask") is None or int(m.group("mask")) == FAMILIES[family]["mask"]))
 
 
-def file_limits(text, ports, family=None):
+def file_limits(text, ports, family=None, bounds=None):
     """The limits on `ports` in a rules file, outside the managed block: a list of dict(line (1-based), rule,
     ports, seed). `seed` is True for a line the block may replace: seed-shaped for `family` (None: none are,
-    the file is not the family's before.rules) and inside the *filter section before its COMMIT."""
+    the file is not the family's before.rules), or a total or rate bound of the module's shape where `bounds`
+    asks for that bound (total.bound_shaped), and inside the *filter section before its COMMIT."""
     lines = text.split("\r\n" if "\r\n" in text else "\n")
     span = _block_span(lines)
     try:
@@ -333,7 +342,9 @@ def file_limits(text, ports, family=None):
         limit = parse_limit(ln)
         if not limit or not covered(limit, ports):
             continue
-        seed = (family is not None and start is not None and start < i < commit and seed_shaped(ln, family))
+        seed = (family is not None and start is not None and start < i < commit
+                and (seed_shaped(ln, family) or bool((bounds or {}).get(
+                    ufw_total.bound_shaped(ln, FAMILIES[family]["chain"]) or "none"))))
         found.append({"line": i + 1, "rule": ln.strip(), "ports": covered(limit, ports), "seed": bool(seed)})
     return found
 
@@ -355,21 +366,22 @@ def replace_seed_lines(text, found):
     return nl.join(ln for i, ln in enumerate(lines) if i not in drop), removed
 
 
-def plan_before_rules(text, family, ports, limit, present=True, managed=None):
+def plan_before_rules(text, family, ports, limit, present=True, managed=None, bounds=None):
     """before.rules (before6.rules) as the module leaves it: dict(text, replaced, refused).
 
-    present: the block limits `ports`; the seed's lines (and rules of its shape) on any `managed` port (default:
-    `ports`; the ports Docker publishes too, whose limit lives elsewhere) move into the block as KEPT lines; any
-    other limit on them is refused (`refused` lists them; `text` is then the old text).
+    present: the block limits `ports` (and bounds them, `bounds`); the seed's lines (and rules of its shape, and
+    total or rate bounds of the module's shape) on any `managed` port (default: `ports`; the ports Docker publishes
+    too, whose limit lives elsewhere) move into the block as KEPT lines; any other limit on them is refused
+    (`refused` lists them; `text` is then the old text).
     absent: the block goes and the lines it kept come back in its place."""
     if not present:
         return {"text": apply_block(text, [], False), "replaced": [], "refused": []}
-    found = file_limits(text, ports if managed is None else managed, family)
+    found = file_limits(text, ports if managed is None else managed, family, bounds)
     refused = [f for f in found if not f["seed"]]
     if refused:
         return {"text": text, "replaced": [], "refused": refused}
     rest, removed = replace_seed_lines(text, found)
-    block = render_block(family, ports, limit, kept_lines(text) + removed)
+    block = render_block(family, ports, limit, kept_lines(text) + removed, bounds)
     return {"text": apply_block(rest, block), "replaced": [f for f in found if f["seed"]], "refused": []}
 
 
@@ -427,8 +439,10 @@ def nft_limits(ruleset, ports):
         if not hit:
             continue
         refuses = "over" in s and ("reject" in s or "drop" in s)
+        # a count keyed on the source address (a set element) is per address; a rule-level one counts everyone
+        per_address = re.search(r"\bsaddr\b[^{}]*ct count", s) is not None
         found.append({"chain": "%s %s %s" % (table[0], table[1], where), "rule": s, "ports": hit,
-                      "above": int(count.group(1)) if refuses else None,
+                      "above": int(count.group(1)) if refuses and per_address else None,
                       "ours": table[1] == DOCKER_NFT_TABLE})
     return found
 
@@ -484,11 +498,13 @@ def firewall_backend(docker_info):
 DOCKER_NFT_TABLE = "homelab-edge-docker"
 
 
-def docker_nft_rules(ports, limit, ipv6=True):
+def docker_nft_rules(ports, limit, ipv6=True, bounds=None):
     """The nftables rules that do under Docker's nftables firewall backend what
     DOCKER-USER does under its iptables one: for each published port, at most
     `limit` connections per client address (IPv4 /32, IPv6 /128), the rest
-    reset. A table of its own on the forward hook just before Docker's
+    reset, and the bounds on all sources together (`bounds`, total.py: one
+    limit bucket and one ct count per port, IPv4 and IPv6 together). A table
+    of its own on the forward hook just before Docker's
     (priority filter - 1, as Docker's docs say); only connections Docker
     DNATed (ct status dnat: a published port, not traffic this host routes),
     their port as the client sent it (ct original proto-dst). Text for
@@ -506,6 +522,8 @@ def docker_nft_rules(ports, limit, ipv6=True):
             lines += ["    meta nfproto %s meta l4proto tcp ct status dnat ct original proto-dst %d ct state new "
                       "add @conn%d_%s { %s saddr ct count over %d } reject with tcp reset"
                       % ("ipv4" if fam == "ip" else "ipv6", port, port, fam, fam, limit)]
+        lines += ["    " + r for r in ufw_total.nft_bound_rules(
+            "meta l4proto tcp ct status dnat ct original proto-dst %d ct state new" % port, port, bounds)]
     lines += ["  }", "}"]
     return "\n".join(lines) + "\n"
 
@@ -535,7 +553,8 @@ def nft_connlimit_ports(ruleset, family):
 def iptables_connlimit_rules(save_output, chain, mask=None):
     """{port: limit} from `iptables -S` lines of `chain`: per-source limits that reset. With `mask` (32, 128),
     only rules that count per source address with that prefix: a rule with --connlimit-mask 0 (one count for
-    every client together) or --connlimit-daddr limits something else and is not ours."""
+    every client together) or --connlimit-daddr limits something else and is not ours. Without, a total (mask 0) is
+    still left out: it is not a per-source limit."""
     found = {}
     for line in save_output.splitlines():
         if not line.startswith("-A %s " % chain) or "connlimit" not in line:
@@ -544,8 +563,10 @@ def iptables_connlimit_rules(save_output, chain, mask=None):
         above = re.search(r"--connlimit-above (\d+)", line)
         if not (port and above and "tcp-reset" in line):
             continue
+        has = re.search(r"--connlimit-mask (\d+)", line)
+        if has and int(has.group(1)) == 0:
+            continue
         if mask is not None:
-            has = re.search(r"--connlimit-mask (\d+)", line)
             if not has or int(has.group(1)) != mask or "--connlimit-daddr" in line:
                 continue
         found[int(port.group(1))] = int(above.group(1))

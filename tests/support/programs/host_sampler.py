@@ -2,7 +2,7 @@
 """On a lab host (the NAS), once a second for SECONDS seconds: the CPU a
 process uses (Traefik's, % of one core), the host's conntrack entries, and
 the TCP sockets in TIME_WAIT and FIN_WAIT in that process's network
-namespace. One JSON line per second.
+namespace, and the process's open files and threads. One JSON line per second.
 
 With --cpu N (seed 001's NAS, pinned to core N) also: that core's user,
 system, softirq, irq, iowait and idle time (% of the core, /proc/stat); in
@@ -30,6 +30,17 @@ def cpu_ticks(pid):
         return int(fields[11]) + int(fields[12])  # utime + stime
     except (OSError, IndexError, ValueError):
         return None
+
+
+def files_and_threads(pid):
+    """(open file descriptors, threads) of the process: sockets, files and the Go runtime's threads."""
+    try:
+        fds = len(os.listdir("/proc/%d/fd" % pid))
+        with open("/proc/%d/status" % pid) as f:
+            threads = int(next(ln.split()[1] for ln in f if ln.startswith("Threads:")))
+        return fds, threads
+    except (OSError, StopIteration, ValueError):
+        return None, None
 
 
 def conntrack():
@@ -105,8 +116,9 @@ def main(pid, seconds, cpu=None):
         now, t = cpu_ticks(pid), time.time()
         tw, fw, total = sockets(pid)
         used = None if now is None or last is None else round(100.0 * (now - last) / TICK / (t - last_t), 1)
+        fds, threads = files_and_threads(pid)
         row = {"t": round(t, 3), "cpu_pct": used, "conntrack": conntrack(), "time_wait": tw, "fin_wait": fw,
-               "sockets": total}
+               "sockets": total, "fds": fds, "threads": threads}
         if cpu is not None:
             core = core_ticks(cpu)
             spent = sum(core.values()) - sum(last_core.values())

@@ -311,3 +311,32 @@ def test_a_restart_loop_is_named_with_its_likely_cause():
     assert found[0]["code"] == "nas_restart_loop" and found[0]["cause"].startswith("its health check gets 404")
     assert "2 restarts refused" in found[0]["evidence"]
     assert names(diagnose.diagnose(nas(autoheal={"can_restart": True, "loops": []}), 300)) == []
+
+
+def test_a_flood_from_many_addresses_names_the_total_bound_with_its_counter():
+    """Issue 63: the total (and the rate bound) refused new connections; no address near its own limit, so no
+    "one address floods" finding - the counters of the per-address rule and the total are read apart."""
+    hosts = vps(top_talkers={443: [("10.201.0.7", 2), ("10.201.0.8", 2)]}, rejected_per_s={443: 0},
+                bounds={443: {"total": 11200, "rate": 0, "total_per_s": 640.5, "rate_per_s": 0}},
+                counted={443: 400})
+    hosts["vps"]["ufw"]["bounds"] = {"live": {"ipv4": {"443": {"total": 400}}}}
+    found = diagnose.diagnose(hosts, 20)
+    assert names(found) == ["the total bound was reached on port 443"]
+    assert found[0]["code"] == "vps_total_reached"
+    assert found[0]["evidence"] == ("iptables: the total (#conn src/0 > 400) reset 11200 new connections since the "
+                                    "rules were loaded, 640.5 a second now; 400 connections counted now")
+    rate = diagnose.diagnose(vps(bounds={80: {"total": 0, "rate": 31, "total_per_s": 0, "rate_per_s": 2.0}}), 20)
+    assert names(rate) == ["the rate bound was reached on port 80"] and "reset 31 new connections" in rate[0]["evidence"]
+    # bounds that refused nothing are no finding
+    assert diagnose.diagnose(vps(bounds={443: {"total": 0, "rate": 0, "total_per_s": 0, "rate_per_s": 0}}), 20) == []
+
+
+def test_the_tunnels_total_at_traefik_is_named_apart_from_the_per_client_limit():
+    hosts = {"nas": {"role": "nas", "traefik": "traefik", "proxy_trusted": True, "containers": ["traefik"],
+                     "signals": dict(GOOD_HOST, autoheal={"can_restart": True}, unhealthy=[],
+                                     traefik={"statuses": {"200": 40, "429": 300}, "requests": 340, "top_client": "a",
+                                              "top_share": 0.1, "tunnel": {"requests": 320, "r429": 300}})}}
+    found = diagnose.diagnose(hosts, 300)
+    assert names(found) == ["traefik's total for the tunnel was reached"]
+    assert found[0]["evidence"] == ("access log: 300 of 320 requests through the tunnel's entrypoint answered 429 in "
+                                    "the window")
