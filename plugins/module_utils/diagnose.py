@@ -251,8 +251,8 @@ def bounds_reached(host, fw, ufw=None):
             out.append(finding(
                 host, "the total bound was reached on port %s" % port,
                 "iptables: the total (#conn src/0 > %s) reset %d new connections since the rules were loaded, %s a "
-                "second now; %s connections counted now" % (size.get("total", "?"), b["total"], b.get("total_per_s", 0),
-                                                          "?" if now is None else now),
+                "second now; %s connections counted now"
+                % (size.get("total", "?"), b["total"], b.get("total_per_s", 0), "?" if now is None else now),
                 "more connections at once from all addresses together than vps_connlimit_total: a flood spread over "
                 "many addresses (each under the per-address limit), or more real clients than the total was sized for",
                 "nothing while it is a flood - the NAS behind it gets no more than the total, its LAN keeps working; "

@@ -202,7 +202,6 @@ def bound_rows(p, check_mode, results, rows, ended):
                                      reasons))
 
 
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(host=dict(type="str", required=True),

@@ -193,8 +193,8 @@ def bound_verdict(plan, counts):
     why = []
     est, reset = counts["established"], counts["reset"]
     if est > plan["bound"]:
-        why.append("%d established, %d reset: more than the %s of %d stayed open" % (est, reset, plan["which"],
-                                                                                    plan["bound"]))
+        why.append("%d established, %d reset: more than the %s of %d stayed open"
+                   % (est, reset, plan["which"], plan["bound"]))
     elif est < plan["at_least"]:
         why.append("%d established, %d reset: fewer than %d, so a lower bound than the %s of %d holds (another rule, "
                    "or the bucket not full: new connections in the last seconds)"

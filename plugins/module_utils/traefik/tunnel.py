@@ -192,7 +192,7 @@ def _published(ports, container_port):
         if isinstance(p, dict):
             target = p.get("target")
         else:
-            target = str(p).split("/")[0].rpartition(":")[2].partition("-")[0]
+            target = str(p).split("/", maxsplit=1)[0].rpartition(":")[2].partition("-")[0]
         if str(target) == str(container_port):
             return True
     return False

@@ -52,8 +52,8 @@ def test_the_tunnel_gets_an_entrypoint_with_the_lans_tls_and_middlewares_then_th
                                          "inflight-limit-tunnel-total@file"]
     assert ep["proxyProtocol"] == {"trustedIPs": ["10.8.0.1/32"]}
     # the LAN's entrypoint keeps its own middlewares (and the per-client limit): never the total
-    assert yaml.safe_load(new)["entryPoints"]["websecure"]["http"]["middlewares"] == ["crowdsec@file",
-                                                                                     "inflight-limit@file"]
+    lan = yaml.safe_load(new)["entryPoints"]["websecure"]["http"]["middlewares"]
+    assert lan == ["crowdsec@file", "inflight-limit@file"]
     # a second run changes nothing; the tunnel's own trust is not merged twice
     assert edit(new) == new
 

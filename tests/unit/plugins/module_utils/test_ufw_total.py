@@ -12,18 +12,8 @@ BEFORE = fixture("before.rules")
 BOUNDS = {"total": 400, "rate": 5, "burst": 50}
 
 # iptables 1.8.9 (nf_tables), read back from a network namespace with the block's three rules for 443 loaded
-SAVED = """-N ufw-before-input
--A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -m connlimit --connlimit-above 100 --connlimit-mask 32 --connlimit-saddr -m comment --comment "homelab.edge.ufw_connlimit" -j REJECT --reject-with tcp-reset
--A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -m hashlimit --hashlimit-above 5/sec --hashlimit-burst 50 --hashlimit-name edge-rate-443 -m comment --comment "homelab.edge.ufw_connlimit" -j REJECT --reject-with tcp-reset
--A ufw-before-input -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -m connlimit --connlimit-above 400 --connlimit-mask 0 --connlimit-saddr -m comment --comment "homelab.edge.ufw_connlimit" -j REJECT --reject-with tcp-reset
-"""
-LISTED = """Chain ufw-before-input (1 references)
-    pkts      bytes target     prot opt in     out     source               destination
-      12      720 REJECT     6    --  *      *       0.0.0.0/0            0.0.0.0/0            tcp dpt:443 ctstate NEW #conn src/32 > 100 /* homelab.edge.ufw_connlimit */ reject-with tcp-reset
-    3100   186000 REJECT     6    --  *      *       0.0.0.0/0            0.0.0.0/0            tcp dpt:443 ctstate NEW limit: above 5/sec burst 50 /* homelab.edge.ufw_connlimit */ reject-with tcp-reset
-     250    15000 REJECT     6    --  *      *       0.0.0.0/0            0.0.0.0/0            tcp dpt:443 ctstate NEW #conn src/0 > 400 /* homelab.edge.ufw_connlimit */ reject-with tcp-reset
-       9      540 REJECT     6    --  *      *       0.0.0.0/0            0.0.0.0/0            tcp dpt:443 limit: above 10/sec burst 5 mode srcip reject-with tcp-reset
-"""
+SAVED = fixture("ufw_total_saved.txt")
+LISTED = fixture("ufw_total_listed.txt")  # iptables -L -v -x -n of the same, with another's rate bound after
 
 
 def test_each_port_gets_per_address_then_rate_then_total():
