@@ -136,9 +136,9 @@ MUTATIONS = {
     "nginx stream dump: an included file's servers not placed where the include stands": (
         "plugins/module_utils/nginx_stream_dump.py",
         "    for d in block:\n        if d.included is not None:\n            for path, inner in d.included:\n"
-        "                for x in children(inner):\n",
+        "                yield from children(inner)\n",
         "    for d in block:\n        if d.included is not None and False:\n            for path, inner in d.included:\n"
-        "                for x in children(inner):\n",
+        "                yield from children(inner)\n",
         UNIT + "test_nginx_stream.py::test_a_one_line_stream_include_puts_its_files_inside_stream_in_glob_order"),
     "nginx stream plan: every listener checked at 127.0.0.1": (
         "plugins/module_utils/nginx_stream_plan.py",
@@ -383,8 +383,8 @@ MUTATIONS = {
         UNIT + "test_prove.py::test_k3d_refusal"),
     "prove: no reset over the limit still proves the connlimit": (
         "plugins/module_utils/prove/checks.py",
-        '    if reset < plan["extra"]:',
-        '    if reset < 0:',
+        '                                            plan["limit"]))\n    if reset < plan["extra"]:',
+        '                                            plan["limit"]))\n    if reset < 0:',
         UNIT + "test_prove.py::test_connlimit_verdict"),
     "prove: a lower limit stacked under ours still proves the connlimit (no lower bound)": (
         "plugins/module_utils/prove/checks.py",
