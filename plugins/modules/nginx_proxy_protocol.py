@@ -428,6 +428,15 @@ def reload(module, conf):
 
 # ---- checks
 
+def refuse_unless_checking(module, msg, result):
+    """A check before any change failed: in check mode a warning (the run goes on to show its plan), else the
+    run ends here, nothing changed."""
+    if module.check_mode:
+        module.warn(msg)
+    else:
+        module.fail_json(msg=msg + "; nothing was changed.", **result)
+
+
 def ask_upstreams(module, plan, result):
     """What each listed upstream a changed server forwards to speaks with a PROXY header: {address: kind}."""
     kinds, refused = {}, []
@@ -443,10 +452,7 @@ def ask_upstreams(module, plan, result):
                "would break their connections: turn it on there first (Traefik: traefik_inflight_proxy_protocol_"
                "trusted_ips on the NAS, its `nas` tag), or, for a server that speaks neither TLS nor HTTP, run with "
                "probe: false (vps_proxy_protocol_probe), then run this again" % "; ".join(refused))
-        if module.check_mode:
-            module.warn(msg)
-        else:
-            module.fail_json(msg=msg + "; nothing was changed.", **result)
+        refuse_unless_checking(module, msg, result)
     return kinds
 
 
@@ -481,10 +487,7 @@ def check_before(module, plan, result):
                "listener's own address) and speaks what the upstream answered; a check that fails now cannot tell "
                "whether the change works. Make the listener answer from this host, or run with probe: false "
                "(vps_proxy_protocol_probe) to change it unchecked" % "; ".join(failed))
-        if module.check_mode:
-            module.warn(msg)
-        else:
-            module.fail_json(msg=msg + "; nothing was changed.", **result)
+        refuse_unless_checking(module, msg, result)
     return checks, kinds
 
 

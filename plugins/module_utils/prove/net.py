@@ -120,10 +120,7 @@ def probe(host, port, kind, timeout):
                 raw.sendall(struct.pack(">H", len(q)) + q)
                 return dns_reply_to(raw.recv(4096)[2:], qid)
             if kind == "tls":
-                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-                with ctx.wrap_socket(raw):
+                with _any_certificate().wrap_socket(raw):
                     return True
             raw.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
             return bool(raw.recv(16))
@@ -311,21 +308,42 @@ def endpoint(url):
     return u.hostname, u.port or (443 if u.scheme == "https" else 80), u.scheme == "https"
 
 
+def _any_certificate():
+    """A TLS client context that takes any certificate: the checks ask what answers, not who it is."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def _get(host, port, tls, hostname, path, timeout, read):
+    """What read(s) returns on the socket s that sent one GET http(s)://hostname<path> to host:port (any
+    certificate; SNI = hostname). What the connection raised, raised."""
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        s = _any_certificate().wrap_socket(raw, server_hostname=hostname) if tls else raw
+        s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, hostname)).encode("ascii"))
+        got = read(s)
+        if tls:
+            s.close()
+    return got
+
+
+def _read_head(s, limit):
+    """The bytes s sends up to the end of a response's head (the blank line), at most about `limit`."""
+    head = b""
+    while b"\r\n\r\n" not in head and len(head) < limit:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return head
+
+
 def http_status(host, port, tls, hostname, path, timeout):
     """The status of one GET http(s)://hostname<path> sent to host:port (any
     certificate; SNI = hostname), or the name of what went wrong."""
     try:
-        with socket.create_connection((host, port), timeout=timeout) as raw:
-            s = raw
-            if tls:
-                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-                s = ctx.wrap_socket(raw, server_hostname=hostname)
-            s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, hostname)).encode("ascii"))
-            head = s.recv(64).decode("latin-1")
-            if tls:
-                s.close()
+        head = _get(host, port, tls, hostname, path, timeout, lambda s: s.recv(64)).decode("latin-1")
         parts = head.split()
         return int(parts[1]) if len(parts) > 1 and head.startswith("HTTP/") and parts[1].isdigit() else "no HTTP answer"
     except socket.timeout:
@@ -339,22 +357,7 @@ def http_head(host, port, tls, hostname, path, timeout, limit=16384):
     certificate; SNI = hostname): the response's head only, at most `limit` bytes. (what went wrong, {}) when no
     HTTP answer came."""
     try:
-        with socket.create_connection((host, port), timeout=timeout) as raw:
-            s = raw
-            if tls:
-                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-                s = ctx.wrap_socket(raw, server_hostname=hostname)
-            s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, hostname)).encode("ascii"))
-            head = b""
-            while b"\r\n\r\n" not in head and len(head) < limit:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                head += chunk
-            if tls:
-                s.close()
+        head = _get(host, port, tls, hostname, path, timeout, lambda s: _read_head(s, limit))
     except socket.timeout:
         return "timeout", {}
     except (OSError, ValueError) as e:

@@ -290,6 +290,29 @@ def test_http_status_over_loopback():
     assert prove_net.http_status("127.0.0.1", port, False, "a.lab", "/", 1) == "ConnectionRefusedError"
 
 
+def test_http_head_over_loopback_reads_the_head_only():
+    sent = []
+
+    def answer(got):
+        sent.append(got)
+        return b"HTTP/1.1 200 OK\r\nX-Homelab-Edge-Route: r1\r\nServer:  traefik \r\n\r\nthe body"
+    with tcp_server(answer) as port:
+        assert prove_net.http_head("127.0.0.1", port, False, "a.lab", "/x", 2) == (
+            200, {"x-homelab-edge-route": "r1", "server": "traefik"})
+    assert sent == [b"GET /x HTTP/1.1\r\nHost: a.lab\r\nConnection: close\r\n\r\n"]
+    with tcp_server(b"SSH-2.0-OpenSSH\r\n\r\n") as port:
+        assert prove_net.http_head("127.0.0.1", port, False, "a.lab", "/", 2) == ("no HTTP answer", {})
+    assert prove_net.http_head("127.0.0.1", port, False, "a.lab", "/", 1) == ("ConnectionRefusedError", {})
+
+
+def test_http_over_tls_to_a_plain_http_server_names_the_tls_error():
+    reply = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+    with tcp_server(reply) as port:
+        assert prove_net.http_status("127.0.0.1", port, True, "a.lab", "/", 2) == "SSLError"
+    with tcp_server(reply) as port:
+        assert prove_net.http_head("127.0.0.1", port, True, "a.lab", "/", 2) == ("SSLError", {})
+
+
 def test_hold_is_bounded_by_its_timeout_when_the_host_does_not_answer():
     """A slow host: a listener that never accepts, its queue full - the kernel drops the SYNs beyond it.
     The connections not answered count as unanswered, and the call ends at its timeout."""
