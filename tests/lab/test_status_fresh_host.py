@@ -122,7 +122,7 @@ def test_a_k3d_host_whose_engine_is_down_does_not_stop_the_run_for_the_vps(tmp_p
     assert p.returncode != 0, out[-3000:]
     assert "ufw is not installed: this plan is against ufw as its package installs it" in out, out[-3000:]
     assert "vps-new : ok=" in out and "failed=0" in out.split("vps-new : ok=")[1][:200], out[-2000:]
-    last = out.split("Hosts that failed in a play above")[-1]
+    last = out.split("TASK [Hosts that failed in a play above")[-1]
     assert "fatal: [k3d-down]" in last and "Docker engine" in last, last[-2000:]
 
 

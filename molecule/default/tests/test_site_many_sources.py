@@ -87,9 +87,11 @@ def test_the_flood_is_a_valid_one_from_every_source_both_times(runs):
 
 def test_the_per_address_limits_alone_let_it_through(runs):
     g = runs["per_address"]["generator"]
-    # every connection reached Traefik: none reset at the VPS, each answered (2xx or Traefik's own 429)
+    # every connection reached Traefik: none reset at the VPS; far more answered (2xx or Traefik's own 429) than the
+    # total lets through in the run beside it (TOTAL + 50). How many of all are answered is the NAS's capacity, not
+    # the limits': with make test's other stream beside it, 1128 of 1500 were (tests/output/site.txt)
     assert g["refused"] == 0 and g["connected"] == SOURCES * EACH, g
-    assert g["ok_2xx"] + g["r429"] >= 0.95 * SOURCES * EACH, g
+    assert g["ok_2xx"] + g["r429"] > 2 * TOTAL, g
     assert runs["per_address"]["peak"]["open_sockets"] > 2 * TOTAL, runs["per_address"]["peak"]
 
 
