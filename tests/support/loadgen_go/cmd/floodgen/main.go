@@ -34,7 +34,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"homelab-edge/loadgen/core"
 )
@@ -174,7 +173,7 @@ func parseFlags(args []string) (Config, bool, bool, error) {
 }
 
 func run(cfg Config, withTimeline bool) *Output {
-	nofile := raiseNoFile()
+	nofile := core.RaiseNoFile()
 	r := newRun(cfg)
 	out := &Output{Head: core.Head{Generator: "floodgen (Go)", Build: build, Go: runtime.Version(),
 		Target: cfg.Target.String()}, Port: cfg.Port, Mode: cfg.Mode, SourceBase: cfg.Sources[0].String(),
@@ -194,13 +193,13 @@ func run(cfg Config, withTimeline bool) *Output {
 	defer r.mu.Unlock()
 	fill(out, r, cpu0, cpu1)
 	if withTimeline {
-		out.Timeline = timeline(r.perSecond, secondsIn(r.endNs))
+		out.Timeline = timeline(r.perSecond, core.SecondsIn(r.endNs))
 	}
-	out.Judgement = core.Judge(validity(Verdict{Planned: out.Planned, Started: out.Started,
-		SkippedAtBound: out.SkippedAtBound, MaxOpen: out.MaxOpen, StoppedAtBound: out.StoppedAtBound,
-		LocalErrors: out.LocalErrors, LocalErrno: out.LocalErrno, Unfinished: out.Unfinished,
-		LatenessP99S: out.LatenessP99S, UserS: out.UserS, SystemS: out.SystemS, WallS: out.WallS, CPUs: out.CPUs,
-		Sources: out.Sources, SourcesUsed: out.SourcesUsed}))
+	out.Judgement = core.Judge(validity(Verdict{ConnVerdict: core.ConnVerdict{Planned: out.Planned,
+		Started: out.Started, SkippedAtBound: out.SkippedAtBound, MaxOpen: out.MaxOpen,
+		StoppedAtBound: out.StoppedAtBound, LocalErrors: out.LocalErrors, LocalErrno: out.LocalErrno,
+		Unfinished: out.Unfinished, LatenessP99S: out.LatenessP99S, UserS: out.UserS, SystemS: out.SystemS,
+		WallS: out.WallS, CPUs: out.CPUs}, Sources: out.Sources, SourcesUsed: out.SourcesUsed}))
 	return out
 }
 
@@ -237,17 +236,4 @@ func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
 	out.HandshakeP50S, out.HandshakeP99S, out.HandshakeMaxS = h.P50, h.P99, h.Max
 	out.AnswerP50S, out.AnswerP99S, out.AnswerMaxS = a.P50, a.P99, a.Max
 	out.CPU = core.CPUBetween(cpu0, cpu1)
-}
-
-func raiseNoFile() uint64 {
-	var lim syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
-		return 0
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
-		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-	}
-	return lim.Cur
 }

@@ -13,12 +13,10 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -80,40 +78,7 @@ var stageKinds = [nStages][]string{
 	{"reset", "eof", "other"}, // the other side closed it before the hold ended
 }
 
-func kindOf(stage int, err error) string {
-	k := "other"
-	var ne net.Error
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		k = "refused"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):
-		k = "reset"
-	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded),
-		errors.As(err, &ne) && ne.Timeout():
-		k = "timeout"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		k = "eof"
-	}
-	for _, allowed := range stageKinds[stage] {
-		if k == allowed {
-			return k
-		}
-	}
-	return "other"
-}
-
-// localErrnos are the errors that say the generator, not the target, failed.
-var localErrnos = map[syscall.Errno]string{syscall.EMFILE: "EMFILE", syscall.ENFILE: "ENFILE",
-	syscall.EADDRNOTAVAIL: "EADDRNOTAVAIL", syscall.EADDRINUSE: "EADDRINUSE", syscall.ENOBUFS: "ENOBUFS",
-	syscall.ENOMEM: "ENOMEM"}
-
-func localErrno(err error) string {
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return localErrnos[e]
-	}
-	return ""
-}
+func kindOf(stage int, err error) string { return core.KindOf(stageKinds[stage], err) }
 
 // freebind lets a socket bind to a source address not (yet) on an interface,
 // without reserving a port for it.
@@ -167,7 +132,7 @@ func newRun(cfg Config) *Run {
 		// no session cache: every connection is a full handshake, as a flood of new clients makes
 		tlsConf: &tls.Config{ServerName: cfg.SNI, InsecureSkipVerify: true},
 		limit:   int64(cfg.Deadline() * 1e9), lateness: make([]int64, 0, planned),
-		perSecond: make([][nSeries]int, secondsIn(exitLimitNs(cfg.Seconds(), cfg.Deadline()))+1),
+		perSecond: make([][nSeries]int, core.SecondsIn(exitLimitNs(cfg.Seconds(), cfg.Deadline()))+1),
 		codes:     map[string]int{}, localErrno: map[string]int{}, otherErrors: map[string]int{},
 		sourceStarted: make([]bool, len(cfg.Sources)), sourceConnected: make([]bool, len(cfg.Sources))}
 	for s := range r.failures {
@@ -246,7 +211,7 @@ func (r *Run) conn(src int, t0 int64) {
 	c, err := d.Dial("tcp", r.addr)
 	if err != nil {
 		r.fail(stageConnect, err)
-		if localErrno(err) == "" {
+		if core.LocalErrno(err) == "" {
 			r.event(-1, func() { r.sourceStarted[src] = true })
 		}
 		return
@@ -282,7 +247,7 @@ func (r *Run) conn(src int, t0 int64) {
 		r.fail(stageResponse, err)
 		return
 	}
-	code, ok := statusCode(string(line))
+	code, ok := core.StatusCode(string(line))
 	if !ok {
 		r.failText(stageResponse, "other", "no HTTP/1.x status line: "+strconv.Quote(string(line[:min(len(line), 60)])))
 		return
@@ -343,7 +308,7 @@ func (r *Run) fail(stage int, err error) {
 	k := kindOf(stage, err)
 	local := ""
 	if stage == stageConnect {
-		local = localErrno(err)
+		local = core.LocalErrno(err)
 	}
 	series := sFailed
 	if stage == stageConnect && k == "refused" {
@@ -354,7 +319,7 @@ func (r *Run) fail(stage int, err error) {
 		if local != "" {
 			r.localErrno[local]++
 		}
-		r.noteOther(stage, k, errText(err))
+		r.noteOther(stage, k, core.ErrText(err))
 	})
 }
 
@@ -380,13 +345,4 @@ func (r *Run) ended() {
 	}
 	r.open--
 	r.tick(sEnded, r.now())
-}
-
-// errText is an error's text without its addresses.
-func errText(err error) string {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Err != nil {
-		return op.Op + ": " + op.Err.Error()
-	}
-	return err.Error()
 }

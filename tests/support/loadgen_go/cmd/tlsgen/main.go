@@ -25,7 +25,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"homelab-edge/loadgen/core"
 )
@@ -136,7 +135,7 @@ func parseFlags(args []string) (Config, bool, bool, error) {
 }
 
 func run(cfg Config, withTimeline bool) *Output {
-	nofile := raiseNoFile()
+	nofile := core.RaiseNoFile()
 	r := newRun(cfg)
 	out := &Output{Head: core.Head{Generator: "tlsgen (Go)", Build: build, Go: runtime.Version(),
 		Target: cfg.Target.String()}, Port: cfg.Port, SNI: cfg.SNI, Path: cfg.Path, Rate: cfg.Rate, Seconds: cfg.Seconds, Timeout: cfg.Timeout,
@@ -148,7 +147,7 @@ func run(cfg Config, withTimeline bool) *Output {
 	defer r.mu.Unlock()
 	fill(out, r, cpu0, cpu1)
 	if withTimeline {
-		out.Timeline = timeline(r.perSecond, secondsIn(r.endNs))
+		out.Timeline = timeline(r.perSecond, core.SecondsIn(r.endNs))
 	}
 	out.Judgement = verdict(out)
 	return out
@@ -186,19 +185,4 @@ func verdict(out *Output) core.Judgement {
 		LocalErrno: out.LocalErrno, Unfinished: out.Unfinished, LatenessP99S: out.LatenessP99S, UserS: out.UserS,
 		SystemS: out.SystemS, WallS: out.WallS, CPUs: out.CPUs})
 	return core.Judge(why)
-}
-
-// raiseNoFile sets the soft open-file limit to the hard one (every open
-// connection is a descriptor) and returns the limit now in force.
-func raiseNoFile() uint64 {
-	var lim syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
-		return 0
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
-		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-	}
-	return lim.Cur
 }

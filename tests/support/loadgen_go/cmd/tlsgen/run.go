@@ -16,7 +16,6 @@ package main
 import (
 	"bufio"
 	"crypto/tls"
-	"errors"
 	"io"
 	"net"
 	"strconv"
@@ -80,7 +79,7 @@ func newRun(cfg Config) *Run {
 		tlsConf: &tls.Config{ServerName: cfg.SNI, InsecureSkipVerify: true},
 		timeout: int64(cfg.Timeout * 1e9), lateness: make([]int64, 0, planned),
 		handshake: make([]int64, 0, planned), answer: make([]int64, 0, planned),
-		perSecond: make([][nSeries]int, secondsIn(exitLimitNs(cfg.Seconds, cfg.Timeout))+1),
+		perSecond: make([][nSeries]int, core.SecondsIn(exitLimitNs(cfg.Seconds, cfg.Timeout))+1),
 		codes:     map[string]int{}, localErrno: map[string]int{}, otherErrors: map[string]int{}}
 	for s := range r.failures {
 		r.failures[s] = map[string]int{}
@@ -178,7 +177,7 @@ func (r *Run) conn(t0 int64) {
 		r.fail(stageResponse, err)
 		return
 	}
-	code, ok := statusCode(string(line))
+	code, ok := core.StatusCode(string(line))
 	if !ok {
 		r.failText(stageResponse, "other", "no HTTP/1.x status line: "+strconv.Quote(string(line[:min(len(line), 60)])))
 		return
@@ -227,14 +226,14 @@ func (r *Run) fail(stage int, err error) {
 	k := kindOf(stage, err)
 	local := ""
 	if stage == stageConnect {
-		local = localErrno(err)
+		local = core.LocalErrno(err)
 	}
 	r.event(sFailed, func() {
 		r.failures[stage][k]++
 		if local != "" {
 			r.localErrno[local]++
 		}
-		r.noteOther(stage, k, errText(err))
+		r.noteOther(stage, k, core.ErrText(err))
 	})
 }
 
@@ -262,14 +261,4 @@ func (r *Run) ended() {
 	}
 	r.open--
 	r.tick(sEnded, r.now())
-}
-
-// errText is an error's text without its addresses (a source port in every
-// text would make each one distinct).
-func errText(err error) string {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Err != nil {
-		return op.Op + ": " + op.Err.Error()
-	}
-	return err.Error()
 }
