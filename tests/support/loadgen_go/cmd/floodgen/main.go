@@ -189,11 +189,11 @@ func run(cfg Config, withTimeline bool) *Output {
 	cpu0 := core.Rusage()
 	r.loop()
 	cpu1 := core.Rusage()
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	fill(out, r, cpu0, cpu1)
 	if withTimeline {
-		out.Timeline = timeline(r.perSecond, core.SecondsIn(r.endNs))
+		out.Timeline = timeline(r.PerSecond, core.SecondsIn(r.EndNs))
 	}
 	out.Judgement = core.Judge(validity(Verdict{ConnVerdict: core.ConnVerdict{Planned: out.Planned,
 		Started: out.Started, SkippedAtBound: out.SkippedAtBound, MaxOpen: out.MaxOpen,
@@ -204,20 +204,20 @@ func run(cfg Config, withTimeline bool) *Output {
 }
 
 func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
-	out.Started, out.SkippedAtBound, out.StoppedAtBound = r.started, r.skipped, r.stoppedAtBound
+	out.Started, out.SkippedAtBound, out.StoppedAtBound = r.Started, r.Skipped, r.StoppedAtBound
 	out.Connected, out.Handshakes, out.Completed, out.Held = r.connected, r.shakes, r.completed, r.held
-	out.OK2xx, out.R429, out.OtherCode = r.ok2xx, r.r429, r.other
-	out.Answered = r.ok2xx + r.r429 + r.other
-	out.Codes, out.OtherErrors, out.LocalErrno = r.codes, r.otherErrors, r.localErrno
+	out.OK2xx, out.R429, out.OtherCode = r.OK2xx, r.R429, r.Other
+	out.Answered = r.OK2xx + r.R429 + r.Other
+	out.Codes, out.OtherErrors, out.LocalErrno = r.Codes, r.OtherErrors, r.LocalErrno
 	out.Failures = map[string]map[string]int{}
-	for s, kinds := range r.failures {
+	for s, kinds := range r.Failures {
 		out.Failures[stageNames[s]] = kinds
 		for _, n := range kinds {
 			out.Failed += n
 		}
 	}
-	out.Refused = r.failures[stageConnect]["refused"]
-	for _, n := range r.localErrno {
+	out.Refused = r.Failures[stageConnect]["refused"]
+	for _, n := range r.LocalErrno {
 		out.LocalErrors += n
 	}
 	for i := range r.sourceStarted {
@@ -228,9 +228,9 @@ func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
 			out.SourcesConnected++
 		}
 	}
-	out.Unfinished, out.PeakOpen = r.open, r.peakOpen
-	out.StartS, out.WallS = core.Round6(float64(r.lastStartNs)/1e9), core.Round6(float64(r.endNs)/1e9)
-	out.Lateness = core.SpreadOf(r.lateness).Lateness()
+	out.Unfinished, out.PeakOpen = r.Open, r.PeakOpen
+	out.StartS, out.WallS = core.Round6(float64(r.LastStartNs)/1e9), core.Round6(float64(r.EndNs)/1e9)
+	out.Lateness = core.SpreadOf(r.Lateness).Lateness()
 	c, h, a := core.SpreadOf(r.connectNs), core.SpreadOf(r.handshake), core.SpreadOf(r.answer)
 	out.ConnectP50S, out.ConnectP99S, out.ConnectMaxS = c.P50, c.P99, c.Max
 	out.HandshakeP50S, out.HandshakeP99S, out.HandshakeMaxS = h.P50, h.P99, h.Max

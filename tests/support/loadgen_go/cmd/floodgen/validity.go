@@ -59,15 +59,15 @@ func exitLimitNs(seconds, deadline float64) int64 { return core.ConnExitLimitNs(
 
 // The per-second series the run counts; sEnded only for the timeline's open count.
 const (
-	sStarted = iota
-	sConnected
-	sRefused
-	sOK2xx
-	sR429
-	sOtherCode
-	sFailed
-	sEnded
-	nSeries
+	sStarted   = core.SeriesStarted
+	sConnected = core.SeriesConnected
+	sRefused   = core.SeriesOwn
+	sOK2xx     = core.SeriesOK2xx
+	sR429      = core.SeriesR429
+	sOtherCode = core.SeriesOtherCode
+	sFailed    = core.SeriesFailed
+	sEnded     = core.SeriesEnded
+	nSeries    = core.NSeries
 )
 
 // Second is one entry of the timeline: what happened in second S after the

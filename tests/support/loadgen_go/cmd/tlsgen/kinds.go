@@ -11,7 +11,7 @@ import (
 
 // Stages, and the kinds each one counts (any other is "other").
 const (
-	stageConnect = iota
+	stageConnect = core.StageConnect + iota
 	stageHandshake
 	stageResponse
 	nStages

@@ -20,15 +20,15 @@ func exitLimitNs(seconds, timeout float64) int64 { return core.ConnExitLimitNs(s
 // The per-second series the run counts; sEnded is only for the timeline's
 // open count.
 const (
-	sStarted = iota
-	sConnected
-	sHandshakes
-	sOK2xx
-	sR429
-	sOtherCode
-	sFailed
-	sEnded
-	nSeries
+	sStarted    = core.SeriesStarted
+	sConnected  = core.SeriesConnected
+	sHandshakes = core.SeriesOwn
+	sOK2xx      = core.SeriesOK2xx
+	sR429       = core.SeriesR429
+	sOtherCode  = core.SeriesOtherCode
+	sFailed     = core.SeriesFailed
+	sEnded      = core.SeriesEnded
+	nSeries     = core.NSeries
 )
 
 // Second is one entry of the timeline: what happened in second S after the
