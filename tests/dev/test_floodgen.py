@@ -138,12 +138,14 @@ def test_each_rule_alone_makes_a_run_invalid(change, says):
 
 
 def test_the_go_rule_and_the_judge_hold_the_same_numbers():
-    with open(os.path.join(loadgen.GO_DIR, "cmd", "floodgen", "validity.go")) as f:
-        go = f.read()
+    go = ""
+    for part in (("cmd", "floodgen", "validity.go"), ("core", "conns.go")):  # its own bounds, the shared rule's
+        with open(os.path.join(loadgen.GO_DIR, *part)) as f:
+            go += f.read()
 
     def const(name):
         return float(re.search(r"\b%s\s+=\s+([0-9.]+)" % name, go).group(1))
-    assert const("MaxP99LatenessS") == floodgen.MAX_P99_LATENESS_S
-    assert const("MaxCPUShare") == floodgen.MAX_CPU_SHARE
+    assert const("ConnMaxP99LatenessS") == floodgen.MAX_P99_LATENESS_S
+    assert const("ConnMaxCPUShare") == floodgen.MAX_CPU_SHARE
     assert (const("MaxSources"), const("MaxPlanned"), const("MaxHoldS")) == (
         floodgen.MAX_SOURCES, floodgen.MAX_PLANNED, floodgen.MAX_HOLD_S)

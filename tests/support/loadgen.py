@@ -34,6 +34,11 @@ class Generator:
         sources is refused (raises `missing`), not run: its figures would be another generator's."""
         return binary(self.name, self.what, self.missing)
 
+    def build(self):
+        """The build (sources' hash) every result of binary() reports."""
+        self.binary()
+        return self.sources_hash()
+
 
 def sources(name):
     """The files generator `name` is built from, as paths under GO_DIR in C order: go.mod (and go.sum), the
@@ -93,6 +98,31 @@ def run_json(cmd, bound):
 def counts_text(counts):
     """{name: n} as "NAME n, NAME n" in name order (the Go core's CountsText)."""
     return ", ".join("%s %d" % kv for kv in sorted((counts or {}).items()))
+
+
+def connection_rules(r, max_p99_lateness_s, max_cpu_share):
+    """Why a connection generator's (tlsgen's, floodgen's) JSON output `r` is not a measurement of the target: the
+    rules both share (the Go core's ConnValidity), each one way the generator set the figures; [] when none holds."""
+    why = []
+    if r["skipped_at_bound"]:
+        why.append("%d connections skipped at the generator's bound (-max-open %d)"
+                   % (r["skipped_at_bound"], r["max_open"]))
+    if r["local_errors"]:
+        why.append("%d connections the generator could not open (%s)"
+                   % (r["local_errors"], counts_text(r.get("local_errno"))))
+    p99 = r["lateness_p99_s"]
+    if p99 is None or p99 >= max_p99_lateness_s:
+        why.append("99th percentile lateness %s s (not under %s s)" % (p99, max_p99_lateness_s))
+    cpu, cpus = r["user_s"] + r["system_s"], r.get("cpus") or 0
+    if r["wall_s"] <= 0 or cpus < 1 or cpu >= max_cpu_share * cpus * r["wall_s"]:
+        why.append("generator CPU %.3f s over %.3f s (not under %d %% of %d cores)"
+                   % (cpu, r["wall_s"], 100 * max_cpu_share, cpus))
+    if r["unfinished"]:
+        why.append("%d connections still open past their deadline" % r["unfinished"])
+    if r["stopped_at_bound"] or r["started"] + r["skipped_at_bound"] != r["planned"]:
+        why.append("reached %d of %d planned (stopped at the hard bound)"
+                   % (r["started"] + r["skipped_at_bound"], r["planned"]))
+    return why
 
 
 def own_verdict(out, why, required=True):

@@ -43,37 +43,15 @@ class Missing(loadgen.Missing):
 GENERATOR = loadgen.Generator("tlsgen", "TLS generator", Missing)
 # sources_hash(): the hash lab/lab.sh's go_tool names the binary by; binary(): $HOMELAB_EDGE_CACHE/bin/tlsgen when it
 # is the build of these sources (else Missing)
-sources_hash, binary = GENERATOR.sources_hash, GENERATOR.binary
-
-
-def build():
-    """The build (sources' hash) every result of binary() reports."""
-    binary()
-    return sources_hash()
+# build(): the build (sources' hash) every result of binary() reports
+sources_hash, binary, build = GENERATOR.sources_hash, GENERATOR.binary, GENERATOR.build
 
 
 def validity(result):
-    """(valid, why) for the generator's JSON output `result`: the Go code's rule (cmd/tlsgen/validity.go's validity)."""
+    """(valid, why) for the generator's JSON output `result`: the Go code's rule (cmd/tlsgen/validity.go's validity,
+    core/conns.go's ConnValidity; here loadgen.connection_rules)."""
     r = result
-    why = []
-    if r["skipped_at_bound"]:
-        why.append("%d connections skipped at the generator's bound (-max-open %d)"
-                   % (r["skipped_at_bound"], r["max_open"]))
-    if r["local_errors"]:
-        why.append("%d connections the generator could not open (%s)"
-                   % (r["local_errors"], loadgen.counts_text(r.get("local_errno"))))
-    p99 = r["lateness_p99_s"]
-    if p99 is None or p99 >= MAX_P99_LATENESS_S:
-        why.append("99th percentile lateness %s s (not under %s s)" % (p99, MAX_P99_LATENESS_S))
-    cpu, cpus = r["user_s"] + r["system_s"], r.get("cpus") or 0
-    if r["wall_s"] <= 0 or cpus < 1 or cpu >= MAX_CPU_SHARE * cpus * r["wall_s"]:
-        why.append("generator CPU %.3f s over %.3f s (not under %d %% of %d cores)"
-                   % (cpu, r["wall_s"], 100 * MAX_CPU_SHARE, cpus))
-    if r["unfinished"]:
-        why.append("%d connections still open past their deadline" % r["unfinished"])
-    if r["stopped_at_bound"] or r["started"] + r["skipped_at_bound"] != r["planned"]:
-        why.append("reached %d of %d planned (stopped at the hard bound)"
-                   % (r["started"] + r["skipped_at_bound"], r["planned"]))
+    why = loadgen.connection_rules(r, MAX_P99_LATENESS_S, MAX_CPU_SHARE)
     loadgen.own_verdict(r, why, required=False)
     return not why, "; ".join(why)
 

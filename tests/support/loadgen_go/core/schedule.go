@@ -1,8 +1,9 @@
 // Package core is what the lab's load generators share: the open-loop
 // schedule and its hard bound, lateness and latency percentiles, the
 // process's CPU time, the kernel's drop counters, real-time scheduling, and
-// the parts of the one JSON object each prints. No protocol here: each
-// generator (cmd/dnsgen, cmd/tlsgen) keeps its own.
+// the parts of the one JSON object each prints, and (conns.go) what the two
+// connection generators, cmd/tlsgen and cmd/floodgen, share. Otherwise no
+// protocol here: each generator keeps its own.
 package core
 
 import (

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"homelab-edge/loadgen/core"
 	"homelab-edge/loadgen/coretest"
 )
 
@@ -69,7 +70,7 @@ func TestKinds(t *testing.T) {
 		kindOf(stageHold, op(syscall.ECONNRESET)) != "reset" || kindOf(stageConnect, io.EOF) != "other" {
 		t.Error("kinds")
 	}
-	if localErrno(op(syscall.EADDRNOTAVAIL)) != "EADDRNOTAVAIL" || localErrno(errors.New("x")) != "" {
+	if core.LocalErrno(op(syscall.EADDRNOTAVAIL)) != "EADDRNOTAVAIL" || core.LocalErrno(errors.New("x")) != "" {
 		t.Error("local errors")
 	}
 }
@@ -77,8 +78,8 @@ func TestKinds(t *testing.T) {
 var f = coretest.F
 
 func good() Verdict {
-	return Verdict{Planned: 15000, Started: 15000, MaxOpen: 20000, LatenessP99S: f(0.002), UserS: 1, SystemS: 2,
-		WallS: 20, CPUs: 2, Sources: 300, SourcesUsed: 300}
+	return Verdict{ConnVerdict: core.ConnVerdict{Planned: 15000, Started: 15000, MaxOpen: 20000,
+		LatenessP99S: f(0.002), UserS: 1, SystemS: 2, WallS: 20, CPUs: 2}, Sources: 300, SourcesUsed: 300}
 }
 
 func TestValidity(t *testing.T) {
@@ -110,10 +111,10 @@ func TestTheTimeline(t *testing.T) {
 }
 
 func TestStatusLines(t *testing.T) {
-	if c, ok := statusCode("HTTP/1.1 429 Too Many Requests\r\n"); !ok || c != 429 {
+	if c, ok := core.StatusCode("HTTP/1.1 429 Too Many Requests\r\n"); !ok || c != 429 {
 		t.Error("429")
 	}
-	if _, ok := statusCode("SSH-2.0\r\n"); ok {
+	if _, ok := core.StatusCode("SSH-2.0\r\n"); ok {
 		t.Error("not HTTP")
 	}
 }

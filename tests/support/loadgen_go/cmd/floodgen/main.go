@@ -34,7 +34,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"homelab-edge/loadgen/core"
 )
@@ -174,7 +173,7 @@ func parseFlags(args []string) (Config, bool, bool, error) {
 }
 
 func run(cfg Config, withTimeline bool) *Output {
-	nofile := raiseNoFile()
+	nofile := core.RaiseNoFile()
 	r := newRun(cfg)
 	out := &Output{Head: core.Head{Generator: "floodgen (Go)", Build: build, Go: runtime.Version(),
 		Target: cfg.Target.String()}, Port: cfg.Port, Mode: cfg.Mode, SourceBase: cfg.Sources[0].String(),
@@ -190,35 +189,35 @@ func run(cfg Config, withTimeline bool) *Output {
 	cpu0 := core.Rusage()
 	r.loop()
 	cpu1 := core.Rusage()
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	fill(out, r, cpu0, cpu1)
 	if withTimeline {
-		out.Timeline = timeline(r.perSecond, secondsIn(r.endNs))
+		out.Timeline = timeline(r.PerSecond, core.SecondsIn(r.EndNs))
 	}
-	out.Judgement = core.Judge(validity(Verdict{Planned: out.Planned, Started: out.Started,
-		SkippedAtBound: out.SkippedAtBound, MaxOpen: out.MaxOpen, StoppedAtBound: out.StoppedAtBound,
-		LocalErrors: out.LocalErrors, LocalErrno: out.LocalErrno, Unfinished: out.Unfinished,
-		LatenessP99S: out.LatenessP99S, UserS: out.UserS, SystemS: out.SystemS, WallS: out.WallS, CPUs: out.CPUs,
-		Sources: out.Sources, SourcesUsed: out.SourcesUsed}))
+	out.Judgement = core.Judge(validity(Verdict{ConnVerdict: core.ConnVerdict{Planned: out.Planned,
+		Started: out.Started, SkippedAtBound: out.SkippedAtBound, MaxOpen: out.MaxOpen,
+		StoppedAtBound: out.StoppedAtBound, LocalErrors: out.LocalErrors, LocalErrno: out.LocalErrno,
+		Unfinished: out.Unfinished, LatenessP99S: out.LatenessP99S, UserS: out.UserS, SystemS: out.SystemS,
+		WallS: out.WallS, CPUs: out.CPUs}, Sources: out.Sources, SourcesUsed: out.SourcesUsed}))
 	return out
 }
 
 func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
-	out.Started, out.SkippedAtBound, out.StoppedAtBound = r.started, r.skipped, r.stoppedAtBound
+	out.Started, out.SkippedAtBound, out.StoppedAtBound = r.Started, r.Skipped, r.StoppedAtBound
 	out.Connected, out.Handshakes, out.Completed, out.Held = r.connected, r.shakes, r.completed, r.held
-	out.OK2xx, out.R429, out.OtherCode = r.ok2xx, r.r429, r.other
-	out.Answered = r.ok2xx + r.r429 + r.other
-	out.Codes, out.OtherErrors, out.LocalErrno = r.codes, r.otherErrors, r.localErrno
+	out.OK2xx, out.R429, out.OtherCode = r.OK2xx, r.R429, r.Other
+	out.Answered = r.OK2xx + r.R429 + r.Other
+	out.Codes, out.OtherErrors, out.LocalErrno = r.Codes, r.OtherErrors, r.LocalErrno
 	out.Failures = map[string]map[string]int{}
-	for s, kinds := range r.failures {
+	for s, kinds := range r.Failures {
 		out.Failures[stageNames[s]] = kinds
 		for _, n := range kinds {
 			out.Failed += n
 		}
 	}
-	out.Refused = r.failures[stageConnect]["refused"]
-	for _, n := range r.localErrno {
+	out.Refused = r.Failures[stageConnect]["refused"]
+	for _, n := range r.LocalErrno {
 		out.LocalErrors += n
 	}
 	for i := range r.sourceStarted {
@@ -229,25 +228,12 @@ func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
 			out.SourcesConnected++
 		}
 	}
-	out.Unfinished, out.PeakOpen = r.open, r.peakOpen
-	out.StartS, out.WallS = core.Round6(float64(r.lastStartNs)/1e9), core.Round6(float64(r.endNs)/1e9)
-	out.Lateness = core.SpreadOf(r.lateness).Lateness()
+	out.Unfinished, out.PeakOpen = r.Open, r.PeakOpen
+	out.StartS, out.WallS = core.Round6(float64(r.LastStartNs)/1e9), core.Round6(float64(r.EndNs)/1e9)
+	out.Lateness = core.SpreadOf(r.Lateness).Lateness()
 	c, h, a := core.SpreadOf(r.connectNs), core.SpreadOf(r.handshake), core.SpreadOf(r.answer)
 	out.ConnectP50S, out.ConnectP99S, out.ConnectMaxS = c.P50, c.P99, c.Max
 	out.HandshakeP50S, out.HandshakeP99S, out.HandshakeMaxS = h.P50, h.P99, h.Max
 	out.AnswerP50S, out.AnswerP99S, out.AnswerMaxS = a.P50, a.P99, a.Max
 	out.CPU = core.CPUBetween(cpu0, cpu1)
-}
-
-func raiseNoFile() uint64 {
-	var lim syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
-		return 0
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
-		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-	}
-	return lim.Cur
 }

@@ -7,8 +7,6 @@ package main
 import (
 	"fmt"
 	"net"
-	"strconv"
-	"strings"
 
 	"homelab-edge/loadgen/core"
 )
@@ -18,18 +16,7 @@ const (
 	MaxSources   = 4096  // distinct source addresses
 	MaxPlanned   = 60000 // connections in one run
 	MaxHoldS     = 120.0 // seconds one connection may stay open
-	WaitSlackS   = 1.0   // the wait for the last connections gives up this long after their deadline
-	ExitSlackS   = 2.0   // the process is gone this long after that
 	MaxOtherText = 10    // distinct texts of failures classed other that the output keeps
-)
-
-// What a valid run needs: the numbers of tests/support/floodgen.py (the
-// judge; it takes them from tlsgen.py, the TLS generator's, which this one
-// shares them with: a start late by 10 ms at p99 is a generator falling
-// behind, and over 70 % of its cores it timed its own CPU).
-const (
-	MaxP99LatenessS = 0.010
-	MaxCPUShare     = 0.70
 )
 
 // Sources are the addresses the connections come from: `n` consecutive ones
@@ -64,27 +51,23 @@ func Sources(base string, n int) ([]net.IP, error) {
 }
 
 // waitLimitNs is when the wait for connections still open gives up (they are
-// then unfinished): every one is past its deadline by WaitSlackS.
-func waitLimitNs(seconds, deadline float64) int64 {
-	return core.StopNs(seconds) + int64((deadline+WaitSlackS)*1e9)
-}
+// then unfinished): every one is past its deadline by core.ConnWaitSlackS.
+func waitLimitNs(seconds, deadline float64) int64 { return core.ConnWaitLimitNs(seconds, deadline) }
 
 // exitLimitNs is when the process is gone whatever happens.
-func exitLimitNs(seconds, deadline float64) int64 {
-	return int64((seconds*core.Overrun + deadline + ExitSlackS) * 1e9)
-}
+func exitLimitNs(seconds, deadline float64) int64 { return core.ConnExitLimitNs(seconds, deadline) }
 
 // The per-second series the run counts; sEnded only for the timeline's open count.
 const (
-	sStarted = iota
-	sConnected
-	sRefused
-	sOK2xx
-	sR429
-	sOtherCode
-	sFailed
-	sEnded
-	nSeries
+	sStarted   = core.SeriesStarted
+	sConnected = core.SeriesConnected
+	sRefused   = core.SeriesOwn
+	sOK2xx     = core.SeriesOK2xx
+	sR429      = core.SeriesR429
+	sOtherCode = core.SeriesOtherCode
+	sFailed    = core.SeriesFailed
+	sEnded     = core.SeriesEnded
+	nSeries    = core.NSeries
 )
 
 // Second is one entry of the timeline: what happened in second S after the
@@ -114,69 +97,24 @@ func timeline(counts [][nSeries]int, n int) []Second {
 	return out
 }
 
-func secondsIn(endNs int64) int {
-	return max(1, int((endNs+999_999_999)/1e9))
-}
-
-// Verdict is what the validity rule looks at.
+// Verdict is what the validity rule looks at: the connection generators'
+// (core.ConnVerdict) and the sources.
 type Verdict struct {
-	Planned, Started, SkippedAtBound, MaxOpen int
-	StoppedAtBound                            bool
-	LocalErrors                               int
-	LocalErrno                                map[string]int
-	Unfinished                                int
-	LatenessP99S                              *float64
-	UserS, SystemS, WallS                     float64
-	CPUs                                      int
-	Sources, SourcesUsed                      int
+	core.ConnVerdict
+	Sources, SourcesUsed int
 }
 
 // validity says why a run is not a measurement of the target (empty: it is):
-// each rule one way the generator could have set the figures - it held
-// connections back at its own bound, could not open them (file, port or
-// source-address limits), started them late, ran out of CPU, left them open
-// past their deadline, stopped at its hard bound, or did not come from every
-// source it was asked to.
+// each rule one way the generator could have set the figures - the
+// connection generators' (core.ConnValidity: it held connections back at its
+// own bound, could not open them (file, port or source-address limits),
+// started them late, ran out of CPU, left them open past their deadline,
+// stopped at its hard bound) and its own: it did not come from every source
+// it was asked to.
 func validity(v Verdict) []string {
-	var why []string
-	if v.SkippedAtBound > 0 {
-		why = append(why, fmt.Sprintf("%d connections skipped at the generator's bound (-max-open %d)",
-			v.SkippedAtBound, v.MaxOpen))
-	}
-	if v.LocalErrors > 0 {
-		why = append(why, fmt.Sprintf("%d connections the generator could not open (%s)", v.LocalErrors,
-			core.CountsText(v.LocalErrno)))
-	}
-	if v.LatenessP99S == nil || *v.LatenessP99S >= MaxP99LatenessS {
-		why = append(why, fmt.Sprintf("99th percentile lateness %s s (not under %g s)", core.FmtPtr(v.LatenessP99S),
-			MaxP99LatenessS))
-	}
-	if v.WallS <= 0 || v.CPUs < 1 || v.UserS+v.SystemS >= MaxCPUShare*float64(v.CPUs)*v.WallS {
-		why = append(why, fmt.Sprintf("generator CPU %.3f s over %.3f s (not under %d %% of %d cores)",
-			v.UserS+v.SystemS, v.WallS, int(MaxCPUShare*100), v.CPUs))
-	}
-	if v.Unfinished > 0 {
-		why = append(why, fmt.Sprintf("%d connections still open past their deadline", v.Unfinished))
-	}
-	if v.StoppedAtBound || v.Started+v.SkippedAtBound != v.Planned {
-		why = append(why, fmt.Sprintf("reached %d of %d planned (stopped at the hard bound)",
-			v.Started+v.SkippedAtBound, v.Planned))
-	}
+	why := core.ConnValidity(v.ConnVerdict)
 	if v.SourcesUsed != min(v.Sources, v.Started) {
 		why = append(why, fmt.Sprintf("connections left from %d of %d source addresses", v.SourcesUsed, v.Sources))
 	}
 	return why
-}
-
-// statusCode is the code of an HTTP/1.x status line ("HTTP/1.1 200 OK").
-func statusCode(line string) (int, bool) {
-	f := strings.Fields(line)
-	if len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/1.") || len(f[1]) != 3 {
-		return 0, false
-	}
-	code, err := strconv.Atoi(f[1])
-	if err != nil || code < 100 {
-		return 0, false
-	}
-	return code, true
 }

@@ -25,7 +25,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"homelab-edge/loadgen/core"
 )
@@ -136,7 +135,7 @@ func parseFlags(args []string) (Config, bool, bool, error) {
 }
 
 func run(cfg Config, withTimeline bool) *Output {
-	nofile := raiseNoFile()
+	nofile := core.RaiseNoFile()
 	r := newRun(cfg)
 	out := &Output{Head: core.Head{Generator: "tlsgen (Go)", Build: build, Go: runtime.Version(),
 		Target: cfg.Target.String()}, Port: cfg.Port, SNI: cfg.SNI, Path: cfg.Path, Rate: cfg.Rate, Seconds: cfg.Seconds, Timeout: cfg.Timeout,
@@ -144,11 +143,11 @@ func run(cfg Config, withTimeline bool) *Output {
 	cpu0 := core.Rusage()
 	r.loop()
 	cpu1 := core.Rusage()
-	r.mu.Lock() // frozen: no connection counts any more
-	defer r.mu.Unlock()
+	r.Mu.Lock() // frozen: no connection counts any more
+	defer r.Mu.Unlock()
 	fill(out, r, cpu0, cpu1)
 	if withTimeline {
-		out.Timeline = timeline(r.perSecond, secondsIn(r.endNs))
+		out.Timeline = timeline(r.PerSecond, core.SecondsIn(r.EndNs))
 	}
 	out.Judgement = verdict(out)
 	return out
@@ -156,25 +155,25 @@ func run(cfg Config, withTimeline bool) *Output {
 
 // fill puts the run's counts and spreads into the output.
 func fill(out *Output, r *Run, cpu0, cpu1 [2]float64) {
-	out.Started, out.SkippedAtBound, out.StoppedAtBound = r.started, r.skipped, r.stoppedAtBound
+	out.Started, out.SkippedAtBound, out.StoppedAtBound = r.Started, r.Skipped, r.StoppedAtBound
 	out.Connected, out.Handshakes, out.Completed = r.connected, r.shakes, r.completed
-	out.OK2xx, out.R429, out.OtherCode = r.ok2xx, r.r429, r.other
-	out.Answered = r.ok2xx + r.r429 + r.other
-	out.Codes, out.OtherErrors, out.LocalErrno = r.codes, r.otherErrors, r.localErrno
+	out.OK2xx, out.R429, out.OtherCode = r.OK2xx, r.R429, r.Other
+	out.Answered = r.OK2xx + r.R429 + r.Other
+	out.Codes, out.OtherErrors, out.LocalErrno = r.Codes, r.OtherErrors, r.LocalErrno
 	out.Failures = map[string]map[string]int{}
-	for s, kinds := range r.failures {
+	for s, kinds := range r.Failures {
 		out.Failures[stageNames[s]] = kinds
 		for _, n := range kinds {
 			out.Failed += n
 		}
 	}
-	for _, n := range r.localErrno {
+	for _, n := range r.LocalErrno {
 		out.LocalErrors += n
 	}
-	out.Unfinished, out.PeakOpen = r.open, r.peakOpen
-	out.StartS, out.WallS = core.Round6(float64(r.lastStartNs)/1e9), core.Round6(float64(r.endNs)/1e9)
+	out.Unfinished, out.PeakOpen = r.Open, r.PeakOpen
+	out.StartS, out.WallS = core.Round6(float64(r.LastStartNs)/1e9), core.Round6(float64(r.EndNs)/1e9)
 	hs, ans := core.SpreadOf(r.handshake), core.SpreadOf(r.answer)
-	out.Lateness = core.SpreadOf(r.lateness).Lateness()
+	out.Lateness = core.SpreadOf(r.Lateness).Lateness()
 	out.HandshakeP50S, out.HandshakeP99S, out.HandshakeMaxS = hs.P50, hs.P99, hs.Max
 	out.AnswerP50S, out.AnswerP99S, out.AnswerMaxS = ans.P50, ans.P99, ans.Max
 	out.CPU = core.CPUBetween(cpu0, cpu1)
@@ -186,19 +185,4 @@ func verdict(out *Output) core.Judgement {
 		LocalErrno: out.LocalErrno, Unfinished: out.Unfinished, LatenessP99S: out.LatenessP99S, UserS: out.UserS,
 		SystemS: out.SystemS, WallS: out.WallS, CPUs: out.CPUs})
 	return core.Judge(why)
-}
-
-// raiseNoFile sets the soft open-file limit to the hard one (every open
-// connection is a descriptor) and returns the limit now in force.
-func raiseNoFile() uint64 {
-	var lim syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
-		return 0
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
-		syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-	}
-	return lim.Cur
 }

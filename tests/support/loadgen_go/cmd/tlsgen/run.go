@@ -1,26 +1,24 @@
 package main
 
-// The paced starter and its connections: one goroutine starts connection i
-// when it is due (start + i/rate) and never waits for one; each connection
-// runs in a goroutine of its own (dial, TLS handshake, one request, the
-// response to EOF) under one deadline, `timeout` after its start. A slow or
-// dead target holds connections open, never the schedule: the only brake is
-// -max-open, and a connection due while that many are open is skipped and
-// counted (the run is then invalid: the generator was the bottleneck).
+// The paced starter and its connections (core.ConnTally's Loop: one
+// goroutine starts connection i when it is due, start + i/rate, and never
+// waits for one); each connection runs in a goroutine of its own (dial, TLS
+// handshake, one request, the response to EOF) under one deadline, `timeout`
+// after its start. A slow or dead target holds connections open, never the
+// schedule: the only brake is -max-open, and a connection due while that many
+// are open is skipped and counted (the run is then invalid: the generator was
+// the bottleneck).
 //
-// Every count is kept under one mutex: a few thousand events a second are
-// nothing to it, and the output is one consistent snapshot even when some
-// connection outlived its deadline (then it is unfinished, and what it does
-// after the snapshot is not counted).
+// Every count is kept under one mutex (the tally's Mu): the output is one
+// consistent snapshot even when some connection outlived its deadline (then
+// it is unfinished, and what it does after the snapshot is not counted).
 
 import (
 	"bufio"
 	"crypto/tls"
-	"errors"
 	"io"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"homelab-edge/loadgen/core"
@@ -42,32 +40,19 @@ type Config struct {
 	MaxOpen int
 }
 
-// Run holds what every connection did.
+// Run holds what every connection did: the connection generators' tally and
+// what only this one counts (under the tally's Mu).
 type Run struct {
+	core.ConnTally
 	cfg     Config
 	addr    string
 	request []byte
 	tlsConf *tls.Config
-	start   time.Time
 	timeout int64 // ns
-	wg      sync.WaitGroup
 
-	mu                 sync.Mutex
-	frozen             bool // the snapshot is taken: nothing more is counted
-	lateness           []int64
-	handshake, answer  []int64
-	open, peakOpen     int
-	started, skipped   int
-	stoppedAtBound     bool
-	lastStartNs, endNs int64
-	perSecond          [][nSeries]int
-	failures           [nStages]map[string]int
-	codes              map[string]int
-	localErrno         map[string]int
-	otherErrors        map[string]int
-	connected, shakes  int
-	ok2xx, r429, other int
-	completed          int
+	handshake, answer []int64
+	connected, shakes int
+	completed         int
 }
 
 func newRun(cfg Config) *Run {
@@ -78,79 +63,23 @@ func newRun(cfg Config) *Run {
 		// flood of new clients makes. The lab's certificates are its own:
 		// nothing to verify them by.
 		tlsConf: &tls.Config{ServerName: cfg.SNI, InsecureSkipVerify: true},
-		timeout: int64(cfg.Timeout * 1e9), lateness: make([]int64, 0, planned),
-		handshake: make([]int64, 0, planned), answer: make([]int64, 0, planned),
-		perSecond: make([][nSeries]int, secondsIn(exitLimitNs(cfg.Seconds, cfg.Timeout))+1),
-		codes:     map[string]int{}, localErrno: map[string]int{}, otherErrors: map[string]int{}}
-	for s := range r.failures {
-		r.failures[s] = map[string]int{}
-		for _, k := range stageKinds[s] {
-			r.failures[s][k] = 0
-		}
-	}
+		timeout: int64(cfg.Timeout * 1e9), handshake: make([]int64, 0, planned), answer: make([]int64, 0, planned)}
+	r.Init(planned, core.SecondsIn(exitLimitNs(cfg.Seconds, cfg.Timeout))+1, stageNames[:], stageKinds[:],
+		MaxOtherErrors)
 	return r
 }
 
-func (r *Run) now() int64 { return int64(time.Since(r.start)) }
-
-// tick counts one event of series s at t (ns after the start), under r.mu.
-func (r *Run) tick(s int, t int64) {
-	i := min(int(t/1e9), len(r.perSecond)-1)
-	r.perSecond[max(i, 0)][s]++
-}
-
-// loop runs the plan: starts each connection when due until all are started
-// or the hard bound, then waits for the open ones (each ends by its deadline)
-// until waitLimitNs at most.
+// loop runs the plan (core.ConnTally.Loop).
 func (r *Run) loop() {
-	planned := core.PlannedCount(r.cfg.Rate, r.cfg.Seconds)
-	r.start = time.Now()
-	limit := core.StopNs(r.cfg.Seconds)
-	for i := 0; i < planned; i++ {
-		due := core.DueNs(i, r.cfg.Rate)
-		if wait := due - r.now(); wait > 0 {
-			time.Sleep(time.Duration(wait))
-		}
-		t := r.now()
-		if t >= limit {
-			r.mu.Lock()
-			r.stoppedAtBound = true
-			r.mu.Unlock()
-			break
-		}
-		r.mu.Lock()
-		r.lateness = append(r.lateness, t-due)
-		r.lastStartNs = t
-		if r.open >= r.cfg.MaxOpen {
-			r.skipped++
-			r.mu.Unlock()
-			continue
-		}
-		r.started++
-		r.open++
-		r.peakOpen = max(r.peakOpen, r.open)
-		r.tick(sStarted, t)
-		r.mu.Unlock()
-		r.wg.Add(1)
-		go r.conn(t)
-	}
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Duration(waitLimitNs(r.cfg.Seconds, r.cfg.Timeout) - r.now())):
-	}
-	r.mu.Lock()
-	r.frozen = true
-	r.endNs = r.now()
-	r.mu.Unlock()
+	r.Loop(core.PlannedCount(r.cfg.Rate, r.cfg.Seconds), r.cfg.Rate, r.cfg.Seconds, r.cfg.Timeout, r.cfg.MaxOpen,
+		func(_ int, t0 int64) { r.conn(t0) })
 }
 
 // conn is one connection, started at t0 (ns after the start).
 func (r *Run) conn(t0 int64) {
-	defer r.wg.Done()
-	deadline := r.start.Add(time.Duration(t0 + r.timeout))
-	defer r.ended()
+	defer r.WG.Done()
+	deadline := r.Start.Add(time.Duration(t0 + r.timeout))
+	defer r.Ended()
 	d := net.Dialer{Deadline: deadline}
 	c, err := d.Dial("tcp", r.addr)
 	if err != nil {
@@ -158,16 +87,16 @@ func (r *Run) conn(t0 int64) {
 		return
 	}
 	defer c.Close()
-	r.event(sConnected, func() { r.connected++ })
+	r.Event(sConnected, func() { r.connected++ })
 	c.SetDeadline(deadline)
 	tc := tls.Client(c, r.tlsConf)
-	h0 := r.now()
+	h0 := r.Now()
 	if err := tc.Handshake(); err != nil {
 		r.fail(stageHandshake, err)
 		return
 	}
-	h := r.now() - h0
-	r.event(sHandshakes, func() { r.shakes++; r.handshake = append(r.handshake, h) })
+	h := r.Now() - h0
+	r.Event(sHandshakes, func() { r.shakes++; r.handshake = append(r.handshake, h) })
 	if _, err := tc.Write(r.request); err != nil {
 		r.fail(stageResponse, err)
 		return
@@ -178,98 +107,19 @@ func (r *Run) conn(t0 int64) {
 		r.fail(stageResponse, err)
 		return
 	}
-	code, ok := statusCode(string(line))
+	code, ok := core.StatusCode(string(line))
 	if !ok {
-		r.failText(stageResponse, "other", "no HTTP/1.x status line: "+strconv.Quote(string(line[:min(len(line), 60)])))
+		r.FailText(stageResponse, "other", "no HTTP/1.x status line: "+strconv.Quote(string(line[:min(len(line), 60)])))
 		return
 	}
-	r.answered(code)
+	r.Answered(code)
 	if _, err := io.Copy(io.Discard, br); err != nil {
 		r.fail(stageResponse, err)
 		return
 	}
-	a := r.now() - t0
-	r.mu.Lock()
-	if !r.frozen {
-		r.completed++
-		r.answer = append(r.answer, a)
-	}
-	r.mu.Unlock()
+	a := r.Now() - t0
+	r.Event(-1, func() { r.completed++; r.answer = append(r.answer, a) })
 }
 
-// event counts series s now, and runs `also` (more counting) under the lock.
-func (r *Run) event(s int, also func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.frozen {
-		return
-	}
-	r.tick(s, r.now())
-	also()
-}
-
-// answered counts a status line read, by its code.
-func (r *Run) answered(code int) {
-	series, count := sOtherCode, &r.other
-	switch {
-	case code/100 == 2:
-		series, count = sOK2xx, &r.ok2xx
-	case code == 429:
-		series, count = sR429, &r.r429
-	}
-	r.event(series, func() {
-		*count++
-		r.codes[strconv.Itoa(code)]++
-	})
-}
-
-func (r *Run) fail(stage int, err error) {
-	k := kindOf(stage, err)
-	local := ""
-	if stage == stageConnect {
-		local = localErrno(err)
-	}
-	r.event(sFailed, func() {
-		r.failures[stage][k]++
-		if local != "" {
-			r.localErrno[local]++
-		}
-		r.noteOther(stage, k, errText(err))
-	})
-}
-
-func (r *Run) failText(stage int, k, text string) {
-	r.event(sFailed, func() {
-		r.failures[stage][k]++
-		r.noteOther(stage, k, text)
-	})
-}
-
-// noteOther keeps the text of a failure classed other (the first
-// MaxOtherErrors distinct ones), under the lock.
-func (r *Run) noteOther(stage int, k, text string) {
-	key := stageNames[stage] + ": " + text
-	if _, seen := r.otherErrors[key]; k == "other" && (seen || len(r.otherErrors) < MaxOtherErrors) {
-		r.otherErrors[key]++
-	}
-}
-
-func (r *Run) ended() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.frozen {
-		return
-	}
-	r.open--
-	r.tick(sEnded, r.now())
-}
-
-// errText is an error's text without its addresses (a source port in every
-// text would make each one distinct).
-func errText(err error) string {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Err != nil {
-		return op.Op + ": " + op.Err.Error()
-	}
-	return err.Error()
-}
+// fail counts a failure at `stage` (every one in the failed series).
+func (r *Run) fail(stage int, err error) { r.Fail(stage, sFailed, kindOf(stage, err), err) }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"homelab-edge/loadgen/core"
 	"homelab-edge/loadgen/coretest"
 )
 
@@ -37,7 +38,7 @@ func TestTheTimelineCountsOpenAtTheEndOfEachSecond(t *testing.T) {
 	if len(timeline(counts, 99)) != 5 {
 		t.Error("never more entries than seconds counted")
 	}
-	if secondsIn(0) != 1 || secondsIn(1e9) != 1 || secondsIn(1e9+1) != 2 || secondsIn(2.3e9) != 3 {
+	if core.SecondsIn(0) != 1 || core.SecondsIn(1e9) != 1 || core.SecondsIn(1e9+1) != 2 || core.SecondsIn(2.3e9) != 3 {
 		t.Error("seconds covered")
 	}
 }
@@ -101,12 +102,12 @@ func TestFailuresAreClassedByStageAndKind(t *testing.T) {
 			t.Errorf("%s %v: %s, want %s", stageNames[c.stage], c.err, got, c.want)
 		}
 	}
-	if localErrno(sys("socket", syscall.EMFILE)) != "EMFILE" ||
-		localErrno(sys("connect", syscall.EADDRNOTAVAIL)) != "EADDRNOTAVAIL" ||
-		localErrno(sys("connect", syscall.ECONNREFUSED)) != "" || localErrno(io.EOF) != "" {
+	if core.LocalErrno(sys("socket", syscall.EMFILE)) != "EMFILE" ||
+		core.LocalErrno(sys("connect", syscall.EADDRNOTAVAIL)) != "EADDRNOTAVAIL" ||
+		core.LocalErrno(sys("connect", syscall.ECONNREFUSED)) != "" || core.LocalErrno(io.EOF) != "" {
 		t.Error("the generator's own errors are its file and port limits, not the target's answers")
 	}
-	if got := errText(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET,
+	if got := core.ErrText(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET,
 		Source: &net.TCPAddr{Port: 54321}}); got != "read: connection reset by peer" {
 		t.Errorf("errText keeps no addresses: %q", got)
 	}
@@ -115,12 +116,12 @@ func TestFailuresAreClassedByStageAndKind(t *testing.T) {
 func TestStatusLines(t *testing.T) {
 	for line, want := range map[string]int{"HTTP/1.1 200 OK\r\n": 200, "HTTP/1.0 429 Too Many Requests\r\n": 429,
 		"HTTP/1.1 502\r\n": 502} {
-		if got, ok := statusCode(line); !ok || got != want {
+		if got, ok := core.StatusCode(line); !ok || got != want {
 			t.Errorf("%q: %v %v", line, got, ok)
 		}
 	}
 	for _, line := range []string{"", "SSH-2.0-OpenSSH\r\n", "HTTP/2 200\r\n", "HTTP/1.1 20 OK\r\n", "HTTP/1.1 abc\r\n"} {
-		if _, ok := statusCode(line); ok {
+		if _, ok := core.StatusCode(line); ok {
 			t.Errorf("%q is no status line", line)
 		}
 	}
