@@ -11,7 +11,7 @@ this order:
                   in-flight limit per client (50, per router), PROXY protocol (site.yml with vps_connlimit_total 0,
                   vps_connlimit_rate 0)
   bounds          site.yml with the bounds on all sources together: the VPS's total (400 per port) and rate bound
-                  (4/s, bucket 100) - the role's defaults - and Traefik's total for the tunnel (200 per router), with
+                  (4/s, bucket 100; the total is the role's default, the rate bound opt-in) and Traefik's total for the tunnel (200 per router), with
                   the two steps the docs leave to the admin (the routes list the tunnel's entrypoint; the VPS forwards
                   to its port)
   traefik-total   the same but the VPS's total and rate bound (ufw_connlimit with 0): what Traefik's total alone

@@ -77,7 +77,7 @@ options:
   rate:
     description: The rate bound on new connections per port (as set for M(homelab.edge.ufw_connlimit); 0 - none).
     type: int
-    default: 4
+    default: 0
     version_added: "2.1.0"
   burst:
     description: The rate bound's bucket (as set for M(homelab.edge.ufw_connlimit)).
@@ -212,7 +212,7 @@ def main():
                            hold=dict(type="float", default=2.0),
                            sources=dict(type="list", elements="str", default=[]),
                            total=dict(type="int", default=400),
-                           rate=dict(type="int", default=4),
+                           rate=dict(type="int", default=0),
                            burst=dict(type="int", default=100)),
         supports_check_mode=True,
     )

@@ -85,8 +85,11 @@ options:
       - A SYN flood at this rate can keep up to O(burst) + O(rate) x C(net.netfilter.nf_conntrack_tcp_timeout_syn_recv)
         (60 s by default, read on the host) connections half-open, counted by O(total); the module refuses values
         where that is not below O(total).
+      - Off by default (C(0)). Its bucket is shared by every client, so a one-address check of the per-address
+        limit (C(homelab.edge.prove)) cannot tell the two apart when O(burst) is not above the limit (the bucket
+        alone gives the same answer), and a busy site's own clients spend it.
     type: int
-    default: 4
+    default: 0
     version_added: "2.1.0"
   burst:
     description: The rate bound's bucket - new connections allowed at once before O(rate) applies.
@@ -601,7 +604,7 @@ ARGUMENT_SPEC = dict(
     ports=dict(type="list", elements="int", default=[80, 443]),
     limit=dict(type="int", default=100),
     total=dict(type="int", default=400),
-    rate=dict(type="int", default=4),
+    rate=dict(type="int", default=0),
     burst=dict(type="int", default=100),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     ipv6=dict(type="bool", default=True),

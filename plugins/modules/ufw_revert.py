@@ -680,6 +680,9 @@ def main():
     if not ufw_revert.SAFE_PATH.match(module.params["state_dir"]):
         module.fail_json(msg="state_dir %r: use an absolute path of letters, digits, '/', '.', '_' and '-' only (it "
                              "goes into a shell script and a systemd unit); nothing was changed" % module.params["state_dir"])
+    state_dir = module.params["state_dir"]
+    if os.path.isdir(state_dir) and not os.access(state_dir, os.R_OK | os.X_OK):   # root's only: said, not a traceback
+        require_root(module, "reads the firewall reverts kept in %s" % state_dir)
     reverts = Reverts(module)
     state = module.params["state"]
     if state == "query":

@@ -48,9 +48,10 @@ def files():
 
 
 def limits_on(port):
-    """Every live connlimit rule on `port` in ufw's input chain (IPv4), as iptables reads them back."""
+    """Every live per-address connlimit rule on `port` in ufw's input chain (IPv4), as iptables reads them back (the
+    bounds on all sources together beside them - the rate bound's hashlimit, the total's mask 0 - are not one)."""
     return [r for r in VPS.check_output("iptables -S ufw-before-input").splitlines()
-            if "--dport %d " % port in r and "connlimit" in r]
+            if "--dport %d " % port in r and "-m connlimit " in r and "--connlimit-mask 0 " not in r]
 
 
 def vps_ip():

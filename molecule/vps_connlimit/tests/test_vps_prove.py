@@ -65,8 +65,8 @@ def test_check_mode_plans_and_connects_nowhere():
 def limit_rule_out_of_80():
     """The crafted broken case: port 80's connlimit rule deleted from the live ruleset (the files keep it);
     ufw reload puts it back afterwards."""
-    rules = [r for r in VPS.check_output("iptables -S ufw-before-input").splitlines()
-             if "--dport 80 " in r and "connlimit" in r]
+    rules = [r for r in VPS.check_output("iptables -S ufw-before-input").splitlines()   # per address, not a bound of all
+             if "--dport 80 " in r and "-m connlimit " in r and "--connlimit-mask 0 " not in r]
     assert len(rules) == 1, rules
     VPS.check_output("iptables %s" % rules[0].replace("-A ", "-D ", 1))
     try:

@@ -49,3 +49,10 @@ def test_arming_while_a_revert_is_missed_is_refused_and_arms_nothing(run_main, s
 def test_a_state_dir_unfit_for_a_shell_script_is_refused(run_main, tmp_path):
     res = run_main(mod, state_dir=str(tmp_path / "a b"))
     assert res["failed"] and "use an absolute path of letters" in res["msg"] and not (tmp_path / "a b").exists()
+
+
+def test_a_query_of_roots_reverts_by_another_user_says_to_run_as_root(run_main, state_dir, monkeypatch):
+    monkeypatch.setattr(mod.os, "access", lambda path, how: path != str(state_dir))
+    monkeypatch.setattr(mod.host, "is_root", lambda: False)
+    res = run_main(mod, state_dir=str(state_dir))
+    assert res["failed"] and "must run as root: it reads the firewall reverts kept in %s" % state_dir in res["msg"]
