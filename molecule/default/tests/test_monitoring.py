@@ -212,50 +212,62 @@ def test_a_flood_that_keeps_the_kernel_busy_fires_system_cpu_above_user(client):
     machine (CI's, stop 46: no sample, so no alert)."""
     prom = nas_prometheus()
     wait("SystemCpuAboveUserCpu quiet before", lambda: not firing(prom, "SystemCpuAboveUserCpu"), 60)
-    sender = ("import socket, time\n"
-              "end, s, sent, errors = time.time() + 40, socket.socket(socket.AF_INET, socket.SOCK_DGRAM), 0, 0\n"
-              "while time.time() < end:\n"
-              "    for first in range(1024, 56024, 5000):\n"
-              "        t = time.time()\n"
-              "        for port in range(first, min(first + 5000, 56024)):\n"
-              "            try:\n                s.sendto(b'x', ('%s', port))\n                sent += 1\n"
-              "            except OSError:\n                errors += 1\n"
-              "        time.sleep((time.time() - t) / 3)\n"
-              "print(sent, errors)\n" % hosts.address("lab-nas", "lab-lan"))
-    pid = str(client.containers.get("lab-lan-client").attrs["State"]["Pid"])
-    start = time.time()
-    senders = [subprocess.Popen(["nsenter", "-t", pid, "-n", "nice", "-n", "-20", sys.executable, "-c", sender],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
-               for dummy in range(2)]
-    cpu = 'sum by (instance) (rate(node_cpu_seconds_total{job="node",mode=~"%s"}[30s]))'
-    alerts, ran = [], []
-    try:
-        alerts = wait("SystemCpuAboveUserCpu firing", lambda: firing(prom, "SystemCpuAboveUserCpu"), 45)
-    except AssertionError:
-        pass  # no answer in time from the API: asked again below, from Prometheus's own record of its alerts
-    finally:
-        for p in senders:
-            out, err = p.communicate(timeout=60)
-            ran.append({"rc": p.returncode, "sent_errors": out.split(), "stderr": err[-300:]})
-    since = "%ds" % (time.time() - start + 2)
-    if not alerts:
-        # the flood's packets share the NAS's LAN address with the API, so on a loaded machine its answers can
-        # time out while the scrapes (over loopback) and the rule's evaluation go on: ALERTS holds what fired
-        alerts = [{"labels": s["metric"], "value": "ALERTS"} for s in api(prom, "/api/v1/query", query=(
-            'max_over_time(ALERTS{alertname="SystemCpuAboveUserCpu",alertstate="firing"}[%s])' % since))["result"]]
 
-    def read(expr):
+    def flood_once():
+        sender = ("import socket, time\n"
+                  "end, s, sent, errors = time.time() + 40, socket.socket(socket.AF_INET, socket.SOCK_DGRAM), 0, 0\n"
+                  "while time.time() < end:\n"
+                  "    for first in range(1024, 56024, 5000):\n"
+                  "        t = time.time()\n"
+                  "        for port in range(first, min(first + 5000, 56024)):\n"
+                  "            try:\n                s.sendto(b'x', ('%s', port))\n                sent += 1\n"
+                  "            except OSError:\n                errors += 1\n"
+                  "        time.sleep((time.time() - t) / 3)\n"
+                  "print(sent, errors)\n" % hosts.address("lab-nas", "lab-lan"))
+        pid = str(client.containers.get("lab-lan-client").attrs["State"]["Pid"])
+        start = time.time()
+        senders = [subprocess.Popen(["nsenter", "-t", pid, "-n", "nice", "-n", "-20", sys.executable, "-c", sender],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+                   for dummy in range(2)]
+        cpu = 'sum by (instance) (rate(node_cpu_seconds_total{job="node",mode=~"%s"}[30s]))'
+        alerts, ran = [], []
         try:
-            return value(prom, expr)
-        except (AssertionError, OSError) as e:
-            return "not read: %s" % e
+            alerts = wait("SystemCpuAboveUserCpu firing", lambda: firing(prom, "SystemCpuAboveUserCpu"), 45)
+        except AssertionError:
+            pass  # no answer in time from the API: asked again below, from Prometheus's own record of its alerts
+        finally:
+            for p in senders:
+                out, err = p.communicate(timeout=60)
+                ran.append({"rc": p.returncode, "sent_errors": out.split(), "stderr": err[-300:]})
+        since = "%ds" % (time.time() - start + 2)
+        if not alerts:
+            # the flood's packets share the NAS's LAN address with the API, so on a loaded machine its answers can
+            # time out while the scrapes (over loopback) and the rule's evaluation go on: ALERTS holds what fired
+            alerts = [{"labels": s["metric"], "value": "ALERTS"} for s in api(prom, "/api/v1/query", query=(
+                'max_over_time(ALERTS{alertname="SystemCpuAboveUserCpu",alertstate="firing"}[%s])' % since))["result"]]
 
-    # what a failure needs: whether the senders ran, and whether node_exporter was scraped during the flood
-    seen = {"senders": ran, "node_scrapes": read('sum(count_over_time(up{job="node"}[%s]))' % since),
-            "node_up": read('sum(sum_over_time(up{job="node"}[%s]))' % since),
-            "system_softirq": read(cpu % "system|softirq"), "user": read(cpu % "user")}
-    adhoc.record("monitoring", "alert_system_cpu", labels=[a["labels"] for a in alerts],
-                 value=alerts[0]["value"] if alerts else None, **seen)
+        def read(expr):
+            try:
+                return value(prom, expr)
+            except (AssertionError, OSError) as e:
+                return "not read: %s" % e
+
+        # what a failure needs: whether the senders ran, and whether node_exporter was scraped during the flood
+        seen = {"senders": ran, "node_scrapes": read('sum(count_over_time(up{job="node"}[%s]))' % since),
+                "node_up": read('sum(sum_over_time(up{job="node"}[%s]))' % since),
+                "system_softirq": read(cpu % "system|softirq"), "user": read(cpu % "user")}
+        adhoc.record("monitoring", "alert_system_cpu", labels=[a["labels"] for a in alerts],
+                     value=alerts[0]["value"] if alerts else None, **seen)
+        return alerts, seen
+
+    # the rule compares the kernel's CPU with user space's, host-wide: where the scenarios beside (make test's other
+    # stream) kept user space busier than the flood kept the kernel, the rule's condition never held - the flood is
+    # run once more (at most), and only then
+    alerts, seen = flood_once()
+    if not alerts and isinstance(seen["user"], float) and isinstance(seen["system_softirq"], float) \
+            and seen["user"] >= seen["system_softirq"]:
+        wait("SystemCpuAboveUserCpu quiet before", lambda: not firing(prom, "SystemCpuAboveUserCpu"), 60)
+        alerts, seen = flood_once()
     assert [a["labels"]["instance"] for a in alerts] == ["127.0.0.1:9100"], (alerts, seen)
     wait("SystemCpuAboveUserCpu quiet again", lambda: not firing(prom, "SystemCpuAboveUserCpu"), 90)
 
